@@ -1,0 +1,41 @@
+#pragma once
+/// The mel filterbank, built as torchaudio.functional.melscale_fbanks builds it, and stored sparsely.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mel_args.h"
+
+namespace melforge::mel {
+
+/// Sparse mel filterbank: band m covers FFT bins [begin[m], end[m]) with weights
+/// weights[offset[m] + (k - begin[m])]. Every band has at least one bin (end > begin), else building it fails.
+struct Filterbank {
+  /// Number of mel bands.
+  int n_mels = 0;
+  /// Number of one-sided FFT bins (n_fft/2+1).
+  int n_freqs = 0;
+  /// [n_mels] first FFT bin of each band.
+  std::vector<int32_t> begin;
+  /// [n_mels] one past the last FFT bin of each band.
+  std::vector<int32_t> end;
+  /// [n_mels + 1] start of each band's weights in `weights`; offset[n_mels] == weights.size().
+  std::vector<int32_t> offset;
+  /// Concatenated nonzero weights of all bands.
+  std::vector<float> weights;
+
+  /// Dense [n_freqs][n_mels] matrix, laid out as torchaudio's melscale_fbanks returns it (row-major).
+  std::vector<float> dense() const;
+  /// Total number of stored weights (the mel stage does this many multiply-adds per frame).
+  int64_t nnz() const { return static_cast<int64_t>(weights.size()); }
+};
+
+/// Builds the filterbank for `args` (uses sample_rate, n_fft, n_mels, f_min, fmax(), mel_scale, mel_norm).
+/// Throws InvalidArgument naming the first empty band if n_mels is too large for n_fft.
+Filterbank build_filterbank(const MelArgs& args);
+
+/// Returns the filterbank for `args`, built once per distinct configuration and cached for the process.
+/// Thread-safe; the returned pointer stays valid for the life of the process.
+std::shared_ptr<const Filterbank> cached_filterbank(const MelArgs& args);
+
+}  // namespace melforge::mel
