@@ -1,1 +1,542 @@
-// placeholder: not written yet
+#include "melforge/common/h5.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "melforge/common/errors.h"
+
+namespace melforge::h5 {
+
+namespace {
+
+struct StackRecord {
+  std::string func;
+  std::string desc;
+};
+
+herr_t collect_record(unsigned /*n*/, const H5E_error2_t* err, void* data) {
+  auto* records = static_cast<std::vector<StackRecord>*>(data);
+  StackRecord record;
+  record.func = err->func_name ? err->func_name : "";
+  record.desc = err->desc ? err->desc : "";
+  std::erase(record.desc, '\n');
+  if (record.desc.empty()) {
+    char buf[256] = {0};
+    if (H5Eget_msg(err->min_num, nullptr, buf, sizeof buf) > 0) record.desc = buf;
+  }
+  records->push_back(std::move(record));
+  return 0;
+}
+
+std::string format_record(const StackRecord& r) {
+  return r.func.empty() ? r.desc : r.func + "(): " + r.desc;
+}
+
+[[noreturn]] void throw_format(const std::string& what) { throw FormatError(what); }
+
+hid_t check_id(hid_t id, const std::string& what) {
+  if (id < 0) throw_io(what);
+  return id;
+}
+
+void check(herr_t status, const std::string& what) {
+  if (status < 0) throw_io(what);
+}
+
+std::vector<hsize_t> to_hsize(const std::vector<int64_t>& v, const std::string& what) {
+  std::vector<hsize_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0) throw InvalidArgument(what + ": negative size " + std::to_string(v[i]));
+    out[i] = static_cast<hsize_t>(v[i]);
+  }
+  return out;
+}
+
+PropList dataset_creation_plist(const std::string& name) {
+  PropList dcpl(check_id(H5Pcreate(H5P_DATASET_CREATE), name + ": cannot create a property list"), name);
+  check(H5Pset_obj_track_times(dcpl.id(), false), name + ": cannot turn off time tracking");
+  return dcpl;
+}
+
+Dataspace simple_space(const std::vector<hsize_t>& dims, const hsize_t* max_dims, const std::string& name) {
+  return Dataspace(check_id(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims),
+                            name + ": cannot create a dataspace"),
+                   name);
+}
+
+Dataspace scalar_space(const std::string& name) {
+  return Dataspace(check_id(H5Screate(H5S_SCALAR), name + ": cannot create a dataspace"), name);
+}
+
+std::string attribute_name(Ref object, const std::string& name) { return object.name + " attribute '" + name + "'"; }
+
+Attribute create_attribute(Ref object, const std::string& name, hid_t type) {
+  const std::string what = attribute_name(object, name);
+  silence_errors();
+  const htri_t found = H5Aexists(object.id, name.c_str());
+  check(found, what + ": cannot check whether it exists");
+  if (found > 0) check(H5Adelete(object.id, name.c_str()), what + ": cannot replace it");
+  Dataspace space = scalar_space(what);
+  return Attribute(check_id(H5Acreate2(object.id, name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT),
+                            what + ": cannot create"),
+                   what);
+}
+
+Attribute open_attribute(Ref object, const std::string& name) {
+  const std::string what = attribute_name(object, name);
+  if (!has_attribute(object, name)) throw_format(what + ": missing");
+  Attribute attr(check_id(H5Aopen(object.id, name.c_str(), H5P_DEFAULT), what + ": cannot open"), what);
+  Dataspace space(check_id(H5Aget_space(attr.id()), what + ": cannot get its dataspace"), what);
+  const int rank = H5Sget_simple_extent_ndims(space.id());
+  check(rank, what + ": cannot get its rank");
+  const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+  if (n != 1) throw_format(what + ": expected a scalar, found " + std::to_string(n) + " elements");
+  return attr;
+}
+
+Datatype attribute_type(const Attribute& attr) {
+  return Datatype(check_id(H5Aget_type(attr.id()), attr.name() + ": cannot get its type"), attr.name());
+}
+
+H5T_class_t type_class(const Datatype& type) {
+  const H5T_class_t c = H5Tget_class(type.id());
+  if (c == H5T_NO_CLASS) throw_io(type.name() + ": cannot get its type class");
+  return c;
+}
+
+/// Memory type for reading strings of file type `file_type`: variable-length char* or fixed-size bytes.
+Datatype string_memory_type(const Datatype& file_type, bool variable) {
+  const std::string& what = file_type.name();
+  if (!variable) return Datatype(check_id(H5Tcopy(file_type.id()), what + ": cannot copy its type"), what);
+  Datatype mem(check_id(H5Tcopy(H5T_C_S1), what + ": cannot copy H5T_C_S1"), what);
+  check(H5Tset_size(mem.id(), H5T_VARIABLE), what + ": cannot make a variable-length string type");
+  const H5T_cset_t cset = H5Tget_cset(file_type.id());
+  if (cset < 0) throw_io(what + ": cannot get its character set");
+  check(H5Tset_cset(mem.id(), cset), what + ": cannot set the character set");
+  return mem;
+}
+
+std::string fixed_string(const char* data, size_t size, H5T_str_t pad) {
+  size_t len = 0;
+  while (len < size && data[len] != '\0') ++len;
+  if (pad == H5T_STR_SPACEPAD) {
+    while (len > 0 && data[len - 1] == ' ') --len;
+  }
+  return std::string(data, len);
+}
+
+/// Reads `n` strings of `file_type` through `read(mem_type, buffer)` (H5Dread or H5Aread on the whole object).
+template <class ReadFn>
+std::vector<std::string> read_string_values(const Datatype& file_type, const Dataspace& space, size_t n,
+                                            ReadFn&& read) {
+  const std::string& what = file_type.name();
+  const htri_t variable = H5Tis_variable_str(file_type.id());
+  check(variable, what + ": cannot check for a variable-length string");
+  Datatype mem = string_memory_type(file_type, variable > 0);
+  std::vector<std::string> out(n);
+  if (n == 0) return out;
+  if (variable > 0) {
+    std::vector<char*> ptrs(n, nullptr);
+    check(read(mem.id(), ptrs.data()), what + ": cannot read");
+    for (size_t i = 0; i < n; ++i) out[i] = ptrs[i] ? ptrs[i] : "";
+    check(H5Dvlen_reclaim(mem.id(), space.id(), H5P_DEFAULT, ptrs.data()), what + ": cannot free the strings");
+    return out;
+  }
+  const size_t size = H5Tget_size(file_type.id());
+  if (size == 0) throw_io(what + ": cannot get its size");
+  const H5T_str_t pad = H5Tget_strpad(file_type.id());
+  std::vector<char> buf(n * size);
+  check(read(mem.id(), buf.data()), what + ": cannot read");
+  for (size_t i = 0; i < n; ++i) out[i] = fixed_string(buf.data() + i * size, size, pad);
+  return out;
+}
+
+/// Opens `name` in `parent` and checks that it is 1-D; returns it and its length.
+std::pair<Dataset, size_t> open_1d(Ref parent, const std::string& name) {
+  Dataset ds = open_dataset(parent, name);
+  const std::vector<int64_t> d = dims(ds);
+  if (d.size() != 1) throw_format(ds.name() + ": expected a 1-D dataset, found rank " + std::to_string(d.size()));
+  return {std::move(ds), static_cast<size_t>(d[0])};
+}
+
+}  // namespace
+
+herr_t close_id(Kind kind, hid_t id) noexcept {
+  silence_errors();
+  switch (kind) {
+    case Kind::file:
+      return H5Fclose(id);
+    case Kind::group:
+      return H5Gclose(id);
+    case Kind::dataset:
+      return H5Dclose(id);
+    case Kind::dataspace:
+      return H5Sclose(id);
+    case Kind::datatype:
+      return H5Tclose(id);
+    case Kind::plist:
+      return H5Pclose(id);
+    case Kind::attribute:
+      return H5Aclose(id);
+  }
+  return -1;
+}
+
+void close_id_checked(Kind kind, hid_t id, const std::string& name) {
+  if (close_id(kind, id) < 0) throw_io(name + ": cannot close");
+}
+
+std::string child_name(Ref parent, const std::string& child) {
+  return parent.kind == Kind::file ? parent.name + ":/" + child : parent.name + "/" + child;
+}
+
+void silence_errors() noexcept {
+  thread_local bool silenced = false;
+  if (!silenced) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    silenced = true;
+  }
+}
+
+std::string error_stack() {
+  silence_errors();
+  std::vector<StackRecord> records;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_record, &records);
+  H5Eclear2(H5E_DEFAULT);
+  if (records.empty()) return {};
+  std::string out = format_record(records.front());
+  if (records.size() > 1) out += "; ... " + format_record(records.back());
+  return out;
+}
+
+void throw_io(const std::string& what) {
+  const std::string stack = error_stack();
+  throw IoError(stack.empty() ? what : what + ": " + stack);
+}
+
+File create_file(const std::filesystem::path& path) {
+  silence_errors();
+  const std::string name = path.string();
+  return File(check_id(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                       name + ": cannot create HDF5 file"),
+              name);
+}
+
+File open_file(const std::filesystem::path& path, bool writable) {
+  silence_errors();
+  const std::string name = path.string();
+  return File(check_id(H5Fopen(name.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
+                       name + ": cannot open HDF5 file"),
+              name);
+}
+
+Group create_group(Ref parent, const std::string& name) {
+  silence_errors();
+  const std::string what = child_name(parent, name);
+  return Group(check_id(H5Gcreate2(parent.id, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                        what + ": cannot create group"),
+               what);
+}
+
+Group open_group(Ref parent, const std::string& name) {
+  const std::string what = child_name(parent, name);
+  if (!exists(parent, name)) throw_format(what + ": no such group");
+  return Group(check_id(H5Gopen2(parent.id, name.c_str(), H5P_DEFAULT), what + ": cannot open group"), what);
+}
+
+bool exists(Ref parent, const std::string& name) {
+  silence_errors();
+  const htri_t found = H5Lexists(parent.id, name.c_str(), H5P_DEFAULT);
+  check(found, child_name(parent, name) + ": cannot check whether it exists");
+  return found > 0;
+}
+
+Datatype float16_type() {
+  silence_errors();
+  const std::string what = "float16 type";
+  Datatype t(check_id(H5Tcopy(H5T_IEEE_F32LE), what + ": cannot copy H5T_IEEE_F32LE"), what);
+  check(H5Tset_fields(t.id(), 15, 10, 5, 0, 10), what + ": cannot set fields");
+  check(H5Tset_size(t.id(), 2), what + ": cannot set size");
+  check(H5Tset_ebias(t.id(), 15), what + ": cannot set exponent bias");
+  return t;
+}
+
+Datatype utf8_string_type() {
+  silence_errors();
+  const std::string what = "UTF-8 string type";
+  Datatype t(check_id(H5Tcopy(H5T_C_S1), what + ": cannot copy H5T_C_S1"), what);
+  check(H5Tset_size(t.id(), H5T_VARIABLE), what + ": cannot set variable size");
+  check(H5Tset_cset(t.id(), H5T_CSET_UTF8), what + ": cannot set UTF-8");
+  check(H5Tset_strpad(t.id(), H5T_STR_NULLTERM), what + ": cannot set null termination");
+  return t;
+}
+
+Datatype dataset_type(const Dataset& dataset) {
+  silence_errors();
+  return Datatype(check_id(H5Dget_type(dataset.id()), dataset.name() + ": cannot get its type"), dataset.name());
+}
+
+Dataspace dataset_space(const Dataset& dataset) {
+  silence_errors();
+  return Dataspace(check_id(H5Dget_space(dataset.id()), dataset.name() + ": cannot get its dataspace"),
+                   dataset.name());
+}
+
+Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, const ChunkedSpec& spec) {
+  silence_errors();
+  const std::string what = child_name(parent, name);
+  const size_t rank = spec.dims.size();
+  if (rank == 0 || spec.chunk.size() != rank || (!spec.max_dims.empty() && spec.max_dims.size() != rank)) {
+    throw InvalidArgument(what + ": dims, max_dims and chunk must have the same non-zero rank");
+  }
+  if (spec.deflate_level < 0 || spec.deflate_level > 9) {
+    throw InvalidArgument(what + ": deflate level must be 0..9, got " + std::to_string(spec.deflate_level));
+  }
+  const std::vector<hsize_t> dims_h = to_hsize(spec.dims, what);
+  std::vector<hsize_t> max_h(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t m = spec.max_dims.empty() ? spec.dims[i] : spec.max_dims[i];
+    max_h[i] = m < 0 ? H5S_UNLIMITED : static_cast<hsize_t>(m);
+  }
+  std::vector<hsize_t> chunk_h(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    if (spec.chunk[i] < 1) throw InvalidArgument(what + ": chunk sizes must be >= 1");
+    chunk_h[i] = static_cast<hsize_t>(spec.chunk[i]);
+  }
+  Dataspace space = simple_space(dims_h, max_h.data(), what);
+  PropList dcpl = dataset_creation_plist(what);
+  check(H5Pset_chunk(dcpl.id(), static_cast<int>(rank), chunk_h.data()), what + ": cannot set the chunk shape");
+  if (spec.deflate_level > 0) {
+    if (spec.shuffle) check(H5Pset_shuffle(dcpl.id()), what + ": cannot add the shuffle filter");
+    check(H5Pset_deflate(dcpl.id(), static_cast<unsigned>(spec.deflate_level)),
+          what + ": cannot add the deflate filter");
+  }
+  return Dataset(check_id(H5Dcreate2(parent.id, name.c_str(), type, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT),
+                          what + ": cannot create dataset"),
+                 what);
+}
+
+Dataset open_dataset(Ref parent, const std::string& name) {
+  const std::string what = child_name(parent, name);
+  if (!exists(parent, name)) throw_format(what + ": no such dataset");
+  return Dataset(check_id(H5Dopen2(parent.id, name.c_str(), H5P_DEFAULT), what + ": cannot open dataset"), what);
+}
+
+std::vector<int64_t> dims(const Dataset& dataset) {
+  Dataspace space = dataset_space(dataset);
+  const int rank = H5Sget_simple_extent_ndims(space.id());
+  check(rank, dataset.name() + ": cannot get its rank");
+  std::vector<hsize_t> d(static_cast<size_t>(rank));
+  if (rank > 0) check(H5Sget_simple_extent_dims(space.id(), d.data(), nullptr), dataset.name() + ": cannot get dims");
+  return std::vector<int64_t>(d.begin(), d.end());
+}
+
+void set_extent(const Dataset& dataset, const std::vector<int64_t>& new_dims) {
+  silence_errors();
+  const std::vector<hsize_t> d = to_hsize(new_dims, dataset.name());
+  check(H5Dset_extent(dataset.id(), d.data()), dataset.name() + ": cannot set the extent");
+}
+
+void write_chunk(const Dataset& dataset, const std::vector<int64_t>& offset, const void* data, size_t bytes,
+                 uint32_t filter_mask) {
+  silence_errors();
+  const std::vector<hsize_t> off = to_hsize(offset, dataset.name());
+  std::string where;
+  for (size_t i = 0; i < off.size(); ++i) {
+    if (i > 0) where += ',';
+    where += std::to_string(off[i]);
+  }
+  check(H5Dwrite_chunk(dataset.id(), H5P_DEFAULT, filter_mask, off.data(), bytes, data),
+        dataset.name() + ": cannot write the chunk at [" + where + "]");
+}
+
+void write_attribute_int64(Ref object, const std::string& name, int64_t value) {
+  Attribute attr = create_attribute(object, name, H5T_NATIVE_INT64);
+  check(H5Awrite(attr.id(), H5T_NATIVE_INT64, &value), attr.name() + ": cannot write");
+  attr.close();
+}
+
+void write_attribute_double(Ref object, const std::string& name, double value) {
+  Attribute attr = create_attribute(object, name, H5T_NATIVE_DOUBLE);
+  check(H5Awrite(attr.id(), H5T_NATIVE_DOUBLE, &value), attr.name() + ": cannot write");
+  attr.close();
+}
+
+void write_attribute_string(Ref object, const std::string& name, const std::string& value) {
+  Datatype type = utf8_string_type();
+  Attribute attr = create_attribute(object, name, type.id());
+  const char* ptr = value.c_str();
+  check(H5Awrite(attr.id(), type.id(), &ptr), attr.name() + ": cannot write");
+  attr.close();
+}
+
+bool has_attribute(Ref object, const std::string& name) {
+  silence_errors();
+  const htri_t found = H5Aexists(object.id, name.c_str());
+  check(found, attribute_name(object, name) + ": cannot check whether it exists");
+  return found > 0;
+}
+
+int64_t read_attribute_int64(Ref object, const std::string& name) {
+  Attribute attr = open_attribute(object, name);
+  Datatype type = attribute_type(attr);
+  if (type_class(type) != H5T_INTEGER) throw_format(attr.name() + ": expected an integer");
+  int64_t value = 0;
+  check(H5Aread(attr.id(), H5T_NATIVE_INT64, &value), attr.name() + ": cannot read");
+  return value;
+}
+
+double read_attribute_double(Ref object, const std::string& name) {
+  Attribute attr = open_attribute(object, name);
+  Datatype type = attribute_type(attr);
+  const H5T_class_t c = type_class(type);
+  if (c != H5T_FLOAT && c != H5T_INTEGER) throw_format(attr.name() + ": expected a number");
+  double value = 0;
+  check(H5Aread(attr.id(), H5T_NATIVE_DOUBLE, &value), attr.name() + ": cannot read");
+  return value;
+}
+
+std::string read_attribute_string(Ref object, const std::string& name) {
+  Attribute attr = open_attribute(object, name);
+  Datatype type = attribute_type(attr);
+  if (type_class(type) != H5T_STRING) throw_format(attr.name() + ": expected a string");
+  Dataspace space(check_id(H5Aget_space(attr.id()), attr.name() + ": cannot get its dataspace"), attr.name());
+  return read_string_values(type, space, 1, [&](hid_t mem, void* buf) { return H5Aread(attr.id(), mem, buf); })[0];
+}
+
+void write_int32(Ref parent, const std::string& name, std::span<const int32_t> values) {
+  silence_errors();
+  const std::string what = child_name(parent, name);
+  Dataspace space = simple_space({static_cast<hsize_t>(values.size())}, nullptr, what);
+  PropList dcpl = dataset_creation_plist(what);
+  Dataset ds(check_id(H5Dcreate2(parent.id, name.c_str(), H5T_NATIVE_INT32, space.id(), H5P_DEFAULT, dcpl.id(),
+                                 H5P_DEFAULT),
+                      what + ": cannot create dataset"),
+             what);
+  if (!values.empty()) {
+    check(H5Dwrite(ds.id(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), what + ": cannot write");
+  }
+  ds.close();
+}
+
+std::vector<int32_t> read_int32(Ref parent, const std::string& name) {
+  auto [ds, n] = open_1d(parent, name);
+  Datatype type = dataset_type(ds);
+  if (type_class(type) != H5T_INTEGER) throw_format(ds.name() + ": expected integers");
+  std::vector<int32_t> out(n);
+  if (n > 0) {
+    check(H5Dread(ds.id(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), ds.name() + ": cannot read");
+  }
+  return out;
+}
+
+void write_strings(Ref parent, const std::string& name, const std::vector<std::string>& values) {
+  silence_errors();
+  const std::string what = child_name(parent, name);
+  Datatype type = utf8_string_type();
+  Dataspace space = simple_space({static_cast<hsize_t>(values.size())}, nullptr, what);
+  PropList dcpl = dataset_creation_plist(what);
+  Dataset ds(
+      check_id(H5Dcreate2(parent.id, name.c_str(), type.id(), space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT),
+               what + ": cannot create dataset"),
+      what);
+  if (!values.empty()) {
+    std::vector<const char*> ptrs(values.size());
+    for (size_t i = 0; i < values.size(); ++i) ptrs[i] = values[i].c_str();
+    check(H5Dwrite(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()), what + ": cannot write");
+  }
+  ds.close();
+}
+
+std::vector<std::string> read_strings(Ref parent, const std::string& name) {
+  auto [ds, n] = open_1d(parent, name);
+  Datatype type = dataset_type(ds);
+  if (type_class(type) != H5T_STRING) throw_format(ds.name() + ": expected strings");
+  Dataspace space = dataset_space(ds);
+  return read_string_values(type, space, n, [&](hid_t mem, void* buf) {
+    return H5Dread(ds.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  });
+}
+
+int64_t row_elements(const Dataset& dataset) {
+  const std::vector<int64_t> d = dims(dataset);
+  if (d.empty()) throw_format(dataset.name() + ": expected at least one dimension, found a scalar");
+  int64_t n = 1;
+  for (size_t i = 1; i < d.size(); ++i) n *= d[i];
+  return n;
+}
+
+void read_float(const Dataset& dataset, int64_t begin, int64_t count, float* out) {
+  const std::vector<int64_t> d = dims(dataset);
+  if (d.empty()) throw_format(dataset.name() + ": expected at least one dimension, found a scalar");
+  if (begin < 0 || count < 0 || begin + count > d[0]) {
+    throw InvalidArgument(dataset.name() + ": rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                          ") are outside the extent " + std::to_string(d[0]));
+  }
+  Datatype type = dataset_type(dataset);
+  const size_t size = H5Tget_size(type.id());
+  if (type_class(type) != H5T_FLOAT || (size != 2 && size != 4)) {
+    throw_format(dataset.name() + ": expected float16 or float32 elements, found a " + std::to_string(size) +
+                 "-byte " + (type_class(type) == H5T_FLOAT ? "float" : "non-float") + " type");
+  }
+  int64_t row = 1;
+  for (size_t i = 1; i < d.size(); ++i) row *= d[i];
+  const int64_t n = count * row;
+  if (n == 0) return;
+
+  std::vector<hsize_t> start(d.size(), 0), extent(d.begin(), d.end());
+  start[0] = static_cast<hsize_t>(begin);
+  extent[0] = static_cast<hsize_t>(count);
+  Dataspace file_space = dataset_space(dataset);
+  check(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
+        dataset.name() + ": cannot select rows");
+  Dataspace mem_space = simple_space({static_cast<hsize_t>(n)}, nullptr, dataset.name());
+
+  Datatype f16 = float16_type();
+  const htri_t is_half = H5Tequal(type.id(), f16.id());
+  check(is_half, dataset.name() + ": cannot compare types");
+  if (is_half == 0) {
+    check(H5Dread(dataset.id(), H5T_NATIVE_FLOAT, mem_space.id(), file_space.id(), H5P_DEFAULT, out),
+          dataset.name() + ": cannot read");
+    return;
+  }
+  auto* bytes = reinterpret_cast<unsigned char*>(out);
+  unsigned char* halves = bytes + 2 * n;
+  check(H5Dread(dataset.id(), f16.id(), mem_space.id(), file_space.id(), H5P_DEFAULT, halves),
+        dataset.name() + ": cannot read");
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, halves + 2 * i, sizeof h);
+    const float f = half_to_float(h);
+    std::memcpy(bytes + 4 * i, &f, sizeof f);
+  }
+}
+
+std::vector<float> read_float(const Dataset& dataset, int64_t begin, int64_t count) {
+  const int64_t row = row_elements(dataset);
+  std::vector<float> out(static_cast<size_t>(std::max<int64_t>(count, 0) * row));
+  read_float(dataset, begin, count, out.data());
+  return out;
+}
+
+std::vector<float> read_float(const Dataset& dataset) {
+  const std::vector<int64_t> d = dims(dataset);
+  if (d.empty()) throw_format(dataset.name() + ": expected at least one dimension, found a scalar");
+  return read_float(dataset, 0, d[0]);
+}
+
+float half_to_float(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+}  // namespace melforge::h5

@@ -1,1 +1,179 @@
-// placeholder: not written yet
+#include "mel/mel_args.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <istream>
+#include <ostream>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include <boost/program_options.hpp>
+
+#include "melforge/common/errors.h"
+#include "mel/filterbank.h"
+#include "mel/mel_math.h"
+
+namespace melforge::mel {
+namespace {
+
+namespace po = boost::program_options;
+
+template <class E, std::size_t N>
+using Spellings = std::array<std::pair<E, std::string_view>, N>;
+
+constexpr Spellings<Window, 2> kWindow{{{Window::hann, "hann"}, {Window::hamming, "hamming"}}};
+constexpr Spellings<PadMode, 2> kPadMode{{{PadMode::reflect, "reflect"}, {PadMode::constant, "constant"}}};
+constexpr Spellings<MelScale, 2> kMelScale{{{MelScale::htk, "htk"}, {MelScale::slaney, "slaney"}}};
+constexpr Spellings<MelNorm, 2> kMelNorm{{{MelNorm::none, "none"}, {MelNorm::slaney, "slaney"}}};
+constexpr Spellings<LogMode, 3> kLogMode{{{LogMode::db, "db"}, {LogMode::ln, "ln"}, {LogMode::none, "none"}}};
+constexpr Spellings<DType, 2> kDType{{{DType::float16, "float16"}, {DType::float32, "float32"}}};
+
+/// Spelling of `v` in `table`.
+template <class E, std::size_t N>
+std::string spell(const Spellings<E, N>& table, E v) {
+  for (const auto& [value, name] : table) {
+    if (value == v) return std::string(name);
+  }
+  return "?";
+}
+
+/// Value spelled `s` in `table`; throws InvalidArgument naming `what` and the accepted spellings.
+template <class E, std::size_t N>
+E parse(const Spellings<E, N>& table, const std::string& s, std::string_view what) {
+  for (const auto& [value, name] : table) {
+    if (name == s) return value;
+  }
+  std::string accepted;
+  for (const auto& [value, name] : table) {
+    if (!accepted.empty()) accepted += ", ";
+    accepted += name;
+  }
+  throw InvalidArgument("invalid " + std::string(what) + " '" + s + "' (accepted: " + accepted + ")");
+}
+
+/// Reads one whitespace-delimited token and parses it with `parser`; an empty stream sets failbit.
+template <class E, class Parser>
+std::istream& read_enum(std::istream& in, E& v, Parser parser) {
+  std::string token;
+  if (in >> token) v = parser(token);
+  return in;
+}
+
+/// Shortest decimal spelling that reads back as the same float.
+std::string format_float(float v) {
+  std::array<char, 32> buf{};
+  const auto result = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  return std::string(buf.data(), result.ptr);
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw InvalidArgument("mel parameters: " + message);
+}
+
+}  // namespace
+
+std::string to_string(Window v) { return spell(kWindow, v); }
+std::string to_string(PadMode v) { return spell(kPadMode, v); }
+std::string to_string(MelScale v) { return spell(kMelScale, v); }
+std::string to_string(MelNorm v) { return spell(kMelNorm, v); }
+std::string to_string(LogMode v) { return spell(kLogMode, v); }
+std::string to_string(DType v) { return spell(kDType, v); }
+
+Window parse_window(const std::string& s) { return parse(kWindow, s, "window"); }
+PadMode parse_pad_mode(const std::string& s) { return parse(kPadMode, s, "pad mode"); }
+MelScale parse_mel_scale(const std::string& s) { return parse(kMelScale, s, "mel scale"); }
+MelNorm parse_mel_norm(const std::string& s) { return parse(kMelNorm, s, "mel norm"); }
+LogMode parse_log_mode(const std::string& s) { return parse(kLogMode, s, "log mode"); }
+DType parse_dtype(const std::string& s) { return parse(kDType, s, "dtype"); }
+
+std::istream& operator>>(std::istream& in, Window& v) { return read_enum(in, v, parse_window); }
+std::istream& operator>>(std::istream& in, PadMode& v) { return read_enum(in, v, parse_pad_mode); }
+std::istream& operator>>(std::istream& in, MelScale& v) { return read_enum(in, v, parse_mel_scale); }
+std::istream& operator>>(std::istream& in, MelNorm& v) { return read_enum(in, v, parse_mel_norm); }
+std::istream& operator>>(std::istream& in, LogMode& v) { return read_enum(in, v, parse_log_mode); }
+std::istream& operator>>(std::istream& in, DType& v) { return read_enum(in, v, parse_dtype); }
+std::ostream& operator<<(std::ostream& out, Window v) { return out << to_string(v); }
+std::ostream& operator<<(std::ostream& out, PadMode v) { return out << to_string(v); }
+std::ostream& operator<<(std::ostream& out, MelScale v) { return out << to_string(v); }
+std::ostream& operator<<(std::ostream& out, MelNorm v) { return out << to_string(v); }
+std::ostream& operator<<(std::ostream& out, LogMode v) { return out << to_string(v); }
+std::ostream& operator<<(std::ostream& out, DType v) { return out << to_string(v); }
+
+int MelArgs::n_frames(int64_t samples) const {
+  if (n_fft < 1 || hop() < 1 || samples < 0) return 0;
+  return frame_count(samples, n_fft, hop(), pad());
+}
+
+void MelArgs::validate(int64_t segment_samples) const {
+  require(sample_rate > 0, "sample_rate must be > 0, got " + std::to_string(sample_rate));
+  require(n_fft >= 2, "n_fft must be >= 2, got " + std::to_string(n_fft));
+  require(win_length >= 0 && win_length <= n_fft,
+          "win_length must be in [0, n_fft=" + std::to_string(n_fft) + "], got " + std::to_string(win_length));
+  require(hop_length >= 0, "hop_length must be >= 0, got " + std::to_string(hop_length));
+  require(hop() > 0, "the effective hop (hop_length 0 means win_length/2) is 0 for win_length " +
+                         std::to_string(win()) + "; set hop_length");
+  require(std::isfinite(power) && power > 0.0f, "power must be > 0, got " + format_float(power));
+  require(n_mels >= 1, "n_mels must be >= 1, got " + std::to_string(n_mels));
+  const float nyquist = static_cast<float>(sample_rate) / 2.0f;
+  require(std::isfinite(f_min) && f_min >= 0.0f, "f_min must be >= 0, got " + format_float(f_min));
+  require(std::isfinite(f_max) && f_max >= 0.0f, "f_max must be >= 0 (0 means sample_rate/2), got " +
+                                                     format_float(f_max));
+  require(fmax() <= nyquist, "f_max " + format_float(fmax()) + " Hz is above the Nyquist frequency " +
+                                 format_float(nyquist) + " Hz");
+  require(f_min < fmax(), "f_min " + format_float(f_min) + " Hz must be below f_max " + format_float(fmax()) + " Hz");
+  require(std::isfinite(amin) && amin > 0.0f, "amin must be > 0, got " + format_float(amin));
+  require(std::isfinite(log_eps) && log_eps > 0.0f, "log_eps must be > 0, got " + format_float(log_eps));
+  build_filterbank(*this);
+  if (segment_samples > 0) {
+    require(n_frames(segment_samples) >= 1,
+            "a segment of " + std::to_string(segment_samples) + " samples gives no frame with n_fft " +
+                std::to_string(n_fft) + (center ? " and centre padding" : " without centre padding"));
+    if (center && pad_mode == PadMode::reflect) {
+      require(segment_samples > pad(), "reflect padding by n_fft/2 = " + std::to_string(pad()) +
+                                           " needs segments longer than that, got " +
+                                           std::to_string(segment_samples) + " samples");
+    }
+  }
+}
+
+std::string MelArgs::to_string() const {
+  std::ostringstream s;
+  s << "sample_rate=" << sample_rate << " n_fft=" << n_fft << " win_length=" << win() << " hop_length=" << hop()
+    << " window=" << window << " center=" << (center ? "true" : "false") << " pad_mode=" << pad_mode
+    << " power=" << format_float(power) << " n_mels=" << n_mels << " f_min=" << format_float(f_min)
+    << " f_max=" << format_float(fmax()) << " mel_scale=" << mel_scale << " mel_norm=" << mel_norm << " log=" << log
+    << " amin=" << format_float(amin) << " log_eps=" << format_float(log_eps);
+  return s.str();
+}
+
+void add_options(po::options_description& desc, MelArgs& args) {
+  auto f = [](float& field) { return po::value<float>(&field)->default_value(field, format_float(field)); };
+  desc.add_options()
+    ("sample-rate", po::value<int>(&args.sample_rate)->default_value(args.sample_rate),
+     "sample rate of the spectrogram input, Hz; audio at other rates is resampled")
+    ("n-fft", po::value<int>(&args.n_fft)->default_value(args.n_fft), "FFT size, samples (n_fft/2+1 bins)")
+    ("win-length", po::value<int>(&args.win_length)->default_value(args.win_length),
+     "window length, samples, zero-padded to n_fft; 0 means n_fft")
+    ("hop-length", po::value<int>(&args.hop_length)->default_value(args.hop_length),
+     "hop between frames, samples; 0 means win_length/2")
+    ("window", po::value<Window>(&args.window)->default_value(args.window), "analysis window: hann or hamming")
+    ("center", po::value<bool>(&args.center)->default_value(args.center, args.center ? "true" : "false"),
+     "pad n_fft/2 on both sides so that frame t is centred on sample t*hop (true/false)")
+    ("pad-mode", po::value<PadMode>(&args.pad_mode)->default_value(args.pad_mode),
+     "padding when --center is true: reflect or constant (zeros)")
+    ("power", f(args.power), "exponent of the magnitude: 2 for power, 1 for magnitude")
+    ("n-mels", po::value<int>(&args.n_mels)->default_value(args.n_mels), "number of mel bands")
+    ("f-min", f(args.f_min), "lowest mel filter edge, Hz")
+    ("f-max", f(args.f_max), "highest mel filter edge, Hz; 0 means sample_rate/2")
+    ("mel-scale", po::value<MelScale>(&args.mel_scale)->default_value(args.mel_scale), "mel formula: htk or slaney")
+    ("mel-norm", po::value<MelNorm>(&args.mel_norm)->default_value(args.mel_norm),
+     "filter normalisation: none or slaney (area)")
+    ("log", po::value<LogMode>(&args.log)->default_value(args.log),
+     "compression: db ((20/power)*log10(max(x, amin))), ln (log(x + log_eps)) or none")
+    ("amin", f(args.amin), "floor applied before the log for --log db")
+    ("log-eps", f(args.log_eps), "offset added before the log for --log ln");
+}
+
+}  // namespace melforge::mel

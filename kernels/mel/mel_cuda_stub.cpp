@@ -1,1 +1,13 @@
-// placeholder: not written yet
+// The CUDA engine's entry points when melforge is built with -DMELFORGE_CUDA=OFF: no device, and a clear error.
+#include "mel_engine.h"
+#include "melforge/common/errors.h"
+
+namespace melforge::mel {
+
+bool cuda_available() { return false; }
+
+std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& /*config*/) {
+  throw CudaError("built without CUDA (MELFORGE_CUDA=OFF): the CUDA mel engine is not available");
+}
+
+}  // namespace melforge::mel

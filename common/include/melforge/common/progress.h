@@ -32,7 +32,7 @@ class Progress {
   bool tty_;
   bool finished_ = false;
   double log_every_s_;
-  double last_print_s_ = -1e9;
+  double last_print_s_ = 0;
   Stopwatch watch_;
   std::mutex mutex_;
 };

@@ -1,0 +1,137 @@
+#include "build_options.h"
+
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <sstream>
+
+#include "melforge/common/errors.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace melforge::builder {
+
+int64_t parse_byte_size(const std::string& text, const std::string& flag) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw InvalidArgument(flag + ": '" + text + "' is not a size such as 512M or 4G");
+  }
+  std::string suffix = text.substr(used);
+  double mult = 1;
+  if (suffix == "" || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1024.0;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "t" || suffix == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else throw InvalidArgument(flag + ": unknown unit '" + suffix + "' in '" + text + "' (use K, M, G or T)");
+  if (!(value > 0) || !std::isfinite(value)) throw InvalidArgument(flag + ": '" + text + "' must be positive");
+  return static_cast<int64_t>(value * mult);
+}
+
+std::vector<double> BuildOptions::split_ratios() const {
+  std::vector<double> r;
+  std::stringstream in(split);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    std::size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || !(v >= 0) || !std::isfinite(v))
+      throw InvalidArgument("--split: '" + split + "' must be 2 or 3 non-negative ratios such as 0.8,0.1,0.1");
+    r.push_back(v);
+  }
+  if (r.size() == 2) r.push_back(0.0);
+  if (r.size() != 3)
+    throw InvalidArgument("--split: '" + split + "' must be 2 or 3 non-negative ratios such as 0.8,0.1,0.1");
+  const double sum = r[0] + r[1] + r[2];
+  if (std::fabs(sum - 1.0) > 1e-6) throw InvalidArgument("--split: ratios '" + split + "' must sum to 1");
+  return r;
+}
+
+int64_t BuildOptions::max_ram_bytes() const {
+  if (max_ram == "auto") {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    return static_cast<int64_t>(pages) * page / 2;
+  }
+  return parse_byte_size(max_ram, "--max-ram");
+}
+
+std::vector<std::string> BuildOptions::extension_list() const {
+  std::vector<std::string> out;
+  std::stringstream in(extensions);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    while (!part.empty() && part.front() == '.') part.erase(part.begin());
+    for (auto& c : part) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+void BuildOptions::validate() const {
+  if (input.empty() == manifest.empty()) throw InvalidArgument("give exactly one of --input DIR or --manifest CSV");
+  std::error_code ec;
+  if (!input.empty() && !fs::is_directory(input, ec))
+    throw InvalidArgument("--input: '" + input.string() + "' is not a folder");
+  if (!manifest.empty() && !fs::is_regular_file(manifest, ec))
+    throw InvalidArgument("--manifest: '" + manifest.string() + "' is not a readable file");
+  if (output.empty()) throw InvalidArgument("--output DIR is required");
+  if (fs::exists(output, ec)) {
+    if (!fs::is_directory(output, ec)) throw InvalidArgument("--output: '" + output.string() + "' is not a folder");
+    if (!overwrite && !fs::is_empty(output, ec))
+      throw InvalidArgument("--output: '" + output.string() + "' exists and is not empty (use --overwrite)");
+  }
+  split_ratios();
+  max_ram_bytes();
+  if (threads < 0) throw InvalidArgument("--threads must be >= 0 (0: all cores)");
+  if (compression_level < 0 || compression_level > 9) throw InvalidArgument("--compression-level must be 0..9");
+  if (files_per_chunk < 0) throw InvalidArgument("--files-per-chunk must be >= 0 (0: auto)");
+  if (device_batch < 1) throw InvalidArgument("--device-batch must be >= 1");
+  if (extension_list().empty()) throw InvalidArgument("--extensions must name at least one extension");
+}
+
+void add_options(po::options_description& desc, BuildOptions& o) {
+  desc.add_options()
+    ("input", po::value<fs::path>(&o.input), "corpus folder: root/<class>/**/file or root/{train,val,test}/<class>/...")
+    ("manifest", po::value<fs::path>(&o.manifest), "CSV manifest with path,label[,split] (instead of --input)")
+    ("output", po::value<fs::path>(&o.output), "output folder for train.h5, val.h5, test.h5 and build_report.json")
+    ("split", po::value<std::string>(&o.split)->default_value(o.split), "split ratios train,val,test")
+    ("seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "seed of the stratified split")
+    ("device", po::value<mel::Device>(&o.device)->default_value(o.device), "mel engine: auto, cpu or cuda")
+    ("threads", po::value<int>(&o.threads)->default_value(o.threads), "worker threads (0: all cores)")
+    ("max-ram", po::value<std::string>(&o.max_ram)->default_value(o.max_ram),
+     "memory budget for audio and output buffers (e.g. 512M, 4G; auto: half of RAM); larger corpora stream in batches")
+    ("strict", po::bool_switch(&o.strict), "fail (non-zero exit naming the file) on the first skipped file")
+    ("overwrite", po::bool_switch(&o.overwrite), "replace existing outputs in --output")
+    ("quiet", po::bool_switch(&o.quiet), "no progress output")
+    ("dtype", po::value<mel::DType>(&o.dtype)->default_value(o.dtype), "stored type: float16 or float32")
+    ("compression-level", po::value<int>(&o.compression_level)->default_value(o.compression_level),
+     "deflate level 0 (none) to 9")
+    ("shuffle", po::value<bool>(&o.shuffle)->default_value(o.shuffle), "HDF5 shuffle filter before deflate")
+    ("files-per-chunk", po::value<int>(&o.files_per_chunk)->default_value(o.files_per_chunk),
+     "files per HDF5 chunk (0: about 1 MiB uncompressed)")
+    ("extensions", po::value<std::string>(&o.extensions)->default_value(o.extensions),
+     "file extensions scanned as audio in --input folders")
+    ("device-batch", po::value<int64_t>(&o.device_batch)->default_value(o.device_batch),
+     "CUDA engine: segments per device batch");
+}
+
+void BuildConfig::validate() const {
+  build.validate();
+  mel.validate();
+  segment.validate(mel.sample_rate);
+  mel.validate(segment.short_samples(mel.sample_rate));
+  if (decode.channel < -1) throw InvalidArgument("--channel must be -1 (mix down) or a channel index >= 0");
+}
+
+}  // namespace melforge::builder

@@ -1,0 +1,90 @@
+#pragma once
+/// Options of melforge-build, registered once so that every binary spells a flag the same way.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "audio/decode.h"
+#include "mel/mel_args.h"
+#include "mel/mel_engine.h"
+#include "segment/segment_args.h"
+
+namespace boost::program_options {
+class options_description;
+}
+
+namespace melforge::builder {
+
+/// Names of the three splits, in the order they are processed and indexed (0 train, 1 val, 2 test).
+inline const std::vector<std::string> kSplitNames = {"train", "val", "test"};
+
+/// Output and running options of the build (the mel, segment and decode options are separate structs).
+struct BuildOptions {
+  /// Corpus root: `root/<class>/**/<file>` or `root/{train,val,test}/<class>/**/<file>`. Exclusive with `manifest`.
+  std::filesystem::path input;
+  /// CSV manifest with `path,label[,split]` (paths relative to the manifest's folder or absolute).
+  std::filesystem::path manifest;
+  /// Output folder for train.h5, val.h5, test.h5 and build_report.json.
+  std::filesystem::path output;
+  /// Split ratios "train,val,test" (or "train,val"); each >= 0, summing to 1.
+  std::string split = "0.8,0.1,0.1";
+  /// Seed of the split assignment.
+  uint64_t seed = 42;
+  /// Mel engine.
+  mel::Device device = mel::Device::auto_select;
+  /// Worker threads for decode, CPU mel and compression (0: all cores).
+  int threads = 0;
+  /// Memory budget for the audio arena and output buffers, e.g. "4G", "512M", "auto" (half of physical RAM).
+  std::string max_ram = "auto";
+  /// Any skipped file stops the build with a non-zero exit naming it.
+  bool strict = false;
+  /// Replace existing outputs in `output`.
+  bool overwrite = false;
+  /// No progress output (the final table is still printed).
+  bool quiet = false;
+  /// Stored element type of the spectrograms.
+  mel::DType dtype = mel::DType::float16;
+  /// Deflate level 0 (none) to 9.
+  int compression_level = 4;
+  /// HDF5 shuffle filter before deflate.
+  bool shuffle = true;
+  /// Files per HDF5 chunk (0: about 1 MiB uncompressed).
+  int files_per_chunk = 0;
+  /// Comma-separated file extensions treated as audio when scanning a folder (case-insensitive).
+  std::string extensions = "wav,flac,ogg,oga,aif,aiff,aifc,au,snd,caf,w64,rf64,mp3,opus";
+  /// CUDA engine: segments per device batch.
+  int64_t device_batch = 4096;
+
+  /// Parsed `split`: three ratios (a missing test ratio is 0). Throws InvalidArgument.
+  std::vector<double> split_ratios() const;
+  /// Parsed `max_ram` in bytes. Throws InvalidArgument.
+  int64_t max_ram_bytes() const;
+  /// Parsed `extensions`, lower case, without dots.
+  std::vector<std::string> extension_list() const;
+  /// Checks every field and the folders (input exists, output refusable). Throws InvalidArgument.
+  void validate() const;
+};
+
+/// Registers --input --manifest --output --split --seed --device --threads --max-ram --strict --overwrite --quiet
+/// --dtype --compression-level --shuffle --files-per-chunk --extensions --device-batch.
+void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
+
+/// Everything melforge-build is configured with.
+struct BuildConfig {
+  /// Output and running options.
+  BuildOptions build;
+  /// Spectrogram parameters.
+  mel::MelArgs mel;
+  /// Segmentation.
+  segment::SegmentArgs segment;
+  /// Decoding (channel choice; the sample rate is mel.sample_rate).
+  audio::DecodeOptions decode;
+  /// Validates every part, in the order a user would fix them. Throws InvalidArgument.
+  void validate() const;
+};
+
+/// Parses a byte size such as "1024", "512K", "64M", "4G", "1.5G" (binary units). Throws InvalidArgument.
+int64_t parse_byte_size(const std::string& text, const std::string& flag);
+
+}  // namespace melforge::builder

@@ -1,0 +1,387 @@
+#include "h5_writer.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <system_error>
+#include <type_traits>
+#include <variant>
+
+#include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
+#include "melforge/common/parallel.h"
+#include "melforge/common/timing.h"
+
+namespace melforge::builder {
+
+namespace {
+
+constexpr int64_t kAutoChunkBytes = int64_t{1} << 20;
+constexpr int64_t kMaxChunkBytes = int64_t{1} << 31;
+constexpr int kChunksPerThreadPerBatch = 4;
+
+/// HDF5's H5Z_shuffle (forward): byte j of element i goes to dst[j * n + i]; trailing bytes that do not form an
+/// element are copied as they are; nothing changes for 1-byte elements or a single element.
+void shuffle_bytes(const unsigned char* src, unsigned char* dst, size_t nbytes, size_t elem) {
+  const size_t n = nbytes / elem;
+  if (elem <= 1 || n <= 1) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  if (elem == 2) {
+    unsigned char* d0 = dst;
+    unsigned char* d1 = dst + n;
+    for (size_t i = 0; i < n; ++i) {
+      d0[i] = src[2 * i];
+      d1[i] = src[2 * i + 1];
+    }
+  } else if (elem == 4) {
+    unsigned char* d0 = dst;
+    unsigned char* d1 = dst + n;
+    unsigned char* d2 = dst + 2 * n;
+    unsigned char* d3 = dst + 3 * n;
+    for (size_t i = 0; i < n; ++i) {
+      d0[i] = src[4 * i];
+      d1[i] = src[4 * i + 1];
+      d2[i] = src[4 * i + 2];
+      d3[i] = src[4 * i + 3];
+    }
+  } else {
+    for (size_t j = 0; j < elem; ++j) {
+      for (size_t i = 0; i < n; ++i) dst[j * n + i] = src[i * elem + j];
+    }
+  }
+  std::memcpy(dst + n * elem, src + n * elem, nbytes - n * elem);
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+struct SplitWriter::Impl {
+  enum class State { open, finished, failed };
+
+  SplitWriterConfig config;
+  std::filesystem::path partial_path;
+  State state = State::open;
+  h5::File file;
+  h5::Dataset mel;
+  int64_t elem_bytes = 0;
+  int64_t file_bytes = 0;
+  int64_t files_per_chunk = 0;
+  int64_t chunk_bytes = 0;
+  int threads = 1;
+  bool filtered = false;
+  bool shuffled = false;
+
+  std::vector<unsigned char> pending;
+  int64_t pending_files = 0;
+  int64_t chunks_written = 0;
+  int64_t files = 0;
+  std::vector<int32_t> labels;
+  std::vector<std::string> paths;
+  std::vector<int32_t> num_valid_long;
+
+  std::vector<std::vector<unsigned char>> outputs;
+  std::vector<size_t> output_sizes;
+  std::vector<std::vector<unsigned char>> scratch;
+
+  double compress_s = 0;
+  double write_s = 0;
+  int64_t bytes = 0;
+
+  explicit Impl(SplitWriterConfig c) : config(std::move(c)) {
+    validate();
+    partial_path = config.final_path;
+    partial_path += ".partial";
+    elem_bytes = config.dtype == mel::DType::float16 ? 2 : 4;
+    file_bytes = elem_bytes;
+    for (int64_t d : config.file_shape) file_bytes *= d;
+    if (file_bytes > kMaxChunkBytes) {
+      throw InvalidArgument("HDF5 writer: one file's spectrograms " + shape_string(config.file_shape) + " take " +
+                            std::to_string(file_bytes) + " bytes, more than the 2 GiB chunk limit");
+    }
+    files_per_chunk = config.files_per_chunk > 0 ? config.files_per_chunk
+                                                 : std::max<int64_t>(1, kAutoChunkBytes / file_bytes);
+    chunk_bytes = files_per_chunk * file_bytes;
+    if (chunk_bytes > kMaxChunkBytes) {
+      throw InvalidArgument("HDF5 writer: files_per_chunk " + std::to_string(files_per_chunk) + " gives chunks of " +
+                            std::to_string(chunk_bytes) + " bytes, more than 2 GiB");
+    }
+    threads = resolve_threads(config.threads);
+    filtered = config.compression_level > 0;
+    shuffled = filtered && config.shuffle;
+    create();
+  }
+
+  void validate() const {
+    const std::string where = "HDF5 writer for " + config.final_path.string();
+    if (config.final_path.empty()) throw InvalidArgument("HDF5 writer: final_path is empty");
+    if (config.file_shape.size() != 4) {
+      throw InvalidArgument(where + ": file_shape must be [num_long, num_short, n_mels, n_frames], got " +
+                            shape_string(config.file_shape));
+    }
+    for (int64_t d : config.file_shape) {
+      if (d <= 0) throw InvalidArgument(where + ": file_shape must be positive, got " + shape_string(config.file_shape));
+    }
+    if (config.compression_level < 0 || config.compression_level > 9) {
+      throw InvalidArgument(where + ": compression level must be 0..9, got " +
+                            std::to_string(config.compression_level));
+    }
+    if (config.files_per_chunk < 0) throw InvalidArgument(where + ": files_per_chunk must be >= 0");
+    if (config.threads < 0) throw InvalidArgument(where + ": threads must be >= 0");
+    std::set<std::string> names = {"schema_version", "split", "melforge_version"};
+    for (const Attribute& a : config.attributes) {
+      if (!names.insert(a.name).second) {
+        throw InvalidArgument(where + ": attribute '" + a.name + "' is given twice or is reserved");
+      }
+    }
+  }
+
+  void create() {
+    std::error_code ec;
+    std::filesystem::remove(partial_path, ec);
+    const Stopwatch watch;
+    try {
+      file = h5::create_file(partial_path);
+      h5::Datatype f16;
+      hid_t type = H5T_NATIVE_FLOAT;
+      if (config.dtype == mel::DType::float16) {
+        f16 = h5::float16_type();
+        type = f16.id();
+      }
+      h5::ChunkedSpec spec;
+      spec.dims = {0};
+      spec.max_dims = {-1};
+      spec.chunk = {files_per_chunk};
+      for (int64_t d : config.file_shape) {
+        spec.dims.push_back(d);
+        spec.max_dims.push_back(d);
+        spec.chunk.push_back(d);
+      }
+      spec.shuffle = shuffled;
+      spec.deflate_level = config.compression_level;
+      mel = h5::create_chunked_dataset(file, "mel", type, spec);
+    } catch (...) {
+      fail();
+      throw;
+    }
+    write_s += watch.seconds();
+    pending.resize(static_cast<size_t>(chunk_bytes));
+  }
+
+  void fail() noexcept {
+    mel.reset();
+    file.reset();
+    std::error_code ec;
+    std::filesystem::remove(partial_path, ec);
+    state = State::failed;
+  }
+
+  void require_open() const {
+    if (state == State::failed) {
+      throw IoError(partial_path.string() + ": an earlier write failed; the writer cannot continue");
+    }
+    if (state == State::finished) throw InvalidArgument(config.final_path.string() + ": the writer is finished");
+  }
+
+  void validate_records(const std::vector<FileRecord>& records) const {
+    const int64_t num_long = config.file_shape[0];
+    const auto num_classes = static_cast<int64_t>(config.class_names.size());
+    for (const FileRecord& r : records) {
+      if (num_classes > 0 && (r.label < 0 || r.label >= num_classes)) {
+        throw InvalidArgument(config.final_path.string() + ": label " + std::to_string(r.label) + " of '" + r.path +
+                              "' is outside [0, " + std::to_string(num_classes) + ")");
+      }
+      if (r.num_valid_long < 0 || r.num_valid_long > num_long) {
+        throw InvalidArgument(config.final_path.string() + ": num_valid_long " + std::to_string(r.num_valid_long) +
+                              " of '" + r.path + "' is outside [0, " + std::to_string(num_long) + "]");
+      }
+    }
+  }
+
+  /// Shuffles and deflates `sources` (whole chunks) in parallel batches and writes them in order.
+  void compress_and_write(const std::vector<const unsigned char*>& sources) {
+    const auto total = static_cast<int64_t>(sources.size());
+    const int64_t batch = std::max<int64_t>(1, int64_t{threads} * kChunksPerThreadPerBatch);
+    const auto chunk = static_cast<size_t>(chunk_bytes);
+    for (int64_t first = 0; first < total; first += batch) {
+      const int64_t count = std::min(batch, total - first);
+      if (filtered) compress_batch(sources.data() + first, count);
+      const Stopwatch watch;
+      for (int64_t i = 0; i < count; ++i) {
+        std::vector<int64_t> offset(5, 0);
+        offset[0] = chunks_written * files_per_chunk;
+        const void* data = filtered ? static_cast<const void*>(outputs[static_cast<size_t>(i)].data())
+                                    : static_cast<const void*>(sources[static_cast<size_t>(first + i)]);
+        const size_t size = filtered ? output_sizes[static_cast<size_t>(i)] : chunk;
+        h5::write_chunk(mel, offset, data, size, 0);
+        ++chunks_written;
+        bytes += static_cast<int64_t>(size);
+      }
+      write_s += watch.seconds();
+    }
+  }
+
+  void compress_batch(const unsigned char* const* sources, int64_t count) {
+    const Stopwatch watch;
+    const auto chunk = static_cast<size_t>(chunk_bytes);
+    const uLong bound = compressBound(static_cast<uLong>(chunk));
+    if (outputs.size() < static_cast<size_t>(count)) outputs.resize(static_cast<size_t>(count));
+    output_sizes.assign(static_cast<size_t>(count), 0);
+    const int workers = static_cast<int>(std::min<int64_t>(threads, count));
+    if (shuffled && scratch.size() < static_cast<size_t>(workers)) scratch.resize(static_cast<size_t>(workers));
+    parallel_ranges(count, workers, [&](int t, int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const unsigned char* src = sources[i];
+        if (shuffled) {
+          std::vector<unsigned char>& tmp = scratch[static_cast<size_t>(t)];
+          tmp.resize(chunk);
+          shuffle_bytes(src, tmp.data(), chunk, static_cast<size_t>(elem_bytes));
+          src = tmp.data();
+        }
+        std::vector<unsigned char>& out = outputs[static_cast<size_t>(i)];
+        out.resize(bound);
+        uLongf out_size = bound;
+        const int status = compress2(out.data(), &out_size, src, static_cast<uLong>(chunk), config.compression_level);
+        if (status != Z_OK) {
+          throw IoError(partial_path.string() + ": zlib compress2 failed with code " + std::to_string(status));
+        }
+        output_sizes[static_cast<size_t>(i)] = out_size;
+      }
+    });
+    compress_s += watch.seconds();
+  }
+
+  void extend(int64_t new_files) {
+    const Stopwatch watch;
+    std::vector<int64_t> d = {new_files};
+    d.insert(d.end(), config.file_shape.begin(), config.file_shape.end());
+    h5::set_extent(mel, d);
+    write_s += watch.seconds();
+  }
+
+  void append(const void* data, const std::vector<FileRecord>& records) {
+    require_open();
+    validate_records(records);
+    const auto n = static_cast<int64_t>(records.size());
+    if (n == 0) return;
+    if (data == nullptr) throw InvalidArgument(config.final_path.string() + ": append() got no spectrogram data");
+    try {
+      const auto* src = static_cast<const unsigned char*>(data);
+      int64_t remaining = n;
+      std::vector<const unsigned char*> sources;
+      if (pending_files > 0) {
+        const int64_t k = std::min(files_per_chunk - pending_files, remaining);
+        std::memcpy(pending.data() + pending_files * file_bytes, src, static_cast<size_t>(k * file_bytes));
+        pending_files += k;
+        src += k * file_bytes;
+        remaining -= k;
+        if (pending_files == files_per_chunk) sources.push_back(pending.data());
+      }
+      while (remaining >= files_per_chunk) {
+        sources.push_back(src);
+        src += chunk_bytes;
+        remaining -= files_per_chunk;
+      }
+      extend(files + n);
+      compress_and_write(sources);
+      if (pending_files == files_per_chunk) pending_files = 0;
+      if (remaining > 0) {
+        std::memcpy(pending.data(), src, static_cast<size_t>(remaining * file_bytes));
+        pending_files = remaining;
+      }
+    } catch (...) {
+      fail();
+      throw;
+    }
+    files += n;
+    for (const FileRecord& r : records) {
+      labels.push_back(r.label);
+      paths.push_back(r.path);
+      num_valid_long.push_back(r.num_valid_long);
+    }
+  }
+
+  void write_metadata() {
+    h5::write_int32(file, "label", labels);
+    h5::write_strings(file, "path", paths);
+    h5::write_int32(file, "num_valid_long", num_valid_long);
+    h5::write_strings(file, "class_names", config.class_names);
+    h5::write_attribute_int64(file, "schema_version", kSchemaVersion);
+    h5::write_attribute_string(file, "split", config.split);
+    h5::write_attribute_string(file, "melforge_version", MELFORGE_VERSION);
+    for (const Attribute& a : config.attributes) {
+      std::visit(
+          [&](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, int64_t>) {
+              h5::write_attribute_int64(file, a.name, v);
+            } else if constexpr (std::is_same_v<T, double>) {
+              h5::write_attribute_double(file, a.name, v);
+            } else {
+              h5::write_attribute_string(file, a.name, v);
+            }
+          },
+          a.value);
+    }
+  }
+
+  void finish() {
+    require_open();
+    try {
+      if (pending_files > 0) {
+        std::memset(pending.data() + pending_files * file_bytes, 0,
+                    static_cast<size_t>(chunk_bytes - pending_files * file_bytes));
+        compress_and_write({pending.data()});
+        pending_files = 0;
+      }
+      const Stopwatch watch;
+      write_metadata();
+      h5::silence_errors();
+      if (H5Fflush(file.id(), H5F_SCOPE_GLOBAL) < 0) h5::throw_io(file.name() + ": cannot flush");
+      mel.close();
+      file.close();
+      write_s += watch.seconds();
+      std::error_code ec;
+      std::filesystem::rename(partial_path, config.final_path, ec);
+      if (ec) {
+        throw IoError("cannot rename " + partial_path.string() + " to " + config.final_path.string() + ": " +
+                      ec.message());
+      }
+    } catch (...) {
+      fail();
+      throw;
+    }
+    state = State::finished;
+  }
+};
+
+SplitWriter::SplitWriter(SplitWriterConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+SplitWriter::~SplitWriter() {
+  if (impl_ && impl_->state == Impl::State::open) impl_->fail();
+}
+
+void SplitWriter::append(const void* mel, const std::vector<FileRecord>& records) { impl_->append(mel, records); }
+
+void SplitWriter::finish() { impl_->finish(); }
+
+int64_t SplitWriter::files() const { return impl_->files; }
+
+double SplitWriter::compress_seconds() const { return impl_->compress_s; }
+
+double SplitWriter::write_seconds() const { return impl_->write_s; }
+
+int64_t SplitWriter::bytes_written() const { return impl_->bytes; }
+
+}  // namespace melforge::builder

@@ -1,0 +1,332 @@
+#include "pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "h5_writer.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
+#include "melforge/common/parallel.h"
+#include "melforge/common/progress.h"
+#include "melforge/common/timing.h"
+#include "report.h"
+#include "scan.h"
+#include "split.h"
+
+namespace fs = std::filesystem;
+
+namespace melforge::builder {
+
+namespace {
+
+/// A file that passed scan and probe, with its plan.
+struct PlannedFile {
+  const InputFile* input = nullptr;
+  audio::AudioInfo info;
+  int64_t frames = 0;
+  segment::FilePlan plan;
+};
+
+/// Root attributes describing every parameter of the build.
+std::vector<Attribute> dataset_attributes(const BuildConfig& c, int num_long, int num_short, int n_frames) {
+  const auto& m = c.mel;
+  const auto& s = c.segment;
+  return {
+      {"sample_rate", int64_t{m.sample_rate}},
+      {"n_fft", int64_t{m.n_fft}},
+      {"win_length", int64_t{m.win()}},
+      {"hop_length", int64_t{m.hop()}},
+      {"window", mel::to_string(m.window)},
+      {"center", int64_t{m.center ? 1 : 0}},
+      {"pad_mode", mel::to_string(m.pad_mode)},
+      {"power", double{m.power}},
+      {"n_mels", int64_t{m.n_mels}},
+      {"f_min", double{m.f_min}},
+      {"f_max", double{m.fmax()}},
+      {"mel_scale", mel::to_string(m.mel_scale)},
+      {"mel_norm", mel::to_string(m.mel_norm)},
+      {"log", mel::to_string(m.log)},
+      {"amin", double{m.amin}},
+      {"log_eps", double{m.log_eps}},
+      {"dtype", mel::to_string(c.build.dtype)},
+      {"long_seconds", s.long_seconds},
+      {"short_seconds", s.short_seconds},
+      {"long_samples", s.long_samples(m.sample_rate)},
+      {"short_samples", s.short_samples(m.sample_rate)},
+      {"num_long", int64_t{num_long}},
+      {"num_short", int64_t{num_short}},
+      {"n_frames", int64_t{n_frames}},
+      {"short_files", segment::to_string(s.short_files)},
+      {"channel", int64_t{c.decode.channel}},
+  };
+}
+
+/// Records a skipped file, or throws StrictError under --strict.
+void skip(std::vector<SkippedFile>& skipped, bool strict, SkippedFile f) {
+  if (strict) throw StrictError("--strict: " + f.path + ": " + f.reason);
+  skipped.push_back(std::move(f));
+}
+
+/// Per-file bytes a batch holds: the arena slice, the output spectrograms and their compressed copy.
+int64_t batch_bytes(const PlannedFile& f, int64_t out_bytes_per_file) {
+  return f.plan.arena_samples * static_cast<int64_t>(sizeof(float)) + 2 * out_bytes_per_file;
+}
+
+}  // namespace
+
+BuildResult run_build(const BuildConfig& config) {
+  config.validate();
+  const auto& bo = config.build;
+  const auto& mel_args = config.mel;
+  const int sr = mel_args.sample_rate;
+  const int threads = resolve_threads(bo.threads);
+  const auto ratios = bo.split_ratios();
+  const int64_t max_ram = bo.max_ram_bytes();
+  audio::DecodeOptions decode_options = config.decode;
+  decode_options.sample_rate = sr;
+
+  Stopwatch total;
+  StageTimes times;
+  std::vector<SkippedFile> skipped;
+
+  ScanResult scan;
+  {
+    ScopedStage stage(times, "scan");
+    scan = bo.input.empty() ? scan_manifest(bo.manifest) : scan_folder(bo.input, bo.extension_list());
+  }
+  const int64_t scanned = static_cast<int64_t>(scan.files.size() + scan.skipped.size());
+  for (auto& s : scan.skipped) skip(skipped, bo.strict, s);
+  if (scan.files.empty()) throw InvalidArgument("no audio files found in " + (bo.input.empty() ? bo.manifest : bo.input).string());
+
+  std::vector<std::string> class_names;
+  {
+    std::set<std::string> labels;
+    for (const auto& f : scan.files) labels.insert(f.label);
+    class_names.assign(labels.begin(), labels.end());
+  }
+  std::map<std::string, int32_t> class_index;
+  for (std::size_t i = 0; i < class_names.size(); ++i) class_index[class_names[i]] = static_cast<int32_t>(i);
+  assign_splits(scan.files, ratios, bo.seed);
+
+  std::vector<PlannedFile> planned(scan.files.size());
+  std::vector<std::string> probe_error(scan.files.size());
+  {
+    ScopedStage stage(times, "probe");
+    Progress progress("probe", static_cast<int64_t>(scan.files.size()), "files", bo.quiet);
+    parallel_for(static_cast<int64_t>(scan.files.size()), threads, [&](int64_t i) {
+      planned[i].input = &scan.files[i];
+      try {
+        planned[i].info = audio::probe(scan.files[i].path);
+        planned[i].frames = audio::output_frames(planned[i].info, sr);
+      } catch (const AudioError& e) {
+        probe_error[i] = e.what();
+      }
+      progress.advance();
+    }, 16);
+  }
+
+  std::vector<int64_t> lengths;
+  for (std::size_t i = 0; i < planned.size(); ++i)
+    if (probe_error[i].empty()) lengths.push_back(planned[i].frames);
+  const int num_long = segment::resolve_num_long(lengths, config.segment, sr);
+  const int num_short = config.segment.num_short(sr);
+  const int64_t L = config.segment.long_samples(sr);
+  const int64_t S = config.segment.short_samples(sr);
+
+  BuildStats stats;
+  std::vector<PlannedFile> usable;
+  for (std::size_t i = 0; i < planned.size(); ++i) {
+    const auto& in = scan.files[i];
+    if (!probe_error[i].empty()) {
+      skip(skipped, bo.strict, {in.rel_path, probe_error[i], "probe"});
+      continue;
+    }
+    planned[i].plan = segment::plan_file(planned[i].frames, config.segment, sr, num_long);
+    if (!planned[i].plan.skip_reason.empty()) {
+      skip(skipped, bo.strict, {in.rel_path, in.path.string() + ": " + planned[i].plan.skip_reason, "segment"});
+      continue;
+    }
+    usable.push_back(planned[i]);
+  }
+
+  mel::EngineConfig engine_config;
+  engine_config.mel = mel_args;
+  engine_config.segment_samples = S;
+  engine_config.dtype = bo.dtype;
+  engine_config.threads = threads;
+  engine_config.device_batch = bo.device_batch;
+  std::unique_ptr<mel::MelEngine> engine;
+  {
+    ScopedStage stage(times, "engine_init");
+    engine = mel::make_engine(bo.device, engine_config);
+  }
+  const mel::MelLayout layout = engine->layout();
+  const int64_t segs_per_file = static_cast<int64_t>(num_long) * num_short;
+  const int64_t out_bytes_per_file = segs_per_file * layout.out_bytes_per_segment();
+  const float silence = mel::silence_value(mel_args);
+
+  std::error_code ec;
+  fs::create_directories(bo.output, ec);
+  if (ec) throw IoError("cannot create output folder '" + bo.output.string() + "': " + ec.message());
+  const fs::path staging = bo.output / ".partial";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) throw IoError("cannot create '" + staging.string() + "': " + ec.message());
+
+  int64_t largest_arena = 0;
+  for (const auto& f : usable) largest_arena = std::max(largest_arena, f.info.frames * f.info.channels);
+  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * 3 * largest_arena * int64_t(sizeof(float));
+  const int64_t budget = std::max<int64_t>(max_ram - reserve, 1);
+
+  std::vector<std::map<std::string, int64_t>> counts(kSplitNames.size());
+  for (auto& c : counts)
+    for (const auto& name : class_names) c[name] = 0;
+
+  double h5_compress_s = 0;
+  double h5_write_s = 0;
+  int64_t h5_bytes = 0;
+  std::vector<float> arena;
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> compact;
+  std::vector<int64_t> offsets;
+  std::vector<fs::path> staged;
+
+  for (std::size_t split = 0; split < kSplitNames.size(); ++split) {
+    std::vector<const PlannedFile*> files;
+    for (const auto& f : usable)
+      if (f.input->split == static_cast<int>(split)) files.push_back(&f);
+
+    SplitWriterConfig wc;
+    wc.final_path = staging / (kSplitNames[split] + ".h5");
+    wc.split = kSplitNames[split];
+    wc.file_shape = {num_long, num_short, layout.n_mels, layout.n_frames};
+    wc.dtype = bo.dtype;
+    wc.compression_level = bo.compression_level;
+    wc.shuffle = bo.shuffle;
+    wc.files_per_chunk = bo.files_per_chunk;
+    wc.threads = threads;
+    wc.class_names = class_names;
+    wc.attributes = dataset_attributes(config, num_long, num_short, layout.n_frames);
+    SplitWriter writer(wc);
+
+    Progress progress(kSplitNames[split], static_cast<int64_t>(files.size()), "files", bo.quiet);
+    std::size_t next = 0;
+    while (next < files.size()) {
+      std::size_t end = next;
+      int64_t bytes = 0;
+      do {
+        bytes += batch_bytes(*files[end], out_bytes_per_file);
+        ++end;
+      } while (end < files.size() && bytes + batch_bytes(*files[end], out_bytes_per_file) <= budget);
+      const std::size_t n = end - next;
+      stats.batches++;
+
+      std::vector<int64_t> arena_offset(n + 1, 0);
+      for (std::size_t i = 0; i < n; ++i) arena_offset[i + 1] = arena_offset[i] + files[next + i]->plan.arena_samples;
+      std::vector<std::string> decode_error(n);
+      std::vector<int64_t> decoded_frames(n, 0);
+      {
+        ScopedStage stage(times, "decode");
+        arena.assign(static_cast<std::size_t>(arena_offset[n]), 0.0f);
+        parallel_for(static_cast<int64_t>(n), threads, [&](int64_t i) {
+          const PlannedFile& f = *files[next + i];
+          try {
+            audio::DecodedAudio a = audio::decode(f.input->path, decode_options);
+            const int64_t take = std::min<int64_t>(static_cast<int64_t>(a.samples.size()), f.plan.arena_samples);
+            std::memcpy(arena.data() + arena_offset[i], a.samples.data(), static_cast<std::size_t>(take) * sizeof(float));
+            decoded_frames[i] = static_cast<int64_t>(a.samples.size());
+          } catch (const AudioError& e) {
+            decode_error[i] = e.what();
+          }
+          progress.advance();
+        });
+      }
+
+      std::vector<FileRecord> records;
+      std::vector<std::size_t> kept;
+      for (std::size_t i = 0; i < n; ++i) {
+        const PlannedFile& f = *files[next + i];
+        if (!decode_error[i].empty()) {
+          skip(skipped, bo.strict, {f.input->rel_path, decode_error[i], "decode"});
+          continue;
+        }
+        kept.push_back(i);
+        records.push_back({class_index.at(f.input->label), f.input->rel_path, f.plan.num_valid_long});
+        counts[split][f.input->label]++;
+        stats.add_file(f.info, f.plan, decoded_frames[i], sr);
+        if (f.plan.num_valid_long < num_long) stats.partial++;
+      }
+
+      bool all_full = true;
+      offsets.clear();
+      {
+        ScopedStage stage(times, "segment");
+        for (std::size_t i : kept) {
+          const PlannedFile& f = *files[next + i];
+          all_full = all_full && f.plan.num_valid_long == num_long;
+          for (int l = 0; l < f.plan.num_valid_long; ++l)
+            for (int s = 0; s < num_short; ++s) offsets.push_back(arena_offset[i] + l * L + s * S);
+        }
+      }
+      out.resize(static_cast<std::size_t>(records.size() * out_bytes_per_file));
+      {
+        ScopedStage stage(times, "mel");
+        if (all_full) {
+          engine->compute(arena.data(), offsets, out.data());
+        } else {
+          const int64_t seg_bytes = layout.out_bytes_per_segment();
+          compact.resize(static_cast<std::size_t>(static_cast<int64_t>(offsets.size()) * seg_bytes));
+          engine->compute(arena.data(), offsets, compact.data());
+          fill_silence(out.data(), static_cast<int64_t>(records.size()) * segs_per_file * layout.out_elems_per_segment(),
+                       bo.dtype, silence);
+          int64_t src = 0;
+          for (std::size_t r = 0; r < records.size(); ++r) {
+            const int64_t bytes_valid = int64_t{records[r].num_valid_long} * num_short * seg_bytes;
+            std::memcpy(out.data() + r * out_bytes_per_file, compact.data() + src, static_cast<std::size_t>(bytes_valid));
+            src += bytes_valid;
+          }
+        }
+      }
+      stats.segments += static_cast<int64_t>(offsets.size());
+      writer.append(out.data(), records);
+      next = end;
+    }
+    progress.finish();
+    {
+      ScopedStage stage(times, "finalize");
+      writer.finish();
+    }
+    h5_compress_s += writer.compress_seconds();
+    h5_write_s += writer.write_seconds();
+    h5_bytes += writer.bytes_written();
+    staged.push_back(wc.final_path);
+  }
+
+  const fs::path report_path = bo.output / "build_report.json";
+  fs::remove(report_path, ec);
+  for (const auto& p : staged) {
+    fs::rename(p, bo.output / p.filename(), ec);
+    if (ec) throw IoError("cannot move '" + p.string() + "' into '" + bo.output.string() + "': " + ec.message());
+  }
+  fs::remove_all(staging, ec);
+
+  const mel::EngineTimes et = engine->times();
+  times.add("mel.h2d", et.h2d_s);
+  times.add("mel.compute", et.compute_s);
+  times.add("mel.d2h", et.d2h_s);
+  times.add("compress", h5_compress_s);
+  times.add("write", h5_write_s);
+
+  ReportInputs ri{config, class_names, counts, skipped, scanned, stats, times, total.seconds(), *engine,
+                  num_long, num_short, layout, h5_bytes};
+  BuildResult result;
+  result.report = make_report(ri);
+  result.timing_table = times.table(total.seconds());
+  write_json_atomically(report_path, result.report);
+  return result;
+}
+
+}  // namespace melforge::builder

@@ -1,0 +1,118 @@
+#include "report.h"
+
+#include <algorithm>
+
+#include "mel/half.h"
+#include "melforge/common/timing.h"
+
+namespace melforge::builder {
+
+void BuildStats::add_file(const audio::AudioInfo& info, const segment::FilePlan& plan, int64_t decoded_frames,
+                          int sample_rate) {
+  files++;
+  audio_seconds += static_cast<double>(decoded_frames) / sample_rate;
+  if (info.sample_rate != sample_rate) resampled++;
+  if (plan.capped) capped++;
+  if (plan.padded_samples > 0) padded++;
+  dropped_seconds += static_cast<double>(plan.dropped_samples) / sample_rate;
+}
+
+void fill_silence(void* out, int64_t count, mel::DType dtype, float value) {
+  if (dtype == mel::DType::float32) {
+    std::fill_n(static_cast<float*>(out), count, value);
+  } else {
+    std::fill_n(static_cast<uint16_t*>(out), count, mel::float_to_half_bits(value));
+  }
+}
+
+nlohmann::json make_report(const ReportInputs& in) {
+  using nlohmann::json;
+  const auto& c = in.config;
+  const auto& m = c.mel;
+  const auto& s = c.segment;
+  const auto& b = c.build;
+  json config = {
+      {"input", b.input.string()},
+      {"manifest", b.manifest.string()},
+      {"output", b.output.string()},
+      {"split", b.split},
+      {"seed", b.seed},
+      {"device", mel::to_string(b.device)},
+      {"threads", b.threads},
+      {"max_ram", b.max_ram},
+      {"strict", b.strict},
+      {"dtype", mel::to_string(b.dtype)},
+      {"compression_level", b.compression_level},
+      {"shuffle", b.shuffle},
+      {"files_per_chunk", b.files_per_chunk},
+      {"channel", c.decode.channel},
+      {"sample_rate", m.sample_rate},
+      {"n_fft", m.n_fft},
+      {"win_length", m.win()},
+      {"hop_length", m.hop()},
+      {"window", mel::to_string(m.window)},
+      {"center", m.center},
+      {"pad_mode", mel::to_string(m.pad_mode)},
+      {"power", m.power},
+      {"n_mels", m.n_mels},
+      {"f_min", m.f_min},
+      {"f_max", m.fmax()},
+      {"mel_scale", mel::to_string(m.mel_scale)},
+      {"mel_norm", mel::to_string(m.mel_norm)},
+      {"log", mel::to_string(m.log)},
+      {"amin", m.amin},
+      {"log_eps", m.log_eps},
+      {"long_seconds", s.long_seconds},
+      {"short_seconds", s.short_seconds},
+      {"num_long", in.num_long},
+      {"num_short", in.num_short},
+      {"long_samples", s.long_samples(m.sample_rate)},
+      {"short_samples", s.short_samples(m.sample_rate)},
+      {"n_frames", in.layout.n_frames},
+      {"short_files", segment::to_string(s.short_files)},
+  };
+  json counts = json::object();
+  json totals = json::object();
+  for (std::size_t i = 0; i < kSplitNames.size(); ++i) {
+    int64_t t = 0;
+    for (const auto& [k, v] : in.counts[i]) t += v;
+    counts[kSplitNames[i]] = in.counts[i];
+    totals[kSplitNames[i]] = t;
+  }
+  json skipped = json::array();
+  for (const auto& f : in.skipped) skipped.push_back({{"path", f.path}, {"reason", f.reason}, {"stage", f.stage}});
+  const double t = std::max(in.total_seconds, 1e-9);
+  const auto& st = in.stats;
+  return {
+      {"melforge_version", MELFORGE_VERSION},
+      {"engine", in.engine.name()},
+      {"config", config},
+      {"classes", in.class_names},
+      {"counts", counts},
+      {"files",
+       {{"scanned", in.scanned},
+        {"written", st.files},
+        {"skipped", static_cast<int64_t>(in.skipped.size())},
+        {"per_split", totals},
+        {"resampled", st.resampled},
+        {"padded", st.padded},
+        {"capped", st.capped},
+        {"partial", st.partial}}},
+      {"skipped", skipped},
+      {"segments", st.segments},
+      {"audio_seconds", st.audio_seconds},
+      {"dropped_seconds", st.dropped_seconds},
+      {"batches", st.batches},
+      {"mel_bytes_compressed", in.mel_bytes},
+      {"times_s", in.times.to_json()},
+      {"total_s", in.total_seconds},
+      {"throughput",
+       {{"files_per_s", static_cast<double>(st.files) / t},
+        {"segments_per_s", static_cast<double>(st.segments) / t},
+        {"audio_hours_per_s", st.audio_seconds / 3600.0 / t}}},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"device_buffer_bytes", in.engine.device_bytes()},
+  };
+}
+
+}  // namespace melforge::builder

@@ -1,0 +1,69 @@
+#pragma once
+/// The build report: configuration, counts, skipped files, stage times, throughput and memory.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "audio/decode.h"
+#include "build_options.h"
+#include "mel/mel_engine.h"
+#include "melforge/common/timing.h"
+#include "scan.h"
+#include "segment/segment_args.h"
+
+namespace melforge::builder {
+
+/// Totals over the files written.
+struct BuildStats {
+  /// Files written.
+  int64_t files = 0;
+  /// Short segments computed (valid ones only).
+  int64_t segments = 0;
+  /// Seconds of decoded audio at the target rate in the files written.
+  double audio_seconds = 0;
+  /// Files that were resampled.
+  int64_t resampled = 0;
+  /// Files with more whole long segments than num_long.
+  int64_t capped = 0;
+  /// Files shorter than one long segment, zero-padded.
+  int64_t padded = 0;
+  /// Files with fewer valid long segments than num_long.
+  int64_t partial = 0;
+  /// Seconds of audio not used (tails and capped parts).
+  double dropped_seconds = 0;
+  /// Batches the corpus was processed in.
+  int64_t batches = 0;
+  /// Adds one written file.
+  void add_file(const audio::AudioInfo& info, const segment::FilePlan& plan, int64_t decoded_frames, int sample_rate);
+};
+
+/// Everything the report is made from.
+struct ReportInputs {
+  const BuildConfig& config;
+  const std::vector<std::string>& class_names;
+  /// [split] class name -> files written.
+  const std::vector<std::map<std::string, int64_t>>& counts;
+  const std::vector<SkippedFile>& skipped;
+  /// Entries found by the scan (audio files + skipped at scan).
+  int64_t scanned;
+  const BuildStats& stats;
+  const StageTimes& times;
+  double total_seconds;
+  const mel::MelEngine& engine;
+  int num_long;
+  int num_short;
+  const mel::MelLayout& layout;
+  /// Compressed bytes of mel written.
+  int64_t mel_bytes;
+};
+
+/// Builds the report JSON (documented in docs/FORMAT.md).
+nlohmann::json make_report(const ReportInputs& in);
+
+/// Fills `count` output elements of `dtype` with `value`.
+void fill_silence(void* out, int64_t count, mel::DType dtype, float value);
+
+}  // namespace melforge::builder

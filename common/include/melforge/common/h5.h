@@ -1,0 +1,202 @@
+#pragma once
+/// A small RAII layer over the HDF5 C API (1.10). Every failing HDF5 call throws IoError naming the file and the
+/// object, with HDF5's own error message in the text (HDF5's automatic error printing is turned off); reading an
+/// object of the wrong type or shape, or one that is missing, throws FormatError.
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace melforge::h5 {
+
+/// The kind of an HDF5 identifier; it decides which H5*close releases it.
+enum class Kind { file, group, dataset, dataspace, datatype, plist, attribute };
+
+/// Closes `id` with the close function of `kind`. Returns HDF5's status (negative on failure).
+herr_t close_id(Kind kind, hid_t id) noexcept;
+/// Closes `id` with the close function of `kind`; throws IoError naming `name` on failure.
+void close_id_checked(Kind kind, hid_t id, const std::string& name);
+
+/// Move-only owner of one HDF5 identifier of kind K, closed on destruction (errors ignored there; call close() to
+/// see them). `name()` describes the object for messages: "FILE" for a file, "FILE:/path/in/file" for an object.
+template <Kind K>
+class Handle {
+ public:
+  /// An empty handle (no identifier).
+  Handle() = default;
+  /// Takes ownership of `id` (must be valid), described as `name`.
+  Handle(hid_t id, std::string name) : id_(id), name_(std::move(name)) {}
+  ~Handle() { reset(); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  /// Takes the identifier of `other`, which becomes empty.
+  Handle(Handle&& other) noexcept
+      : id_(std::exchange(other.id_, H5I_INVALID_HID)), name_(std::move(other.name_)) {}
+  /// Closes the held identifier, then takes the identifier of `other`, which becomes empty.
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = std::exchange(other.id_, H5I_INVALID_HID);
+      name_ = std::move(other.name_);
+    }
+    return *this;
+  }
+
+  /// The raw identifier (H5I_INVALID_HID when empty), still owned by this handle.
+  hid_t id() const { return id_; }
+  /// Description of the object for messages.
+  const std::string& name() const { return name_; }
+  /// True when an identifier is held.
+  explicit operator bool() const { return id_ >= 0; }
+  /// Closes the identifier now and throws IoError if HDF5 reports a failure (for a file: the final flush failed).
+  /// The handle is empty afterwards in either case.
+  void close() {
+    if (id_ < 0) return;
+    close_id_checked(K, std::exchange(id_, H5I_INVALID_HID), name_);
+  }
+  /// Closes the identifier, ignoring errors; the handle becomes empty.
+  void reset() noexcept {
+    if (id_ >= 0) close_id(K, std::exchange(id_, H5I_INVALID_HID));
+  }
+  /// Gives up ownership and returns the identifier; the handle becomes empty.
+  hid_t release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  std::string name_;
+};
+
+/// An open file (H5Fclose).
+using File = Handle<Kind::file>;
+/// An open group (H5Gclose).
+using Group = Handle<Kind::group>;
+/// An open dataset (H5Dclose).
+using Dataset = Handle<Kind::dataset>;
+/// A dataspace (H5Sclose).
+using Dataspace = Handle<Kind::dataspace>;
+/// A datatype (H5Tclose). Never wrap a predefined type such as H5T_NATIVE_INT32.
+using Datatype = Handle<Kind::datatype>;
+/// A property list (H5Pclose).
+using PropList = Handle<Kind::plist>;
+/// An open attribute (H5Aclose).
+using Attribute = Handle<Kind::attribute>;
+
+/// A borrowed file, group or dataset to create objects in or to put attributes on: its identifier, its
+/// description and its kind. Built implicitly from any Handle, which must outlive it.
+struct Ref {
+  /// Borrowed identifier.
+  hid_t id;
+  /// Description of the object for messages.
+  const std::string& name;
+  /// Kind of `id`.
+  Kind kind;
+  /// Borrows `h`.
+  template <Kind K>
+  Ref(const Handle<K>& h) : id(h.id()), name(h.name()), kind(K) {}  // NOLINT(google-explicit-constructor)
+};
+
+/// Description of the child `child` of `parent` for messages: "FILE:/child" or "FILE:/group/child".
+std::string child_name(Ref parent, const std::string& child);
+
+/// Turns off HDF5's automatic error stack printing for the calling thread (the stack is per thread in the
+/// thread-safe build). Every function here calls it; call it yourself before using the raw C API on a new thread.
+void silence_errors() noexcept;
+/// The calling thread's HDF5 error stack as one line (outermost and innermost record), then clears the stack.
+/// Empty when the stack is empty.
+std::string error_stack();
+/// Throws IoError with "`what`: <HDF5 error stack>".
+[[noreturn]] void throw_io(const std::string& what);
+
+/// Creates (truncating) the file at `path` for writing. Throws IoError if it cannot be created.
+File create_file(const std::filesystem::path& path);
+/// Opens an existing file, read-only unless `writable`. Throws IoError if it cannot be opened.
+File open_file(const std::filesystem::path& path, bool writable = false);
+/// Creates the group `name` in `parent`.
+Group create_group(Ref parent, const std::string& name);
+/// Opens the group `name` in `parent`; FormatError when there is no such link.
+Group open_group(Ref parent, const std::string& name);
+/// True when `parent` has a link called `name`.
+bool exists(Ref parent, const std::string& name);
+
+/// The IEEE half type exactly as h5py builds it (copy of H5T_IEEE_F32LE, fields (15, 10, 5, 0, 10), size 2,
+/// exponent bias 15), so that h5py reads it as numpy float16.
+Datatype float16_type();
+/// A variable-length, null-terminated UTF-8 string type.
+Datatype utf8_string_type();
+/// The stored element type of `dataset`.
+Datatype dataset_type(const Dataset& dataset);
+/// The dataspace of `dataset` (its current extent).
+Dataspace dataset_space(const Dataset& dataset);
+
+/// Layout of a chunked dataset.
+struct ChunkedSpec {
+  /// Initial extent, one entry per dimension.
+  std::vector<int64_t> dims;
+  /// Maximum extent per dimension; -1 means unlimited. Empty: equal to `dims`.
+  std::vector<int64_t> max_dims;
+  /// Chunk shape, one entry per dimension, each >= 1.
+  std::vector<int64_t> chunk;
+  /// Register HDF5's shuffle filter (before deflate). Only used when deflate_level > 0.
+  bool shuffle = false;
+  /// Register HDF5's deflate filter at this level (1..9); 0: no filters.
+  int deflate_level = 0;
+};
+
+/// Creates a chunked dataset of element type `type` (a predefined type or a Datatype's id). Object modification
+/// times are not stored, so equal contents give byte-identical files.
+Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, const ChunkedSpec& spec);
+/// Opens the dataset `name` in `parent`; FormatError when there is no such link.
+Dataset open_dataset(Ref parent, const std::string& name);
+/// Current extent of `dataset`, one entry per dimension (empty for a scalar).
+std::vector<int64_t> dims(const Dataset& dataset);
+/// Sets the extent of a chunked dataset to `new_dims`.
+void set_extent(const Dataset& dataset, const std::vector<int64_t>& new_dims);
+/// Writes one chunk's stored bytes (already filtered by the caller) with H5Dwrite_chunk. `offset` is the chunk's
+/// first element in every dimension; `filter_mask` 0 means every registered filter was applied.
+void write_chunk(const Dataset& dataset, const std::vector<int64_t>& offset, const void* data, size_t bytes,
+                 uint32_t filter_mask = 0);
+
+/// Writes a scalar int64 attribute (H5T_NATIVE_INT64) on `object`, replacing one of the same name.
+void write_attribute_int64(Ref object, const std::string& name, int64_t value);
+/// Writes a scalar double attribute (H5T_NATIVE_DOUBLE) on `object`, replacing one of the same name.
+void write_attribute_double(Ref object, const std::string& name, double value);
+/// Writes a scalar variable-length UTF-8 string attribute on `object`, replacing one of the same name.
+void write_attribute_string(Ref object, const std::string& name, const std::string& value);
+/// True when `object` has an attribute `name`.
+bool has_attribute(Ref object, const std::string& name);
+/// Reads a scalar integer attribute as int64; FormatError when missing, not an integer or not a scalar.
+int64_t read_attribute_int64(Ref object, const std::string& name);
+/// Reads a scalar integer or floating-point attribute as double; FormatError when missing or of another type.
+double read_attribute_double(Ref object, const std::string& name);
+/// Reads a scalar string attribute (variable or fixed length); FormatError when missing or not a string.
+std::string read_attribute_string(Ref object, const std::string& name);
+
+/// Writes `values` as a new 1-D int32 dataset [values.size()] (contiguous, H5T_NATIVE_INT32).
+void write_int32(Ref parent, const std::string& name, std::span<const int32_t> values);
+/// Reads a whole 1-D integer dataset as int32; FormatError when missing, not an integer or not 1-D.
+std::vector<int32_t> read_int32(Ref parent, const std::string& name);
+/// Writes `values` as a new 1-D variable-length UTF-8 string dataset [values.size()].
+void write_strings(Ref parent, const std::string& name, const std::vector<std::string>& values);
+/// Reads a whole 1-D string dataset (variable or fixed length); FormatError when missing, not strings or not 1-D.
+std::vector<std::string> read_strings(Ref parent, const std::string& name);
+
+/// Elements per index of dim 0 of `dataset`: the product of its other dimensions (1 for a 1-D dataset).
+int64_t row_elements(const Dataset& dataset);
+/// Reads rows [begin, begin + count) along dim 0 of a float16 or float32 dataset into `out`, which holds
+/// count * row_elements(dataset) floats. FormatError when the element type is not a 2- or 4-byte float or the
+/// dataset is scalar; InvalidArgument when the range is outside the extent.
+void read_float(const Dataset& dataset, int64_t begin, int64_t count, float* out);
+/// Reads rows [begin, begin + count) along dim 0 of a float16 or float32 dataset, row-major.
+std::vector<float> read_float(const Dataset& dataset, int64_t begin, int64_t count);
+/// Reads a whole float16 or float32 dataset, row-major.
+std::vector<float> read_float(const Dataset& dataset);
+
+/// Converts IEEE half bits to float exactly (subnormals, infinities and NaNs included).
+float half_to_float(uint16_t bits);
+
+}  // namespace melforge::h5

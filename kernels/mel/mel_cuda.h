@@ -1,0 +1,104 @@
+#pragma once
+/// CUDA-free pieces of the CUDA mel engine that the engine (mel_cuda.cu) and the CPU tests share: the sizes of
+/// every buffer, and the host-side gather of one device batch into the pinned input.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "filterbank.h"
+#include "mel_engine.h"
+
+namespace melforge::mel::cuda {
+
+/// Element counts of every buffer of the CUDA engine for one device batch. The engine allocates exactly these,
+/// the tests index exactly these. "Per slot" buffers exist once per pipeline slot; the others once per engine.
+struct CudaBufferSizes {
+  /// Segments per device batch (the batch of the cuFFT plan and the CUDA graph).
+  int64_t batch = 0;
+  /// FFT rows per batch: batch * n_frames (the cuFFT batch and the gather kernel's grid).
+  int64_t frame_rows = 0;
+  /// Per slot, pinned host and device: input samples [batch][segment_samples], floats.
+  int64_t input_floats = 0;
+  /// Per slot, device: windowed frames [batch * n_frames][n_fft], floats.
+  int64_t frame_floats = 0;
+  /// Per slot, device: one-sided spectra [batch * n_frames][n_freqs], complex floats (8 bytes each).
+  int64_t spectrum_complex = 0;
+  /// Per slot, device and pinned host: output [batch][n_mels][n_frames], elements of `out_elem_bytes`.
+  int64_t output_elems = 0;
+  /// Bytes per output element (2 for float16, 4 for float32).
+  int out_elem_bytes = 0;
+  /// Shared, device: the window zero-padded to n_fft, floats.
+  int64_t window_floats = 0;
+  /// Shared, device: filterbank band table [begin n_mels][end n_mels][offset n_mels + 1], int32.
+  int64_t filterbank_ints = 0;
+  /// Shared, device: concatenated filterbank weights, floats.
+  int64_t filterbank_weights = 0;
+
+  /// Bytes of one slot's input buffer (host and device alike).
+  int64_t input_bytes() const { return input_floats * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of one slot's frame buffer.
+  int64_t frame_bytes() const { return frame_floats * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of one slot's spectrum buffer.
+  int64_t spectrum_bytes() const { return spectrum_complex * 2 * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of one slot's output buffer (host and device alike).
+  int64_t output_bytes() const { return output_elems * out_elem_bytes; }
+  /// Bytes of the window table.
+  int64_t window_bytes() const { return window_floats * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of the filterbank band table.
+  int64_t filterbank_index_bytes() const { return filterbank_ints * static_cast<int64_t>(sizeof(int32_t)); }
+  /// Bytes of the filterbank weights.
+  int64_t filterbank_weight_bytes() const { return filterbank_weights * static_cast<int64_t>(sizeof(float)); }
+  /// Device bytes of one slot, not counting the cuFFT work area (known only once the plan exists).
+  int64_t slot_device_bytes() const { return input_bytes() + frame_bytes() + spectrum_bytes() + output_bytes(); }
+  /// Device bytes shared by the slots.
+  int64_t shared_device_bytes() const {
+    return window_bytes() + filterbank_index_bytes() + filterbank_weight_bytes();
+  }
+  /// Pinned host bytes of one slot.
+  int64_t slot_pinned_bytes() const { return input_bytes() + output_bytes(); }
+};
+
+/// Sizes for `layout`, FFT size `n_fft`, `batch` segments per device batch and a filterbank of `filterbank_nnz`
+/// weights. The one place where the CUDA engine's buffers are sized.
+inline CudaBufferSizes cuda_buffer_sizes(const MelLayout& layout, int n_fft, int64_t batch, int64_t filterbank_nnz) {
+  CudaBufferSizes s;
+  s.batch = batch;
+  s.frame_rows = batch * layout.n_frames;
+  s.input_floats = batch * layout.segment_samples;
+  s.frame_floats = layout.frame_floats(batch, n_fft);
+  s.spectrum_complex = layout.spectrum_complex(batch);
+  s.output_elems = batch * layout.out_elems_per_segment();
+  s.out_elem_bytes = layout.out_elem_bytes;
+  s.window_floats = n_fft;
+  s.filterbank_ints = 3 * static_cast<int64_t>(layout.n_mels) + 1;
+  s.filterbank_weights = filterbank_nnz;
+  return s;
+}
+
+/// The filterbank's band table as the mel kernel reads it: [begin n_mels][end n_mels][offset n_mels + 1].
+inline std::vector<int32_t> filterbank_band_table(const Filterbank& fb) {
+  std::vector<int32_t> bands;
+  bands.reserve(fb.begin.size() + fb.end.size() + fb.offset.size());
+  bands.insert(bands.end(), fb.begin.begin(), fb.begin.end());
+  bands.insert(bands.end(), fb.end.begin(), fb.end.end());
+  bands.insert(bands.end(), fb.offset.begin(), fb.offset.end());
+  return bands;
+}
+
+/// Number of device batches for `count` segments: ceil(count / batch).
+inline int64_t batch_count(int64_t count, int64_t batch) { return (count + batch - 1) / batch; }
+
+/// Fills one batch's input [sizes.batch][segment_samples]: row j < count is samples
+/// [offsets[first + j], offsets[first + j] + segment_samples) of `base`; rows count..batch-1 are zeros.
+inline void fill_batch_input(float* dst, const float* base, std::span<const int64_t> offsets, int64_t first,
+                             int64_t count, int64_t segment_samples, const CudaBufferSizes& sizes) {
+  const auto row_bytes = static_cast<size_t>(segment_samples) * sizeof(float);
+  for (int64_t j = 0; j < count; ++j) {
+    std::memcpy(dst + j * segment_samples, base + offsets[static_cast<size_t>(first + j)], row_bytes);
+  }
+  std::fill(dst + count * segment_samples, dst + sizes.input_floats, 0.0f);
+}
+
+}  // namespace melforge::mel::cuda

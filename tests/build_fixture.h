@@ -1,0 +1,54 @@
+#pragma once
+// A small synthetic corpus written with libsndfile, for end-to-end builder tests.
+#include <sndfile.h>
+
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace melforge::test {
+
+/// Writes a mono or multi-channel 16-bit WAV (or `format`) of `frames` frames: a sine of `hz` with a little
+/// deterministic noise, the same on every channel.
+inline void write_tone(const std::filesystem::path& path, double hz, int64_t frames, int rate, int channels = 1,
+                       int format = SF_FORMAT_WAV | SF_FORMAT_PCM_16, float nan_at = -1) {
+  std::filesystem::create_directories(path.parent_path());
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = channels;
+  info.format = format;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  if (!f) throw std::runtime_error("cannot write " + path.string() + ": " + sf_strerror(nullptr));
+  std::vector<float> buf(static_cast<std::size_t>(frames * channels));
+  uint32_t lcg = 12345u + static_cast<uint32_t>(hz);
+  for (int64_t i = 0; i < frames; ++i) {
+    lcg = lcg * 1664525u + 1013904223u;
+    const float noise = (static_cast<float>(lcg >> 8) / 16777216.0f - 0.5f) * 0.02f;
+    const float v = 0.5f * static_cast<float>(std::sin(2.0 * M_PI * hz * static_cast<double>(i) / rate)) + noise;
+    for (int c = 0; c < channels; ++c) buf[static_cast<std::size_t>(i * channels + c)] = v;
+  }
+  if (nan_at >= 0) buf[static_cast<std::size_t>(nan_at)] = NAN;
+  sf_writef_float(f, buf.data(), frames);
+  sf_close(f);
+}
+
+/// A corpus of `classes` classes (tones at different pitches), `per_class` files each, lengths varying between
+/// 0.6 and 2.6 long segments of 1 s at 8 kHz, plus a stereo 16 kHz file per class (resampled and mixed down).
+inline int write_tone_corpus(const std::filesystem::path& root, int classes, int per_class) {
+  int n = 0;
+  for (int c = 0; c < classes; ++c) {
+    for (int i = 0; i < per_class; ++i) {
+      const int64_t frames = 4800 + (i * 3137 + c * 911) % 16000;
+      write_tone(root / ("class" + std::to_string(c)) / ("f" + std::to_string(i) + ".wav"), 300.0 * (c + 1) + 7 * i,
+                 frames, 8000);
+      ++n;
+    }
+    write_tone(root / ("class" + std::to_string(c)) / "stereo16k.wav", 300.0 * (c + 1), 24000, 16000, 2);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace melforge::test

@@ -1,0 +1,268 @@
+// End-to-end builds of small generated corpora through the library and through the melforge-build binary.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "audio/decode.h"
+#include "build_fixture.h"
+#include "mel/mel_engine.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
+#include "pipeline.h"
+#include "test_util.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+builder::BuildConfig small_config(const fs::path& in, const fs::path& out) {
+  builder::BuildConfig c;
+  c.build.input = in;
+  c.build.output = out;
+  c.build.quiet = true;
+  c.build.device = mel::Device::cpu;
+  c.build.split = "0.6,0.2,0.2";
+  c.mel.sample_rate = 8000;
+  c.mel.n_fft = 256;
+  c.mel.win_length = 256;
+  c.mel.hop_length = 64;
+  c.mel.n_mels = 32;
+  c.segment.long_seconds = 1.0;
+  c.segment.short_seconds = 0.25;
+  return c;
+}
+
+struct SplitData {
+  std::vector<float> mel;
+  std::vector<int64_t> dims;
+  std::vector<int32_t> label;
+  std::vector<int32_t> valid;
+  std::vector<std::string> path;
+  std::vector<std::string> classes;
+};
+
+SplitData read_split(const fs::path& file) {
+  auto f = h5::open_file(file);
+  auto ds = h5::open_dataset(f, "mel");
+  SplitData d;
+  d.dims = h5::dims(ds);
+  d.mel = h5::read_float(ds);
+  d.label = h5::read_int32(f, "label");
+  d.valid = h5::read_int32(f, "num_valid_long");
+  d.path = h5::read_strings(f, "path");
+  d.classes = h5::read_strings(f, "class_names");
+  return d;
+}
+
+int run_cli(const std::string& args) {
+  const std::string cmd = std::string(MELFORGE_BUILD_EXE) + " " + args + " >/dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("a small corpus with bad files builds, and every file is accounted for", "[e2e]") {
+  TempDir d;
+  const int good = test::write_tone_corpus(d / "in", 3, 6);
+  test::write_text(d / "in/class0/empty.wav", "");
+  test::write_text(d / "in/class0/text.wav", "this is not audio at all, just text pretending to be a wav file\n");
+  test::write_text(d / "in/class1/readme.txt", "notes");
+  test::write_tone(d / "in/class1/tiny.wav", 440, 100, 8000);
+  test::write_tone(d / "in/class2/nan.wav", 440, 9000, 8000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 4000);
+  test::write_tone(d / "in/class2/header_only.wav", 440, 9000, 8000);
+  fs::resize_file(d / "in/class2/header_only.wav", 20);
+  const int bad = 6;
+  test::write_tone(d / "in/class1/truncated.wav", 440, 9000, 8000);
+  fs::resize_file(d / "in/class1/truncated.wav", 44 + 2 * 5000);
+
+  auto c = small_config(d / "in", d / "out");
+  const auto r = builder::run_build(c).report;
+
+  // A truncated data chunk is either decoded as far as it goes or skipped as truncated: never lost.
+  CHECK(r["files"]["scanned"].get<int>() == good + bad + 1);
+  const int written = r["files"]["written"].get<int>();
+  const int skipped_n = r["files"]["skipped"].get<int>();
+  CHECK(written + skipped_n == good + bad + 1);
+  CHECK((written == good || written == good + 1));
+  const auto& ps = r["files"]["per_split"];
+  CHECK(ps["train"].get<int>() + ps["val"].get<int>() + ps["test"].get<int>() == written);
+  std::set<std::string> skipped;
+  for (const auto& s : r["skipped"]) {
+    skipped.insert(s["path"].get<std::string>());
+    CHECK_FALSE(s["reason"].get<std::string>().empty());
+  }
+  skipped.erase("class1/truncated.wav");
+  CHECK(skipped == std::set<std::string>{"class0/empty.wav", "class0/text.wav", "class1/readme.txt",
+                                         "class1/tiny.wav", "class2/nan.wav", "class2/header_only.wav"});
+  CHECK(r["files"]["resampled"].get<int>() == 3);
+
+  CHECK(fs::exists(d / "out/build_report.json"));
+  CHECK_FALSE(fs::exists(d / "out/.partial"));
+  std::set<std::string> written_paths;
+  int64_t total = 0;
+  for (const std::string split : {"train", "val", "test"}) {
+    const auto s = read_split(d / "out" / (split + ".h5"));
+    REQUIRE(s.dims.size() == 5);
+    CHECK(s.dims[1] == r["config"]["num_long"].get<int>());
+    CHECK(s.dims[2] == 4);
+    CHECK(s.dims[3] == 32);
+    CHECK(s.dims[4] == 1 + 2000 / 64);
+    CHECK(s.classes == std::vector<std::string>{"class0", "class1", "class2"});
+    REQUIRE(static_cast<int64_t>(s.path.size()) == s.dims[0]);
+    for (std::size_t i = 0; i < s.path.size(); ++i) {
+      written_paths.insert(s.path[i]);
+      CHECK(s.path[i].substr(0, 6) == "class" + std::to_string(s.label[i]));
+      CHECK(s.valid[i] >= 1);
+      CHECK(s.valid[i] <= s.dims[1]);
+    }
+    total += s.dims[0];
+  }
+  CHECK(total == written);
+  CHECK(written_paths.size() == static_cast<std::size_t>(written));
+}
+
+TEST_CASE("the stored spectrograms equal the engine's output on the decoded audio", "[e2e]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  auto c = small_config(d / "in", d / "out");
+  c.build.dtype = mel::DType::float32;
+  c.build.split = "1,0,0";
+  c.segment.num_long = 2;
+  builder::run_build(c);
+  const auto s = read_split(d / "out/train.h5");
+  REQUIRE(s.dims[0] == 8);
+
+  mel::EngineConfig ec;
+  ec.mel = c.mel;
+  ec.segment_samples = 2000;
+  ec.dtype = mel::DType::float32;
+  auto engine = mel::make_cpu_engine(ec);
+  const int64_t per_seg = 32 * s.dims[4];
+  const int64_t per_file = 2 * 4 * per_seg;
+  const float silence = mel::silence_value(c.mel);
+  for (std::size_t i = 0; i < s.path.size(); ++i) {
+    audio::DecodeOptions dopt;
+    dopt.sample_rate = 8000;
+    const auto a = audio::decode(d / "in" / s.path[i], dopt);
+    std::vector<float> padded(std::max<std::size_t>(a.samples.size(), 8000), 0.0f);
+    std::copy(a.samples.begin(), a.samples.end(), padded.begin());
+    const int valid = s.valid[i];
+    CHECK(valid == std::clamp(static_cast<int>(a.samples.size() / 8000), 1, 2));
+    std::vector<int64_t> offsets;
+    for (int l = 0; l < valid; ++l)
+      for (int k = 0; k < 4; ++k) offsets.push_back(l * 8000 + k * 2000);
+    std::vector<float> expect(offsets.size() * per_seg);
+    engine->compute(padded.data(), offsets, expect.data());
+    const float* got = s.mel.data() + i * per_file;
+    for (std::size_t j = 0; j < expect.size(); ++j) {
+      CAPTURE(i, j, s.path[i], valid);
+      REQUIRE(got[j] == expect[j]);
+    }
+    for (int64_t j = static_cast<int64_t>(expect.size()); j < per_file; ++j) REQUIRE(got[j] == silence);
+  }
+}
+
+TEST_CASE("builds are identical across thread counts", "[e2e]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 5);
+  auto c1 = small_config(d / "in", d / "out1");
+  c1.build.threads = 1;
+  auto c2 = small_config(d / "in", d / "out2");
+  c2.build.threads = 2;
+  c2.build.max_ram = "64M";
+  builder::run_build(c1);
+  builder::run_build(c2);
+  for (const std::string split : {"train", "val", "test"}) {
+    const auto a = read_split(d / "out1" / (split + ".h5"));
+    const auto b = read_split(d / "out2" / (split + ".h5"));
+    CHECK(a.dims == b.dims);
+    CHECK(a.path == b.path);
+    CHECK(a.label == b.label);
+    CHECK(a.mel == b.mel);
+  }
+}
+
+TEST_CASE("a corpus larger than --max-ram streams in several batches with the same result", "[e2e]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 12);
+  auto big = small_config(d / "in", d / "big");
+  auto small = small_config(d / "in", d / "small");
+  small.build.max_ram = "64M";
+  // The budget left after the fixed reserve is tiny, so every file becomes its own batch.
+  const auto rb = builder::run_build(big).report;
+  const auto rs = builder::run_build(small).report;
+  CHECK(rb["batches"].get<int>() == 3);
+  CHECK(rs["batches"].get<int>() > 3);
+  for (const std::string split : {"train", "val", "test"}) {
+    CHECK(read_split(d / "big" / (split + ".h5")).mel == read_split(d / "small" / (split + ".h5")).mel);
+  }
+}
+
+TEST_CASE("a pre-split layout and a manifest are respected", "[e2e]") {
+  TempDir d;
+  test::write_tone(d / "in/train/a/x.wav", 300, 9000, 8000);
+  test::write_tone(d / "in/train/b/y.wav", 600, 9000, 8000);
+  test::write_tone(d / "in/val/a/z.wav", 300, 9000, 8000);
+  test::write_tone(d / "in/test/b/w.wav", 600, 9000, 8000);
+  auto c = small_config(d / "in", d / "out");
+  const auto r = builder::run_build(c).report;
+  CHECK(r["counts"]["train"]["a"].get<int>() == 1);
+  CHECK(r["counts"]["train"]["b"].get<int>() == 1);
+  CHECK(r["counts"]["val"]["a"].get<int>() == 1);
+  CHECK(r["counts"]["test"]["b"].get<int>() == 1);
+
+  test::write_text(d / "m.csv", "path,label,split\nin/train/a/x.wav,a,test\nin/train/b/y.wav,b,\n\"in/val/a/z.wav\",a,val\n");
+  auto m = small_config({}, d / "outm");
+  m.build.manifest = d / "m.csv";
+  m.build.split = "1,0,0";
+  const auto rm = builder::run_build(m).report;
+  CHECK(rm["counts"]["test"]["a"].get<int>() == 1);
+  CHECK(rm["counts"]["train"]["b"].get<int>() == 1);
+  CHECK(rm["counts"]["val"]["a"].get<int>() == 1);
+  const auto t = read_split(d / "outm/test.h5");
+  CHECK(t.path == std::vector<std::string>{"in/train/a/x.wav"});
+}
+
+TEST_CASE("invalid parameters fail before any work", "[e2e][cli]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 2);
+  const std::string io = "--input " + (d / "in").string() + " --output " + (d / "out").string() + " --quiet";
+  const std::string bad = GENERATE(std::string("--hop-length 0"), std::string("--n-mels 200 --n-fft 64"),
+                                   std::string("--f-max 9000 --sample-rate 16000"),
+                                   std::string("--short-seconds 2 --long-seconds 1"), std::string("--split 0.5,0.6"),
+                                   std::string("--window triangle"), std::string("--max-ram lots"),
+                                   std::string("--num-long -3"), std::string("--compression-level 12"),
+                                   std::string("--no-such-flag 1"));
+  CAPTURE(bad);
+  CHECK(run_cli(io + " " + bad) == 2);
+  CHECK_FALSE(fs::exists(d / "out"));
+}
+
+TEST_CASE("the CLI: help, config file, refusal of an existing output, strict", "[e2e][cli]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  CHECK(run_cli("--help") == 0);
+  test::write_text(d / "cfg.ini", "sample-rate = 8000\nn-fft = 256\nn-mels = 32\nlong-seconds = 1\nshort-seconds = 0.5\n"
+                                  "hop-length = 100\n");
+  const std::string io = "--input " + (d / "in").string() + " --output " + (d / "out").string() + " --quiet";
+  // The command line's --hop-length must win over the config file's.
+  CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64 --device cpu") == 0);
+  std::ifstream rf(d / "out/build_report.json");
+  const auto r = nlohmann::json::parse(rf);
+  CHECK(r["config"]["hop_length"].get<int>() == 64);
+  CHECK(r["config"]["n_fft"].get<int>() == 256);
+  CHECK(r["config"]["short_samples"].get<int>() == 4000);
+  CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64") == 2);
+  CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64 --overwrite") == 0);
+  CHECK(run_cli(io + " --config " + (d / "missing.ini").string() + " --overwrite") == 2);
+
+  test::write_text(d / "in/class0/broken.wav", "RIFF....WAVEfmt ");
+  CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64 --overwrite --strict") == 3);
+  CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64 --overwrite") == 0);
+}

@@ -1,0 +1,641 @@
+// Tests of the split writer (builder/h5_writer.h): round trips through our reader, through HDF5's own filter
+// pipeline and through h5py; chunk layout; attributes and strings; failure handling.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "h5_writer.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
+#include "test_util.h"
+
+using namespace melforge;
+using builder::FileRecord;
+using builder::SplitWriter;
+using builder::SplitWriterConfig;
+
+namespace {
+
+/// Naive IEEE half decoding.
+double naive_half(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  const double v = exponent == 0 ? std::ldexp(mantissa / 1024.0, -14) : std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
+  return (bits & 0x8000) ? -v : v;
+}
+
+/// Half bits of a value that is exactly representable as a normal half or zero.
+uint16_t exact_half_bits(float v) {
+  if (v == 0.0f) return 0;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  int e = 0;
+  const double m = std::frexp(std::fabs(static_cast<double>(v)), &e);
+  const auto mantissa = static_cast<uint16_t>((m * 2.0 - 1.0) * 1024.0);
+  const auto bits = static_cast<uint16_t>(sign | ((e - 1 + 15) << 10) | mantissa);
+  REQUIRE(naive_half(bits) == static_cast<double>(v));
+  return bits;
+}
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t x : v) p *= x;
+  return p;
+}
+
+/// Spectrogram-like test data for `files` files: smooth values plus noise, multiples of 1/8 in (-96, 96), exactly
+/// representable in float16. `bytes` holds them in the stored dtype, `values` as floats.
+struct MelData {
+  std::vector<unsigned char> bytes;
+  std::vector<float> values;
+};
+
+MelData make_mel(int64_t files, const std::vector<int64_t>& shape, mel::DType dtype, uint32_t seed) {
+  const int64_t n = files * product(shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> noise(-3.0f, 3.0f);
+  MelData d;
+  d.values.resize(static_cast<size_t>(n));
+  const size_t elem = dtype == mel::DType::float16 ? 2 : 4;
+  d.bytes.resize(static_cast<size_t>(n) * elem);
+  for (int64_t i = 0; i < n; ++i) {
+    const float raw = -40.0f + 30.0f * std::sin(0.05f * static_cast<float>(i % 997)) + noise(rng);
+    const float v = std::round(raw * 8.0f) / 8.0f;
+    d.values[static_cast<size_t>(i)] = v;
+    if (dtype == mel::DType::float16) {
+      const uint16_t h = exact_half_bits(v);
+      std::memcpy(d.bytes.data() + 2 * i, &h, 2);
+    } else {
+      std::memcpy(d.bytes.data() + 4 * i, &v, 4);
+    }
+  }
+  return d;
+}
+
+std::vector<FileRecord> make_records(int64_t first, int64_t count, int num_long) {
+  std::vector<FileRecord> r(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t k = first + i;
+    r[static_cast<size_t>(i)].label = static_cast<int32_t>(k % 3);
+    r[static_cast<size_t>(i)].path = "class_" + std::to_string(k % 3) + "/file_" + std::to_string(k) + ".wav";
+    r[static_cast<size_t>(i)].num_valid_long = static_cast<int32_t>(k % (num_long + 1));
+  }
+  return r;
+}
+
+SplitWriterConfig base_config(const std::filesystem::path& path) {
+  SplitWriterConfig c;
+  c.final_path = path;
+  c.split = "train";
+  c.file_shape = {2, 3, 4, 5};
+  c.class_names = {"a", "b", "c"};
+  c.threads = 2;
+  return c;
+}
+
+int64_t expected_files_per_chunk(const SplitWriterConfig& c) {
+  const int64_t file_bytes = product(c.file_shape) * (c.dtype == mel::DType::float16 ? 2 : 4);
+  return c.files_per_chunk > 0 ? c.files_per_chunk : std::max<int64_t>(1, (int64_t{1} << 20) / file_bytes);
+}
+
+/// Writes `data` in appends of `sizes` files and finishes; returns the writer's bytes_written().
+int64_t write_split(const SplitWriterConfig& config, const MelData& data, const std::vector<int>& sizes) {
+  SplitWriter w(config);
+  const int64_t file_bytes = product(config.file_shape) * (config.dtype == mel::DType::float16 ? 2 : 4);
+  int64_t done = 0;
+  for (int s : sizes) {
+    w.append(data.bytes.data() + done * file_bytes, make_records(done, s, static_cast<int>(config.file_shape[0])));
+    done += s;
+    CHECK(w.files() == done);
+  }
+  CHECK(std::filesystem::exists(config.final_path.string() + ".partial"));
+  CHECK_FALSE(std::filesystem::exists(config.final_path));
+  w.finish();
+  CHECK(w.compress_seconds() >= 0.0);
+  CHECK(w.write_seconds() >= 0.0);
+  return w.bytes_written();
+}
+
+/// Reads the whole `mel` dataset with plain H5Dread in its own stored type (HDF5's filter pipeline decodes).
+std::vector<unsigned char> plain_read(const std::filesystem::path& path) {
+  h5::File f = h5::open_file(path);
+  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::Datatype type = h5::dataset_type(ds);
+  const int64_t n = product(h5::dims(ds));
+  std::vector<unsigned char> out(static_cast<size_t>(n) * H5Tget_size(type.id()));
+  if (n > 0) REQUIRE(H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0);
+  return out;
+}
+
+/// Stored bytes of every chunk of `mel`, in order along dim 0.
+std::vector<std::vector<unsigned char>> stored_chunks(const std::filesystem::path& path, int64_t files_per_chunk) {
+  h5::File f = h5::open_file(path);
+  h5::Dataset ds = h5::open_dataset(f, "mel");
+  const std::vector<int64_t> d = h5::dims(ds);
+  hsize_t num = 0;
+  {
+    h5::Dataspace space = h5::dataset_space(ds);
+    REQUIRE(H5Dget_num_chunks(ds.id(), space.id(), &num) >= 0);
+  }
+  const int64_t expected = (d[0] + files_per_chunk - 1) / files_per_chunk;
+  REQUIRE(static_cast<int64_t>(num) == expected);
+  std::vector<std::vector<unsigned char>> chunks;
+  for (int64_t c = 0; c < expected; ++c) {
+    std::vector<hsize_t> offset(d.size(), 0);
+    offset[0] = static_cast<hsize_t>(c * files_per_chunk);
+    hsize_t size = 0;
+    REQUIRE(H5Dget_chunk_storage_size(ds.id(), offset.data(), &size) >= 0);
+    std::vector<unsigned char> buf(size);
+    uint32_t mask = 1;
+    REQUIRE(H5Dread_chunk(ds.id(), H5P_DEFAULT, offset.data(), &mask, buf.data()) >= 0);
+    CHECK(mask == 0);
+    chunks.push_back(std::move(buf));
+  }
+  return chunks;
+}
+
+/// Writes `data` into a dataset laid out like the writer's, through HDF5's own H5Dwrite and filter pipeline.
+void write_reference(const std::filesystem::path& path, const SplitWriterConfig& c, const MelData& data,
+                     int64_t files) {
+  h5::File f = h5::create_file(path);
+  h5::Datatype f16 = h5::float16_type();
+  const hid_t type = c.dtype == mel::DType::float16 ? f16.id() : H5T_NATIVE_FLOAT;
+  h5::ChunkedSpec spec;
+  spec.dims = {files};
+  spec.max_dims = {-1};
+  spec.chunk = {expected_files_per_chunk(c)};
+  for (int64_t d : c.file_shape) {
+    spec.dims.push_back(d);
+    spec.max_dims.push_back(d);
+    spec.chunk.push_back(d);
+  }
+  spec.shuffle = c.shuffle;
+  spec.deflate_level = c.compression_level;
+  h5::Dataset ds = h5::create_chunked_dataset(f, "mel", type, spec);
+  if (files > 0) REQUIRE(H5Dwrite(ds.id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.bytes.data()) >= 0);
+}
+
+/// Naive inverse of HDF5's shuffle filter.
+std::vector<unsigned char> naive_unshuffle(const std::vector<unsigned char>& in, size_t elem) {
+  const size_t n = in.size() / elem;
+  std::vector<unsigned char> out(in.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < elem; ++j) out[i * elem + j] = in[j * n + i];
+  }
+  return out;
+}
+
+std::vector<unsigned char> read_file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("split files round trip through our reader and HDF5's own filter pipeline", "[h5_writer]") {
+  const auto dtype = GENERATE(mel::DType::float16, mel::DType::float32);
+  const int level = GENERATE(0, 1, 4, 9);
+  const bool shuffle = GENERATE(true, false);
+  const int files_per_chunk = GENERATE(1, 3, 0);
+  const auto sizes = GENERATE(values<std::vector<int>>({{7}, {1, 1, 1, 1, 1}, {3, 3}, {2, 5, 0, 4}, {}}));
+  const bool half = dtype == mel::DType::float16;
+  CAPTURE(half, level, shuffle, files_per_chunk, sizes);
+
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "train.h5");
+  c.dtype = dtype;
+  c.compression_level = level;
+  c.shuffle = shuffle;
+  c.files_per_chunk = files_per_chunk;
+  int64_t files = 0;
+  for (int s : sizes) files += s;
+  const MelData data = make_mel(files, c.file_shape, dtype, 17u + static_cast<uint32_t>(files));
+  const int64_t bytes_written = write_split(c, data, sizes);
+  REQUIRE(std::filesystem::exists(c.final_path));
+  CHECK_FALSE(std::filesystem::exists(c.final_path.string() + ".partial"));
+
+  {
+    h5::File f = h5::open_file(c.final_path);
+    h5::Dataset ds = h5::open_dataset(f, "mel");
+    CHECK(h5::dims(ds) == std::vector<int64_t>{files, 2, 3, 4, 5});
+    CHECK(h5::read_float(ds) == data.values);
+    if (files >= 4) CHECK(h5::read_float(ds, 1, 3) == std::vector<float>(data.values.begin() + 120, data.values.begin() + 480));
+    h5::Datatype type = h5::dataset_type(ds);
+    h5::Datatype f16 = h5::float16_type();
+    CHECK(H5Tequal(type.id(), dtype == mel::DType::float16 ? f16.id() : H5T_IEEE_F32LE) > 0);
+    const std::vector<FileRecord> records = make_records(0, files, 2);
+    std::vector<int32_t> labels, valid;
+    std::vector<std::string> paths;
+    for (const FileRecord& r : records) {
+      labels.push_back(r.label);
+      valid.push_back(r.num_valid_long);
+      paths.push_back(r.path);
+    }
+    CHECK(h5::read_int32(f, "label") == labels);
+    CHECK(h5::read_int32(f, "num_valid_long") == valid);
+    CHECK(h5::read_strings(f, "path") == paths);
+    CHECK(h5::read_strings(f, "class_names") == c.class_names);
+  }
+  CHECK(plain_read(c.final_path) == data.bytes);
+
+  const int64_t fpc = expected_files_per_chunk(c);
+  const size_t elem = dtype == mel::DType::float16 ? 2 : 4;
+  const size_t chunk_bytes = static_cast<size_t>(fpc * product(c.file_shape)) * elem;
+  const auto ours = stored_chunks(c.final_path, fpc);
+  int64_t stored = 0;
+  for (size_t k = 0; k < ours.size(); ++k) {
+    stored += static_cast<int64_t>(ours[k].size());
+    std::vector<unsigned char> raw = ours[k];
+    if (level > 0) {
+      raw.assign(chunk_bytes + 1, 0xAB);
+      uLongf len = static_cast<uLongf>(raw.size());
+      REQUIRE(uncompress(raw.data(), &len, ours[k].data(), static_cast<uLong>(ours[k].size())) == Z_OK);
+      raw.resize(len);
+      if (shuffle) raw = naive_unshuffle(raw, elem);
+    }
+    REQUIRE(raw.size() == chunk_bytes);
+    std::vector<unsigned char> expected(chunk_bytes, 0);
+    const size_t begin = k * chunk_bytes;
+    const size_t end = std::min(begin + chunk_bytes, data.bytes.size());
+    std::copy(data.bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+              data.bytes.begin() + static_cast<std::ptrdiff_t>(end), expected.begin());
+    CHECK(raw == expected);
+  }
+  CHECK(bytes_written == stored);
+
+  write_reference(dir / "reference.h5", c, data, files);
+  CHECK(stored_chunks(dir / "reference.h5", fpc) == ours);
+}
+
+TEST_CASE("automatic files per chunk gives about 1 MiB chunks over several chunks", "[h5_writer]") {
+  const auto dtype = GENERATE(mel::DType::float16, mel::DType::float32);
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "valid.h5");
+  c.file_shape = {1, 2, 64, 100};
+  c.dtype = dtype;
+  c.files_per_chunk = 0;
+  c.compression_level = 1;
+  const int64_t fpc = expected_files_per_chunk(c);
+  CHECK(fpc == (dtype == mel::DType::float16 ? 40 : 20));
+  const int64_t files = 2 * fpc + fpc / 2;
+  const MelData data = make_mel(files, c.file_shape, dtype, 5);
+  write_split(c, data, {static_cast<int>(fpc / 3), static_cast<int>(files - fpc / 3)});
+  h5::File f = h5::open_file(c.final_path);
+  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::PropList dcpl(H5Dget_create_plist(ds.id()), "dcpl");
+  std::vector<hsize_t> chunk(5, 0);
+  REQUIRE(H5Pget_chunk(dcpl.id(), 5, chunk.data()) == 5);
+  CHECK(chunk == std::vector<hsize_t>{static_cast<hsize_t>(fpc), 1, 2, 64, 100});
+  CHECK(h5::read_float(ds) == data.values);
+  CHECK(plain_read(c.final_path) == data.bytes);
+  CHECK(stored_chunks(c.final_path, fpc).size() == 3);
+}
+
+TEST_CASE("filters are registered only when compressing", "[h5_writer]") {
+  const int level = GENERATE(0, 1, 4, 9);
+  const bool shuffle = GENERATE(true, false);
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "f.h5");
+  c.compression_level = level;
+  c.shuffle = shuffle;
+  SplitWriter w(c);
+  w.finish();
+  h5::File f = h5::open_file(c.final_path);
+  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::PropList dcpl(H5Dget_create_plist(ds.id()), "dcpl");
+  std::vector<H5Z_filter_t> filters;
+  for (int i = 0; i < H5Pget_nfilters(dcpl.id()); ++i) {
+    unsigned flags = 0, cd[4] = {0};
+    size_t ncd = 4;
+    filters.push_back(H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &ncd, cd, 0, nullptr, nullptr));
+    if (filters.back() == H5Z_FILTER_DEFLATE) CHECK(cd[0] == static_cast<unsigned>(level));
+    if (filters.back() == H5Z_FILTER_SHUFFLE) CHECK(cd[0] == 2);
+  }
+  std::vector<H5Z_filter_t> expected;
+  if (level > 0 && shuffle) expected.push_back(H5Z_FILTER_SHUFFLE);
+  if (level > 0) expected.push_back(H5Z_FILTER_DEFLATE);
+  CHECK(filters == expected);
+}
+
+TEST_CASE("zero files give a valid file with an empty mel dataset", "[h5_writer]") {
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "test.h5");
+  c.split = "test";
+  {
+    SplitWriter w(c);
+    w.append(nullptr, {});
+    w.finish();
+    CHECK(w.files() == 0);
+    CHECK(w.bytes_written() == 0);
+  }
+  h5::File f = h5::open_file(c.final_path);
+  h5::Dataset ds = h5::open_dataset(f, "mel");
+  CHECK(h5::dims(ds) == std::vector<int64_t>{0, 2, 3, 4, 5});
+  CHECK(h5::read_float(ds).empty());
+  CHECK(h5::read_int32(f, "label").empty());
+  CHECK(h5::read_int32(f, "num_valid_long").empty());
+  CHECK(h5::read_strings(f, "path").empty());
+  CHECK(h5::read_strings(f, "class_names") == c.class_names);
+  CHECK(h5::read_attribute_string(f, "split") == "test");
+}
+
+TEST_CASE("attributes and UTF-8 strings are stored", "[h5_writer]") {
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "données_é.h5");
+  c.split = "valid";
+  c.class_names = {"chien", "café", "音楽"};
+  c.attributes = {{"sample_rate", int64_t{16000}},
+                  {"f_min", 20.5},
+                  {"window", std::string("hann")},
+                  {"note", std::string("Grüße – 日本")}};
+  const MelData data = make_mel(3, c.file_shape, c.dtype, 3);
+  std::vector<FileRecord> records = make_records(0, 3, 2);
+  records[0].path = "café/été_1.wav";
+  records[1].path = "音楽/曲 2.flac";
+  records[2].path = "plain/ascii.wav";
+  {
+    SplitWriter w(c);
+    w.append(data.bytes.data(), records);
+    w.finish();
+  }
+  h5::File f = h5::open_file(c.final_path);
+  CHECK(h5::read_attribute_int64(f, "schema_version") == builder::kSchemaVersion);
+  CHECK(h5::read_attribute_string(f, "split") == "valid");
+  CHECK(h5::read_attribute_string(f, "melforge_version") == MELFORGE_VERSION);
+  CHECK(h5::read_attribute_int64(f, "sample_rate") == 16000);
+  CHECK(h5::read_attribute_double(f, "f_min") == 20.5);
+  CHECK(h5::read_attribute_string(f, "window") == "hann");
+  CHECK(h5::read_attribute_string(f, "note") == "Grüße – 日本");
+  CHECK(h5::read_strings(f, "path") == std::vector<std::string>{records[0].path, records[1].path, records[2].path});
+  CHECK(h5::read_strings(f, "class_names") == c.class_names);
+  for (const char* name : {"path", "class_names"}) {
+    h5::Dataset ds = h5::open_dataset(f, name);
+    h5::Datatype t = h5::dataset_type(ds);
+    CHECK(H5Tis_variable_str(t.id()) > 0);
+    CHECK(H5Tget_cset(t.id()) == H5T_CSET_UTF8);
+  }
+  for (const char* name : {"schema_version", "sample_rate"}) {
+    h5::Attribute a(H5Aopen(f.id(), name, H5P_DEFAULT), name);
+    h5::Datatype t(H5Aget_type(a.id()), name);
+    CHECK(H5Tequal(t.id(), H5T_STD_I64LE) > 0);
+  }
+}
+
+TEST_CASE("a writer destroyed before finish leaves nothing behind", "[h5_writer]") {
+  const int appended = GENERATE(0, 1, 4);
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "train.h5");
+  c.files_per_chunk = 2;
+  const std::filesystem::path partial = dir / "train.h5.partial";
+  const MelData data = make_mel(appended, c.file_shape, c.dtype, 9);
+  {
+    SplitWriter w(c);
+    if (appended > 0) w.append(data.bytes.data(), make_records(0, appended, 2));
+    CHECK(std::filesystem::exists(partial));
+  }
+  CHECK_FALSE(std::filesystem::exists(partial));
+  CHECK_FALSE(std::filesystem::exists(c.final_path));
+  CHECK(std::filesystem::is_empty(dir.path()));
+}
+
+TEST_CASE("a stale partial file is replaced and an old final file is overwritten", "[h5_writer]") {
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "train.h5");
+  test::write_text(dir / "train.h5.partial", "stale bytes");
+  test::write_text(dir / "train.h5", "old result");
+  const MelData data = make_mel(2, c.file_shape, c.dtype, 1);
+  {
+    SplitWriter w(c);
+    w.append(data.bytes.data(), make_records(0, 2, 2));
+    CHECK(read_file_bytes(dir / "train.h5") == std::vector<unsigned char>{'o', 'l', 'd', ' ', 'r', 'e', 's', 'u', 'l', 't'});
+    w.finish();
+  }
+  h5::File f = h5::open_file(c.final_path);
+  CHECK(h5::read_float(h5::open_dataset(f, "mel")) == data.values);
+  CHECK_FALSE(std::filesystem::exists(dir / "train.h5.partial"));
+}
+
+TEST_CASE("writing into a folder that does not exist throws IoError naming the path", "[h5_writer]") {
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "missing" / "train.h5");
+  try {
+    SplitWriter w(c);
+    FAIL("no exception");
+  } catch (const IoError& e) {
+    CHECK_THAT(e.what(), Catch::Contains((dir / "missing" / "train.h5.partial").string()));
+  }
+  CHECK(std::filesystem::is_empty(dir.path()));
+}
+
+TEST_CASE("invalid writer arguments throw InvalidArgument", "[h5_writer]") {
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "x.h5");
+  SECTION("shape rank") { c.file_shape = {2, 3, 4}; }
+  SECTION("shape value") { c.file_shape = {2, 0, 4, 5}; }
+  SECTION("level") { c.compression_level = 10; }
+  SECTION("files per chunk") { c.files_per_chunk = -1; }
+  SECTION("reserved attribute") { c.attributes = {{"split", std::string("x")}}; }
+  SECTION("duplicate attribute") { c.attributes = {{"n_fft", int64_t{1}}, {"n_fft", int64_t{2}}}; }
+  CHECK_THROWS_AS(SplitWriter(c), InvalidArgument);
+  CHECK(std::filesystem::is_empty(dir.path()));
+}
+
+TEST_CASE("bad records and use after finish are rejected", "[h5_writer]") {
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "x.h5");
+  const MelData data = make_mel(1, c.file_shape, c.dtype, 1);
+  SplitWriter w(c);
+  std::vector<FileRecord> r = make_records(0, 1, 2);
+  r[0].label = 3;
+  CHECK_THROWS_AS(w.append(data.bytes.data(), r), InvalidArgument);
+  r[0].label = 0;
+  r[0].num_valid_long = 3;
+  CHECK_THROWS_AS(w.append(data.bytes.data(), r), InvalidArgument);
+  CHECK_THROWS_AS(w.append(nullptr, make_records(0, 1, 2)), InvalidArgument);
+  CHECK(w.files() == 0);
+  w.append(data.bytes.data(), make_records(0, 1, 2));
+  w.finish();
+  CHECK_THROWS_AS(w.append(data.bytes.data(), make_records(0, 1, 2)), InvalidArgument);
+  CHECK_THROWS_AS(w.finish(), InvalidArgument);
+  CHECK(std::filesystem::exists(c.final_path));
+}
+
+TEST_CASE("1 and 2 compression threads give byte-identical files", "[h5_writer]") {
+  const auto dtype = GENERATE(mel::DType::float16, mel::DType::float32);
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "one.h5");
+  c.dtype = dtype;
+  c.files_per_chunk = 2;
+  c.compression_level = 4;
+  c.attributes = {{"n_fft", int64_t{512}}, {"power", 2.0}, {"window", std::string("hann")}};
+  const MelData data = make_mel(23, c.file_shape, dtype, 11);
+  c.threads = 1;
+  write_split(c, data, {5, 13, 5});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  c.final_path = dir / "two.h5";
+  c.threads = 2;
+  write_split(c, data, {5, 13, 5});
+  const auto one = read_file_bytes(dir / "one.h5");
+  const auto two = read_file_bytes(dir / "two.h5");
+  REQUIRE_FALSE(one.empty());
+  CHECK(one == two);
+}
+
+TEST_CASE("a full disk during writing throws IoError and leaves no file", "[h5_writer]") {
+  const int level = GENERATE(0, 1);
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "train.h5");
+  c.file_shape = {1, 1, 64, 512};
+  c.dtype = mel::DType::float32;
+  c.compression_level = level;
+  c.files_per_chunk = 1;
+  c.threads = 1;
+  const MelData data = make_mel(16, c.file_shape, c.dtype, 21);
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{256 * 1024, 256 * 1024};
+    int code = 0;
+    std::string message;
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) code = 9;
+    try {
+      SplitWriter w(c);
+      for (int i = 0; i < 16; i += 4) w.append(data.bytes.data() + i * 64 * 512 * 4, make_records(i, 4, 1));
+      w.finish();
+      code = code ? code : 1;
+    } catch (const IoError& e) {
+      message = e.what();
+      if (message.find(c.final_path.string()) == std::string::npos) code = 2;
+    } catch (const std::exception& e) {
+      message = e.what();
+      code = 3;
+    }
+    if (std::filesystem::exists(c.final_path)) code = 4;
+    if (std::filesystem::exists(c.final_path.string() + ".partial")) code = 5;
+    if (write(fds[1], message.data(), message.size()) < 0) code = 6;
+    close(fds[1]);
+    _exit(code);
+  }
+  close(fds[1]);
+  std::string message;
+  char buf[512];
+  ssize_t got;
+  while ((got = read(fds[0], buf, sizeof buf)) > 0) message.append(buf, static_cast<size_t>(got));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child message: " << message);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(std::filesystem::exists(c.final_path));
+  CHECK(std::filesystem::is_empty(dir.path()));
+}
+
+TEST_CASE("h5py reads the written files", "[h5_writer][python]") {
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
+    WARN("/usr/bin/python3 with h5py is not available; skipping the h5py read-back");
+    return;
+  }
+  const bool half = GENERATE(true, false);
+  test::TempDir dir;
+  SplitWriterConfig c = base_config(dir / "h5py.h5");
+  c.dtype = half ? mel::DType::float16 : mel::DType::float32;
+  c.compression_level = half ? 4 : 0;
+  c.shuffle = true;
+  c.files_per_chunk = 3;
+  c.class_names = {"chien", "café", "音楽"};
+  c.attributes = {{"sample_rate", int64_t{16000}}, {"f_min", 20.5}, {"window", std::string("hann")}};
+  const int64_t files = 7;
+  const MelData data = make_mel(files, c.file_shape, c.dtype, 99);
+  std::vector<FileRecord> records = make_records(0, files, 2);
+  records[1].path = "café/été_1.wav";
+  records[4].path = "音楽/曲 2.flac";
+  {
+    SplitWriter w(c);
+    w.append(data.bytes.data(), {records.begin(), records.begin() + 2});
+    w.append(data.bytes.data() + 2 * product(c.file_shape) * (half ? 2 : 4), {records.begin() + 2, records.end()});
+    w.finish();
+  }
+  {
+    std::ofstream out(dir / "expected.f32", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(data.values.data()),
+              static_cast<std::streamsize>(data.values.size() * sizeof(float)));
+  }
+  nlohmann::json expect;
+  expect["file"] = c.final_path.string();
+  expect["expected_mel"] = (dir / "expected.f32").string();
+  expect["shape"] = {files, 2, 3, 4, 5};
+  expect["dtype"] = half ? "float16" : "float32";
+  expect["chunks"] = {3, 2, 3, 4, 5};
+  expect["compression_opts"] = c.compression_level;
+  expect["shuffle"] = c.shuffle;
+  std::vector<int32_t> labels, valid;
+  std::vector<std::string> paths;
+  for (const FileRecord& r : records) {
+    labels.push_back(r.label);
+    valid.push_back(r.num_valid_long);
+    paths.push_back(r.path);
+  }
+  expect["label"] = labels;
+  expect["num_valid_long"] = valid;
+  expect["path"] = paths;
+  expect["class_names"] = c.class_names;
+  expect["attributes"] = {{"schema_version", builder::kSchemaVersion},
+                          {"split", "train"},
+                          {"melforge_version", MELFORGE_VERSION},
+                          {"sample_rate", 16000},
+                          {"f_min", 20.5},
+                          {"window", "hann"}};
+  expect["write_back"] = (dir / "from_h5py.h5").string();
+  {
+    std::ofstream out(dir / "expect.json");
+    out << expect.dump();
+  }
+  const std::string cmd = "/usr/bin/python3 '" + std::string(MELFORGE_SOURCE_DIR) + "/tests/h5py_readback.py' '" +
+                          (dir / "expect.json").string() + "' 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char buf[256];
+  while (fgets(buf, sizeof buf, pipe)) output += buf;
+  const int status = pclose(pipe);
+  INFO("h5py_readback.py output:\n" << output);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(output == "OK\n");
+
+  h5::File f = h5::open_file(dir / "from_h5py.h5");
+  h5::Dataset halves = h5::open_dataset(f, "half");
+  h5::Datatype t = h5::dataset_type(halves);
+  h5::Datatype f16 = h5::float16_type();
+  CHECK(H5Tequal(t.id(), f16.id()) > 0);
+  std::vector<float> expected_half(24);
+  for (int i = 0; i < 24; ++i) expected_half[static_cast<size_t>(i)] = static_cast<float>(i) / 8.0f - 1.0f;
+  CHECK(h5::read_float(halves) == expected_half);
+  CHECK(h5::read_float(halves, 2, 2) == std::vector<float>(expected_half.begin() + 12, expected_half.end()));
+  const std::vector<float> single = h5::read_float(h5::open_dataset(f, "single"));
+  REQUIRE(single.size() == 10);
+  CHECK(single.front() == -1.0f);
+  CHECK(single.back() == 1.0f);
+  CHECK(h5::read_strings(f, "names") == std::vector<std::string>{"α", "b", ""});
+  CHECK(h5::read_strings(f, "fixed") == std::vector<std::string>{"ab", "cde"});
+  CHECK(h5::read_int32(f, "wide") == std::vector<int32_t>{-3, 9});
+  CHECK(h5::read_attribute_int64(f, "n") == 42);
+  CHECK(h5::read_attribute_double(f, "x") == 0.25);
+  CHECK(h5::read_attribute_string(f, "s") == "héllo");
+}

@@ -1,0 +1,225 @@
+// [cuda] tests: the CUDA engine against the CPU engine. Linked with the main that exits 77 (skipped) without a device.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mel/mel_engine.h"
+#include "melforge/common/errors.h"
+
+using namespace melforge;
+using namespace melforge::mel;
+
+namespace {
+
+/// One parameter set: spectrogram parameters, segment length and device batch.
+struct Params {
+  std::string name;
+  MelArgs mel;
+  int64_t segment_samples = 0;
+  int64_t device_batch = 1;
+};
+
+Params params_default() {
+  Params p{"defaults (n_fft 512, hann, center reflect, 64 htk mels, db)", {}, 4000, 16};
+  return p;
+}
+
+Params params_constant_hamming() {
+  Params p{"n_fft 400 win 320 hop 160 hamming constant, slaney/slaney, ln", {}, 3200, 7};
+  p.mel.n_fft = 400;
+  p.mel.win_length = 320;
+  p.mel.hop_length = 160;
+  p.mel.window = Window::hamming;
+  p.mel.pad_mode = PadMode::constant;
+  p.mel.n_mels = 40;
+  p.mel.mel_scale = MelScale::slaney;
+  p.mel.mel_norm = MelNorm::slaney;
+  p.mel.log = LogMode::ln;
+  return p;
+}
+
+Params params_no_center() {
+  Params p{"n_fft 256 no center power 1 f_min 60 f_max 7600, db", {}, 2500, 5};
+  p.mel.n_fft = 256;
+  p.mel.hop_length = 100;
+  p.mel.center = false;
+  p.mel.power = 1.0f;
+  p.mel.n_mels = 32;
+  p.mel.f_min = 60.0f;
+  p.mel.f_max = 7600.0f;
+  return p;
+}
+
+Params params_log_none() {
+  Params p{"n_fft 1024 hop 256 at 22050 Hz, 80 mels, log none", {}, 6000, 3};
+  p.mel.sample_rate = 22050;
+  p.mel.n_fft = 1024;
+  p.mel.hop_length = 256;
+  p.mel.n_mels = 80;
+  p.mel.log = LogMode::none;
+  return p;
+}
+
+EngineConfig config_of(const Params& p, DType dtype) {
+  EngineConfig c;
+  c.mel = p.mel;
+  c.segment_samples = p.segment_samples;
+  c.dtype = dtype;
+  c.threads = 2;
+  c.device_batch = p.device_batch;
+  return c;
+}
+
+std::vector<float> make_signal(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> noise(-0.2f, 0.2f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = static_cast<double>(i);
+    x[static_cast<size_t>(i)] =
+        static_cast<float>(0.5 * std::sin(0.013 * t) + 0.25 * std::sin(0.71 * t + 0.3)) + noise(rng);
+  }
+  return x;
+}
+
+std::vector<int64_t> make_offsets(int64_t count, int64_t signal_len, int64_t segment_samples, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> start(0, signal_len - segment_samples);
+  std::vector<int64_t> offsets(static_cast<size_t>(count));
+  for (auto& o : offsets) o = start(rng);
+  return offsets;
+}
+
+float half_to_float(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  float v = 0.0f;
+  if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    v = mantissa != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+  }
+  return (h & 0x8000) != 0 ? -v : v;
+}
+
+std::vector<float> decode(const std::vector<unsigned char>& out, DType dtype) {
+  const size_t elem = dtype == DType::float16 ? 2 : 4;
+  std::vector<float> v(out.size() / elem);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::float16) {
+      uint16_t h = 0;
+      std::memcpy(&h, out.data() + i * 2, 2);
+      v[i] = half_to_float(h);
+    } else {
+      std::memcpy(&v[i], out.data() + i * 4, 4);
+    }
+  }
+  return v;
+}
+
+std::vector<unsigned char> run(MelEngine& engine, const std::vector<float>& signal,
+                               const std::vector<int64_t>& offsets) {
+  std::vector<unsigned char> out(offsets.size() * static_cast<size_t>(engine.layout().out_bytes_per_segment()), 0xcd);
+  engine.compute(signal.data(), offsets, out.data());
+  return out;
+}
+
+/// Checks every element of two engines' outputs agree within float32 FFT rounding (plus half rounding for float16).
+void require_close(const std::vector<unsigned char>& cuda_out, const std::vector<unsigned char>& cpu_out,
+                   DType dtype, LogMode log, int64_t per_segment) {
+  REQUIRE(cuda_out.size() == cpu_out.size());
+  const std::vector<float> a = decode(cuda_out, dtype);
+  const std::vector<float> b = decode(cpu_out, dtype);
+  double scale = 0.0;
+  for (float v : b) scale = std::max(scale, static_cast<double>(std::abs(v)));
+  const double rel = dtype == DType::float16 ? 2e-3 : 2e-4;
+  const double abs_tol = log == LogMode::none ? 1e-5 * scale : 5e-3;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE_FALSE(std::isnan(a[i]));
+    if (std::abs(a[i] - b[i]) > rel * std::abs(b[i]) + abs_tol) {
+      FAIL("segment " << i / static_cast<size_t>(per_segment) << " element " << i % static_cast<size_t>(per_segment)
+                      << ": cuda " << a[i] << ", cpu " << b[i]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA engine matches the CPU engine for counts below, at and above the device batch", "[cuda]") {
+  const Params p = GENERATE(params_default(), params_constant_hamming(), params_no_center(), params_log_none());
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  const EngineConfig config = config_of(p, dtype);
+  const int64_t count = GENERATE_COPY(int64_t{1}, p.device_batch - 1, p.device_batch, p.device_batch + 1,
+                                      2 * p.device_batch + 3, 5 * p.device_batch);
+  INFO(p.name << ", " << to_string(dtype) << ", " << count << " segments, device batch " << p.device_batch);
+  if (count < 1) return;
+  const int64_t signal_len = 4 * p.segment_samples + 101;
+  const std::vector<float> signal = make_signal(signal_len, 3);
+  const std::vector<int64_t> offsets = make_offsets(count, signal_len, p.segment_samples, 5);
+
+  auto cuda_engine = make_cuda_engine(config);
+  auto cpu_engine = make_cpu_engine(config);
+  REQUIRE(cuda_engine->name() == "cuda-cufft");
+  REQUIRE(cuda_engine->layout().n_frames == cpu_engine->layout().n_frames);
+  REQUIRE(cuda_engine->layout().out_bytes_per_segment() == cpu_engine->layout().out_bytes_per_segment());
+  require_close(run(*cuda_engine, signal, offsets), run(*cpu_engine, signal, offsets), dtype, p.mel.log,
+                cuda_engine->layout().out_elems_per_segment());
+}
+
+TEST_CASE("one CUDA engine is reused across compute() calls of different counts", "[cuda]") {
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  const Params p = params_constant_hamming();
+  const EngineConfig config = config_of(p, dtype);
+  auto cuda_engine = make_cuda_engine(config);
+  auto cpu_engine = make_cpu_engine(config);
+  const int64_t signal_len = 5 * p.segment_samples;
+  const std::vector<float> signal = make_signal(signal_len, 17);
+  const int64_t b = p.device_batch;
+  unsigned seed = 1;
+  for (const int64_t count : {3 * b + 2, int64_t{1}, b, int64_t{0}, 2 * b - 1, 4 * b}) {
+    INFO(to_string(dtype) << ", call with " << count << " segments");
+    const std::vector<int64_t> offsets = make_offsets(count, signal_len, p.segment_samples, ++seed);
+    require_close(run(*cuda_engine, signal, offsets), run(*cpu_engine, signal, offsets), dtype, p.mel.log,
+                  cuda_engine->layout().out_elems_per_segment());
+  }
+  const EngineTimes t = cuda_engine->times();
+  CHECK(std::isfinite(t.h2d_s));
+  CHECK(std::isfinite(t.compute_s));
+  CHECK(std::isfinite(t.d2h_s));
+  CHECK(t.h2d_s >= 0.0);
+  CHECK(t.compute_s >= 0.0);
+  CHECK(t.d2h_s >= 0.0);
+}
+
+TEST_CASE("CUDA engine holds device memory and reports it", "[cuda]") {
+  const Params p = params_default();
+  auto engine = make_cuda_engine(config_of(p, DType::float16));
+  const MelLayout& layout = engine->layout();
+  const int64_t frames_and_spectra =
+      layout.frame_floats(p.device_batch, p.mel.n_fft) * 4 + layout.spectrum_complex(p.device_batch) * 8;
+  CHECK(engine->device_bytes() > 0);
+  CHECK(engine->device_bytes() >= 2 * frames_and_spectra);
+  CHECK(cuda_available());
+}
+
+TEST_CASE("CUDA engine rejects an invalid configuration with InvalidArgument", "[cuda]") {
+  EngineConfig config = config_of(params_default(), DType::float16);
+  SECTION("device batch 0") {
+    config.device_batch = 0;
+    CHECK_THROWS_AS(make_cuda_engine(config), InvalidArgument);
+  }
+  SECTION("segment shorter than one frame") {
+    config.segment_samples = 10;
+    config.mel.center = false;
+    CHECK_THROWS_AS(make_cuda_engine(config), InvalidArgument);
+  }
+}
