@@ -265,7 +265,8 @@ TEST_CASE("CPU log stage agrees with log_compress", "[mel_cpu]") {
     if (at_floor) {
       REQUIRE(got[i] == want);
     } else {
-      const double ulp = std::max(std::abs(std::nextafter(want, 0.0f) - want), std::numeric_limits<float>::denorm_min());
+      const double ulp =
+          std::max(std::abs(std::nextafter(want, 0.0f) - want), std::numeric_limits<float>::denorm_min());
       worst_ulps = std::max(worst_ulps, std::abs(static_cast<double>(got[i]) - want) / ulp);
       REQUIRE(std::abs(static_cast<double>(got[i]) - want) <= 4.0 * ulp);
     }
@@ -278,7 +279,7 @@ TEST_CASE("CPU log stage agrees with log_compress", "[mel_cpu]") {
   CHECK(std::isnan(special[1]));
 }
 
-TEST_CASE("CPU engine reports its layout, name and time; rejects bad configurations", "[mel_cpu]") {
+TEST_CASE("CPU engine reports its layout, name and time, and rejects bad configurations", "[mel_cpu]") {
   MelArgs a;
   const EngineConfig config = make_config(a, 16000, DType::float16);
   auto engine = make_engine(Device::cpu, config);

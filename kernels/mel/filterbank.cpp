@@ -3,9 +3,9 @@
 // - hz_to_mel of f_min and f_max in double (torchaudio's `_hz_to_mel` uses Python floats);
 // - `torch.linspace` in float32, reproducing ATen's CPU kernel (see `torch_linspace`);
 // - `_mel_to_hz`, the triangle slopes and the slaney normalisation as float32 tensor arithmetic.
-// torch evaluates pow and exp of whole 16-element chunks with SLEEF's vector functions (error <= 1 ulp), and the
-// rest with glibc's powf/expf. Here every element uses glibc, so a filter edge may differ from torch's by one float32
-// ulp; the weights then agree to about 1e-5 of the band's peak, and bitwise everywhere else.
+// torch evaluates exp, and pow in chunks of 16 elements, with SLEEF's vector functions (within 1 ulp) where this file
+// uses glibc's expf/powf, so a filter edge may sit one float32 ulp away from torch's. The weights then differ by at
+// most ~1e-5 of the band's peak (measured over 1300 configurations) and are bitwise equal almost everywhere else.
 #include "mel/filterbank.h"
 
 #include <cmath>
@@ -21,8 +21,8 @@
 namespace melforge::mel {
 namespace {
 
-/// float32 `torch.linspace(start, end, steps)` as ATen 1.13's CPU kernel computes it: step = (end - start) / (steps - 1)
-/// in float; element i is start + step*i below steps/2 and end - step*(steps-1-i) from there on, both fused
+/// float32 `torch.linspace(start, end, steps)` as ATen 1.13's CPU kernel computes it: step = (end - start) /
+/// (steps - 1) in float; element i is start + step*i below steps/2 and end - step*(steps-1-i) from there on, both fused
 /// multiply-adds. The vectorised loop fills chunks of 16 from the first element of each half-chunk of 8 (computed as
 /// above) by adding k*step (not fused); the last steps % 16 elements use the scalar formula.
 std::vector<float> torch_linspace(float start, float end, int64_t steps) {
@@ -75,7 +75,9 @@ std::vector<float> mel_to_hz_f32(const std::vector<float>& mels, MelScale scale)
   return hz;
 }
 
-double hz_to_mel(double hz, MelScale scale) { return scale == MelScale::htk ? hz_to_mel_htk(hz) : hz_to_mel_slaney(hz); }
+double hz_to_mel(double hz, MelScale scale) {
+  return scale == MelScale::htk ? hz_to_mel_htk(hz) : hz_to_mel_slaney(hz);
+}
 
 /// Cache key: every field the filterbank depends on.
 using Key = std::tuple<int, int, int, float, float, MelScale, MelNorm>;

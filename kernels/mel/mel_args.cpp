@@ -12,6 +12,7 @@
 #include <boost/program_options.hpp>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/options.h"
 #include "mel/filterbank.h"
 #include "mel/mel_math.h"
 
@@ -154,10 +155,16 @@ void add_options(po::options_description& desc, MelArgs& args) {
     ("sample-rate", po::value<int>(&args.sample_rate)->default_value(args.sample_rate),
      "sample rate of the spectrogram input, Hz; audio at other rates is resampled")
     ("n-fft", po::value<int>(&args.n_fft)->default_value(args.n_fft), "FFT size, samples (n_fft/2+1 bins)")
-    ("win-length", po::value<int>(&args.win_length)->default_value(args.win_length),
-     "window length, samples, zero-padded to n_fft; 0 means n_fft")
-    ("hop-length", po::value<int>(&args.hop_length)->default_value(args.hop_length),
-     "hop between frames, samples; 0 means win_length/2")
+    ("win-length",
+     po::value<std::string>()
+         ->default_value(args.win_length > 0 ? std::to_string(args.win_length) : "auto")
+         ->notifier([&args](const std::string& v) { args.win_length = parse_positive_or_auto(v, "--win-length"); }),
+     "window length, samples, zero-padded to n_fft; auto means n_fft")
+    ("hop-length",
+     po::value<std::string>()
+         ->default_value(args.hop_length > 0 ? std::to_string(args.hop_length) : "auto")
+         ->notifier([&args](const std::string& v) { args.hop_length = parse_positive_or_auto(v, "--hop-length"); }),
+     "hop between frames, samples; auto means win_length/2")
     ("window", po::value<Window>(&args.window)->default_value(args.window), "analysis window: hann or hamming")
     ("center", po::value<bool>(&args.center)->default_value(args.center, args.center ? "true" : "false"),
      "pad n_fft/2 on both sides so that frame t is centred on sample t*hop (true/false)")

@@ -59,9 +59,10 @@ struct MelArgs {
   int sample_rate = 16000;
   /// FFT size, samples. The spectrum has n_fft/2+1 bins.
   int n_fft = 512;
-  /// Window length, samples; 0 means n_fft. The window is zero-padded on both sides to n_fft.
+  /// Window length, samples; 0 means n_fft (`--win-length auto`). The window is zero-padded on both sides to n_fft.
   int win_length = 0;
-  /// Hop between frames, samples; 0 means win_length/2 (torchaudio's default).
+  /// Hop between frames, samples; 0 means win_length/2, torchaudio's default (`--hop-length auto`; the flag
+  /// refuses 0).
   int hop_length = 0;
   /// Window function.
   Window window = Window::hann;
@@ -75,7 +76,7 @@ struct MelArgs {
   int n_mels = 64;
   /// Lowest filter edge, Hz.
   float f_min = 0.0f;
-  /// Highest filter edge, Hz; 0 means sample_rate/2.
+  /// Highest filter edge, Hz; 0 means floor(sample_rate/2), as torchaudio's `float(sample_rate // 2)`.
   float f_max = 0.0f;
   /// Mel scale formula.
   MelScale mel_scale = MelScale::htk;
@@ -93,7 +94,7 @@ struct MelArgs {
   /// Effective hop length, samples.
   int hop() const { return hop_length > 0 ? hop_length : win() / 2; }
   /// Effective highest filter edge, Hz.
-  float fmax() const { return f_max > 0.0f ? f_max : static_cast<float>(sample_rate) / 2.0f; }
+  float fmax() const { return f_max > 0.0f ? f_max : static_cast<float>(sample_rate / 2); }
   /// Number of one-sided FFT bins: n_fft/2+1.
   int n_freqs() const { return n_fft / 2 + 1; }
   /// Padding added on each side of a segment: n_fft/2 when centred, else 0.

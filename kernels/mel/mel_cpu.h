@@ -5,7 +5,7 @@
 namespace melforge::mel {
 
 /// Frames the CPU engine transforms per batched FFTW call for a segment of `n_frames` frames of `n_fft` samples:
-/// about 64 KiB of input per block, at most n_frames. A segment is cut into blocks of this many frames, the last one
+/// about 128 KiB of input per block, at most n_frames. A segment is cut into blocks of this many frames, the last one
 /// shorter when n_frames is not a multiple of it.
 int cpu_block_frames(int n_frames, int n_fft);
 

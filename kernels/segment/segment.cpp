@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/options.h"
 #include "segment/segment_args.h"
 
 namespace po = boost::program_options;
@@ -60,21 +61,7 @@ void add_options(po::options_description& desc, SegmentArgs& args) {
     ("short-seconds", po::value<double>(&args.short_seconds)->default_value(args.short_seconds),
      "length of a short segment, seconds (a long segment holds floor(long/short) of them)")
     ("num-long", po::value<std::string>()->default_value(args.num_long > 0 ? std::to_string(args.num_long) : "auto")
-         ->notifier([&args](const std::string& v) {
-           if (v == "auto") {
-             args.num_long = 0;
-             return;
-           }
-           std::size_t used = 0;
-           int n = 0;
-           try {
-             n = std::stoi(v, &used);
-           } catch (const std::exception&) {
-             used = 0;
-           }
-           if (used != v.size() || n <= 0) throw InvalidArgument("--num-long: '" + v + "' is not a positive integer or auto");
-           args.num_long = n;
-         }),
+         ->notifier([&args](const std::string& v) { args.num_long = parse_positive_or_auto(v, "--num-long"); }),
      "long segments stored per file, or auto (the most common count of whole long segments)")
     ("short-files", po::value<ShortFilePolicy>(&args.short_files)->default_value(args.short_files),
      "files shorter than one long segment: pad (zero-pad to one long segment) or skip");

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Installs the pinned `torch` wheel, which carries LibTorch (headers, shared libraries, CMake config), into a
+# versioned virtual environment outside the repository, and prints LibTorch's CMake prefix
+# (torch.utils.cmake_prefix_path) as the last line of stdout. Safe to run any number of times: a complete
+# environment (its marker file is written last and names what was installed) is reused as it is; an incomplete or
+# different one is removed and built again.
+#
+# Pin: torch 2.14.1, the newest torch on PyPI whose Linux wheel is built against CUDA 13.0 (it requires
+# cuda-toolkit==13.0.3; torch.version.cuda is "13.0"), the same major.minor as the nvcc 13.0 that builds melforge's
+# CUDA code, so the trainer, the kernels and LibTorch share one libcudart.so.13. torch 2.15.0 needs CUDA 13.2.
+# A fresh install downloads about 3.5 GB (torch and the nvidia-* CUDA, cuDNN and NCCL wheels), takes about
+# 95 s on a fast link and uses about 5.4 GB of disk. The CUDA wheels are needed even on a machine without a GPU:
+# libtorch_cpu.so itself links libcudart.so.13 and libcupti.so.13 and finds them through its RPATH there.
+#
+# Usage:
+#   bash tools/setup_torch.sh            install if needed; last line of stdout: the CMake prefix
+#   bash tools/setup_torch.sh --venv     only print the environment's folder (installs nothing)
+# Environment:
+#   MELFORGE_TORCH_VERSION  torch version to install instead of the pin.
+#   MELFORGE_CACHE          cache root (default ~/.cache/melforge). The environment is
+#                           $MELFORGE_CACHE/torch-<version>-py<XY>/; wheels in $MELFORGE_CACHE/wheels/ are used
+#                           before PyPI.
+#   MELFORGE_PYTHON         interpreter the environment is made from (default /usr/bin/python3, Debian's 3.11).
+# CMake (-DMELFORGE_TRAINER=ON) finds this environment by itself through `--venv`; see trainer/README.md.
+set -euo pipefail
+
+version="${MELFORGE_TORCH_VERSION:-2.14.1}"
+python="${MELFORGE_PYTHON:-/usr/bin/python3}"
+cache="${MELFORGE_CACHE:-$HOME/.cache/melforge}"
+# numpy: LibTorch's Python side warns at import without it, and the export tests load weights in this Python.
+requirements=("torch==$version" numpy)
+
+log() { echo "[setup_torch] $*" >&2; }
+
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+apt_install() {
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+if [[ ! -x "$python" ]]; then
+  log "installing python3"
+  apt_install python3
+fi
+pytag="$("$python" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')"
+venv="$cache/torch-${version}-${pytag}"
+marker="$venv/.melforge-complete"
+spec="${requirements[*]}"
+
+if [[ "${1:-}" == --venv ]]; then
+  echo "$venv"
+  exit 0
+elif [[ $# -gt 0 ]]; then
+  echo "usage: $0 [--venv]" >&2
+  exit 2
+fi
+
+prefix_of() { "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)'; }
+
+if [[ -f "$marker" && "$(head -n1 "$marker")" == "$spec" ]] && prefix="$(prefix_of 2>/dev/null)"; then
+  log "reusing $venv ($(tail -n1 "$marker"))"
+  echo "$prefix"
+  exit 0
+fi
+
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  log "installing python3-venv"
+  apt_install python3-venv "python${pytag:2:1}.${pytag:3}-venv"
+fi
+
+start=$(date +%s)
+if [[ -e "$venv" ]]; then
+  log "removing incomplete or different $venv"
+  rm -rf "$venv"
+fi
+mkdir -p "$cache/wheels"
+log "creating $venv"
+"$python" -m venv "$venv"
+log "installing $spec"
+"$venv/bin/python" -m pip --disable-pip-version-check --no-input install --only-binary=:all: \
+  --find-links "$cache/wheels" "${requirements[@]}" >&2
+
+prefix="$(prefix_of)"
+cuda="$("$venv/bin/python" -c 'import torch; print(torch.version.cuda)')"
+summary="torch $version (CUDA $cuda) installed $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(($(date +%s) - start)) s, $(du -sh "$venv" | cut -f1)"
+printf '%s\n%s\n' "$spec" "$summary" >"$marker"
+log "$summary"
+echo "$prefix"
