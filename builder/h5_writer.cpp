@@ -1,6 +1,6 @@
 #include "h5_writer.h"
 
-#include <zlib.h>
+#include <libdeflate.h>
 
 #include <algorithm>
 #include <cstring>
@@ -94,6 +94,8 @@ struct SplitWriter::Impl {
   std::vector<std::vector<unsigned char>> outputs;
   std::vector<size_t> output_sizes;
   std::vector<std::vector<unsigned char>> scratch;
+  /// One libdeflate compressor per worker thread, made on first use at the configured level.
+  std::vector<std::unique_ptr<libdeflate_compressor, decltype(&libdeflate_free_compressor)>> compressors;
 
   double compress_s = 0;
   double write_s = 0;
@@ -235,12 +237,18 @@ struct SplitWriter::Impl {
   void compress_batch(const unsigned char* const* sources, int64_t count) {
     const Stopwatch watch;
     const auto chunk = static_cast<size_t>(chunk_bytes);
-    const uLong bound = compressBound(static_cast<uLong>(chunk));
     if (outputs.size() < static_cast<size_t>(count)) outputs.resize(static_cast<size_t>(count));
     output_sizes.assign(static_cast<size_t>(count), 0);
     const int workers = static_cast<int>(std::min<int64_t>(threads, count));
     if (shuffled && scratch.size() < static_cast<size_t>(workers)) scratch.resize(static_cast<size_t>(workers));
+    while (compressors.size() < static_cast<size_t>(workers)) {
+      libdeflate_compressor* c = libdeflate_alloc_compressor(config.compression_level);
+      if (c == nullptr) throw IoError(partial_path.string() + ": cannot allocate a deflate compressor");
+      compressors.emplace_back(c, &libdeflate_free_compressor);
+    }
     parallel_ranges(count, workers, [&](int t, int64_t begin, int64_t end) {
+      libdeflate_compressor* compressor = compressors[static_cast<size_t>(t)].get();
+      const size_t bound = libdeflate_zlib_compress_bound(compressor, chunk);
       for (int64_t i = begin; i < end; ++i) {
         const unsigned char* src = sources[i];
         if (shuffled) {
@@ -251,11 +259,8 @@ struct SplitWriter::Impl {
         }
         std::vector<unsigned char>& out = outputs[static_cast<size_t>(i)];
         out.resize(bound);
-        uLongf out_size = bound;
-        const int status = compress2(out.data(), &out_size, src, static_cast<uLong>(chunk), config.compression_level);
-        if (status != Z_OK) {
-          throw IoError(partial_path.string() + ": zlib compress2 failed with code " + std::to_string(status));
-        }
+        const size_t out_size = libdeflate_zlib_compress(compressor, src, chunk, out.data(), out.size());
+        if (out_size == 0) throw IoError(partial_path.string() + ": deflate of a chunk failed");
         output_sizes[static_cast<size_t>(i)] = out_size;
       }
     });

@@ -1,6 +1,11 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -63,6 +68,65 @@ std::vector<Attribute> dataset_attributes(const BuildConfig& c, int num_long, in
       {"channel", int64_t{c.decode.channel}},
   };
 }
+
+/// Runs writer tasks in order on one background thread, so that compressing and writing one batch overlaps the
+/// decoding and mel computation of the next. At most one task is in flight: post() waits for the previous one.
+class WriteQueue {
+ public:
+  WriteQueue() : thread_([this] { loop(); }) {}
+  ~WriteQueue() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  WriteQueue(const WriteQueue&) = delete;
+  WriteQueue& operator=(const WriteQueue&) = delete;
+
+  /// Waits for the previous task (rethrowing its error), then starts `task`.
+  void post(std::function<void()> task) {
+    wait();
+    {
+      std::lock_guard lock(mutex_);
+      task_ = std::move(task);
+    }
+    cv_.notify_all();
+  }
+  /// Waits until no task is in flight; rethrows the error of the last task, if any.
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return !task_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || task_; });
+      if (!task_) return;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        task_();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      task_ = nullptr;
+      error_ = error;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::function<void()> task_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 /// Records a skipped file, or throws StrictError under --strict.
 void skip(std::vector<SkippedFile>& skipped, bool strict, SkippedFile f) {
@@ -189,10 +253,13 @@ BuildResult run_build(const BuildConfig& config) {
   double h5_write_s = 0;
   int64_t h5_bytes = 0;
   std::vector<float> arena;
-  std::vector<uint8_t> out;
+  std::array<std::vector<uint8_t>, 2> out_buffers;
+  int out_slot = 0;
   std::vector<uint8_t> compact;
   std::vector<int64_t> offsets;
   std::vector<fs::path> staged;
+  std::vector<std::unique_ptr<SplitWriter>> writers;
+  WriteQueue write_queue;
 
   for (std::size_t split = 0; split < kSplitNames.size(); ++split) {
     std::vector<const PlannedFile*> files;
@@ -210,7 +277,8 @@ BuildResult run_build(const BuildConfig& config) {
     wc.threads = threads;
     wc.class_names = class_names;
     wc.attributes = dataset_attributes(config, num_long, num_short, layout.n_frames);
-    SplitWriter writer(wc);
+    writers.push_back(std::make_unique<SplitWriter>(wc));
+    SplitWriter& writer = *writers.back();
 
     Progress progress(kSplitNames[split], static_cast<int64_t>(files.size()), "files", bo.quiet);
     std::size_t next = 0;
@@ -271,6 +339,8 @@ BuildResult run_build(const BuildConfig& config) {
             for (int s = 0; s < num_short; ++s) offsets.push_back(arena_offset[i] + l * L + s * S);
         }
       }
+      std::vector<uint8_t>& out = out_buffers[out_slot];
+      out_slot ^= 1;
       out.resize(static_cast<std::size_t>(records.size() * out_bytes_per_file));
       {
         ScopedStage stage(times, "mel");
@@ -291,18 +361,27 @@ BuildResult run_build(const BuildConfig& config) {
         }
       }
       stats.segments += static_cast<int64_t>(offsets.size());
-      writer.append(out.data(), records);
+      {
+        ScopedStage stage(times, "write_wait");
+        write_queue.post([&writer, &out, records = std::move(records)] { writer.append(out.data(), records); });
+      }
       next = end;
     }
     progress.finish();
     {
-      ScopedStage stage(times, "finalize");
-      writer.finish();
+      ScopedStage stage(times, "write_wait");
+      write_queue.post([&writer] { writer.finish(); });
     }
-    h5_compress_s += writer.compress_seconds();
-    h5_write_s += writer.write_seconds();
-    h5_bytes += writer.bytes_written();
     staged.push_back(wc.final_path);
+  }
+  {
+    ScopedStage stage(times, "write_wait");
+    write_queue.wait();
+  }
+  for (const auto& w : writers) {
+    h5_compress_s += w->compress_seconds();
+    h5_write_s += w->write_seconds();
+    h5_bytes += w->bytes_written();
   }
 
   const fs::path report_path = bo.output / "build_report.json";

@@ -274,8 +274,12 @@ TEST_CASE("split files round trip through our reader and HDF5's own filter pipel
   }
   CHECK(bytes_written == stored);
 
+  // Our deflate streams come from libdeflate, so only raw chunks can equal HDF5's own bytes; compressed chunks are
+  // proven compatible above by zlib's uncompress and by HDF5's own H5Dread (plain_read).
   write_reference(dir / "reference.h5", c, data, files);
-  CHECK(stored_chunks(dir / "reference.h5", fpc) == ours);
+  const auto reference = stored_chunks(dir / "reference.h5", fpc);
+  CHECK(reference.size() == ours.size());
+  if (level == 0) CHECK(reference == ours);
 }
 
 TEST_CASE("automatic files per chunk gives about 1 MiB chunks over several chunks", "[h5_writer]") {

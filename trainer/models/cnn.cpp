@@ -1,0 +1,72 @@
+#include "models/cnn.h"
+
+#include <string>
+
+#include "melforge/common/errors.h"
+
+namespace melforge::trainer {
+
+namespace {
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+CnnConfig CnnConfig::from_info(const MelInfo& info, int64_t num_classes) {
+  CnnConfig c;
+  c.n_mels = info.n_mels;
+  c.n_frames = info.n_frames;
+  c.num_classes = num_classes;
+  return c;
+}
+
+void CnnConfig::validate() const {
+  if (n_mels < 4 || n_frames < 4)
+    throw InvalidArgument("--model cnn needs spectrograms of at least 4 x 4 (two 2x2 max-pools); the dataset has " +
+                          std::to_string(n_mels) + " mel bands x " + std::to_string(n_frames) + " frames");
+  if (num_classes < 2)
+    throw InvalidArgument("--model cnn needs at least 2 classes, the dataset has " + std::to_string(num_classes));
+  for (const int64_t c : channels)
+    if (c < 1) throw InvalidArgument("--model cnn: every convolution needs at least 1 channel");
+  if (hidden < 1) throw InvalidArgument("--hidden must be >= 1, got " + std::to_string(hidden));
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    throw InvalidArgument("--dropout must be in [0, 1), got " + std::to_string(dropout));
+}
+
+int64_t CnnConfig::flat_features() const { return channels[2] * (n_mels / 2 / 2) * (n_frames / 2 / 2); }
+
+CnnNetImpl::CnnNetImpl(const CnnConfig& config) : config_(config) {
+  config_.validate();
+  namespace nn = torch::nn;
+  const auto& ch = config_.channels;
+  conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, ch[0], 3).padding(1)));
+  conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(ch[0], ch[1], 3).padding(1)));
+  conv3_ = register_module("conv3", nn::Conv2d(nn::Conv2dOptions(ch[1], ch[2], 3).padding(1)));
+  pool_ = register_module("pool", nn::MaxPool2d(nn::MaxPool2dOptions(2)));
+  relu_ = register_module("relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
+  fc_ = register_module("fc", nn::Linear(config_.flat_features(), config_.hidden));
+  dropout_ = register_module("dropout", nn::Dropout(nn::DropoutOptions(config_.dropout)));
+  class_head_ = register_module("class_head", nn::Linear(config_.hidden, config_.num_classes));
+  detect_head_ = register_module("detect_head", nn::Linear(config_.hidden, 1));
+}
+
+ModelOutput CnnNetImpl::forward(const at::Tensor& x) {
+  const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == config_.n_mels &&
+                  x.size(-1) == config_.n_frames;
+  if (!ok)
+    throw InvalidArgument("cnn: input of shape " + shape_text(x.sizes()) + ", expected [B, " +
+                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "] or [B, 1, " +
+                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "]");
+  at::Tensor h = x.dim() == 3 ? x.unsqueeze(1) : x;
+  h = pool_(relu_(conv1_(h)));
+  h = pool_(relu_(conv2_(h)));
+  h = relu_(conv3_(h));
+  h = dropout_(relu_(fc_(h.flatten(1))));
+  return {class_head_(h), detect_head_(h).squeeze(1)};
+}
+
+}  // namespace melforge::trainer

@@ -1,0 +1,74 @@
+#pragma once
+/// `--model cnn`: the small CNN of the Python trainer melforge-train replaces. One short-segment log-mel
+/// spectrogram [n_mels, n_frames] is one 1-channel image; three 3x3 convolutions with in-place ReLU, a 2x2 max-pool
+/// after the first two, a hidden fully connected layer, then two heads: multi-class logits and one binary
+/// detection logit (the `--positive-class` head).
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+
+#include <array>
+#include <cstdint>
+
+#include "data/dataset.h"
+
+namespace melforge::trainer {
+
+/// Shape and width of CnnNet. The input shape comes from the dataset's attributes (CnnConfig::from_info).
+struct CnnConfig {
+  /// Mel bands of one input spectrogram (M); >= 4 so that two 2x2 pools leave at least one row.
+  int64_t n_mels = 64;
+  /// Frames of one input spectrogram (T); >= 4.
+  int64_t n_frames = 32;
+  /// Classes of the multi-class head (C); >= 2.
+  int64_t num_classes = 2;
+  /// Output channels of the three convolutions.
+  std::array<int64_t, 3> channels = {16, 32, 64};
+  /// Width of the hidden fully connected layer.
+  int64_t hidden = 128;
+  /// Dropout probability before the heads, in [0, 1).
+  double dropout = 0.3;
+
+  /// A config for spectrograms of `info` (n_mels, n_frames) and `num_classes` classes, default widths.
+  static CnnConfig from_info(const MelInfo& info, int64_t num_classes);
+  /// Throws InvalidArgument when a field is out of range.
+  void validate() const;
+  /// Features after the last convolution, flattened: channels[2] * (n_mels / 4) * (n_frames / 4) (floor division
+  /// after each pool).
+  int64_t flat_features() const;
+};
+
+/// What one forward pass returns.
+struct ModelOutput {
+  /// Multi-class logits, [B, num_classes].
+  at::Tensor logits;
+  /// Binary detection logits (positive class vs the rest), [B].
+  at::Tensor detection;
+};
+
+/// The CNN. Parameters are initialised by LibTorch's defaults from the global generator, so a model built after
+/// torch::manual_seed(s) is the same for the same s.
+class CnnNetImpl : public torch::nn::Module {
+ public:
+  /// Builds the layers for `config` (validated first; throws InvalidArgument).
+  explicit CnnNetImpl(const CnnConfig& config);
+  /// `x`: [B, n_mels, n_frames] or [B, 1, n_mels, n_frames], float. Throws InvalidArgument for another shape.
+  ModelOutput forward(const at::Tensor& x);
+  /// The configuration the model was built with.
+  const CnnConfig& config() const { return config_; }
+
+ private:
+  CnnConfig config_;
+  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  torch::nn::MaxPool2d pool_{nullptr};
+  torch::nn::ReLU relu_{nullptr};
+  torch::nn::Linear fc_{nullptr};
+  torch::nn::Dropout dropout_{nullptr};
+  torch::nn::Linear class_head_{nullptr}, detect_head_{nullptr};
+};
+TORCH_MODULE(CnnNet);
+
+}  // namespace melforge::trainer

@@ -1,0 +1,106 @@
+// melforge-train's command line, run in-process through run_cli: exit codes, messages, and `inspect` on a dataset.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "cli.h"
+#include "test_util.h"
+#include "trainer_fixture.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result run(std::vector<std::string> args) {
+  args.insert(args.begin(), "melforge-train");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = trainer::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+}  // namespace
+
+TEST_CASE("melforge-train without a known command prints the usage", "[trainer][cli]") {
+  const auto none = run({});
+  CHECK(none.code == trainer::kExitUsage);
+  CHECK_THAT(none.err, Catch::Contains("Usage: melforge-train <command>"));
+  const auto help = run({"--help"});
+  CHECK(help.code == trainer::kExitOk);
+  for (const std::string c : {"train", "eval", "predict", "export", "bench", "inspect"})
+    CHECK_THAT(help.out, Catch::Contains("  " + c + " "));
+  const auto unknown = run({"fit"});
+  CHECK(unknown.code == trainer::kExitUsage);
+  CHECK_THAT(unknown.err, Catch::Contains("unknown command 'fit'"));
+  const auto version = run({"--version"});
+  CHECK(version.code == trainer::kExitOk);
+  CHECK_THAT(version.out, Catch::Contains(std::string("melforge-train ") + MELFORGE_VERSION));
+}
+
+TEST_CASE("commands that are not written yet fail with a clear message", "[trainer][cli]") {
+  const std::string command = GENERATE(std::string("train"), std::string("eval"), std::string("predict"),
+                                       std::string("export"), std::string("bench"));
+  const auto r = run({command});
+  CHECK(r.code == trainer::kExitError);
+  CHECK_THAT(r.err, Catch::Contains("'" + command + "' is not implemented yet"));
+}
+
+TEST_CASE("inspect refuses invalid arguments before any work", "[trainer][cli]") {
+  // The folder does not exist: reaching it would fail with kExitError instead.
+  const std::string nowhere = (fs::temp_directory_path() / "melforge-no-such-dataset").string();
+  const std::vector<std::string> args = GENERATE_COPY(
+      std::vector<std::string>{"inspect"}, std::vector<std::string>{"inspect", "--data", nowhere, "--model", "crnn2"},
+      std::vector<std::string>{"inspect", "--data", nowhere, "--dropout", "1.5"},
+      std::vector<std::string>{"inspect", "--data", nowhere, "--hidden", "0"},
+      std::vector<std::string>{"inspect", "--data", nowhere, "--hidden", "many"},
+      std::vector<std::string>{"inspect", "--data", nowhere, "--no-such-flag"});
+  CAPTURE(args);
+  const auto r = run(args);
+  CHECK(r.code == trainer::kExitUsage);
+  CHECK_THAT(r.err, Catch::StartsWith("melforge-train: "));
+}
+
+TEST_CASE("inspect loads a dataset, builds the model for it and runs it", "[trainer][cli]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 4);
+  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
+  const auto r = run({"inspect", "--data", (d / "out").string(), "--hidden", "16"});
+  INFO(r.err);
+  REQUIRE(r.code == trainer::kExitOk);
+  CHECK_THAT(r.out, Catch::Contains("classes (3): class0, class1, class2"));
+  CHECK_THAT(r.out, Catch::Contains("each [32 mels x 32 frames]"));
+  CHECK_THAT(r.out, Catch::Contains("input [B, 1, 32, 32] -> logits [B, 3], detection [B]"));
+  CHECK_THAT(r.out, Catch::Contains("-> logits ["));
+  CHECK_THAT(r.out, Catch::Matches("(.|\n)*forward on class[0-2]/[^ ]+: input \\[[48], 32, 32\\] -> logits \\[[48], "
+                                   "3\\], detection \\[[48]\\](.|\n)*"));
+
+  const auto missing = run({"inspect", "--data", (d / "nowhere").string()});
+  CHECK(missing.code == trainer::kExitError);
+  CHECK_THAT(missing.err, Catch::Contains("does not exist"));
+
+  fs::remove(d / "out/val.h5");
+  const auto incomplete = run({"inspect", "--data", (d / "out").string()});
+  CHECK(incomplete.code == trainer::kExitError);
+  CHECK_THAT(incomplete.err, Catch::Contains("has no val.h5"));
+}
+
+TEST_CASE("inspect reports an empty train split as an error", "[trainer][cli]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  auto c = test::tiny_build_config(d / "in", d / "out");
+  c.build.split = "0,0.5,0.5";
+  builder::run_build(c);
+  const auto r = run({"inspect", "--data", (d / "out").string()});
+  CHECK(r.code == trainer::kExitError);
+  CHECK_THAT(r.err, Catch::Contains("split 'train'"));
+  CHECK_THAT(r.err, Catch::Contains("is empty"));
+}
