@@ -117,7 +117,8 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("dtype", po::value<mel::DType>(&o.dtype)->default_value(o.dtype), "stored type: float16 or float32")
     ("compression-level", po::value<int>(&o.compression_level)->default_value(o.compression_level),
      "deflate level 0 (none) to 9")
-    ("shuffle", po::value<bool>(&o.shuffle)->default_value(o.shuffle), "HDF5 shuffle filter before deflate")
+    ("shuffle", po::value<bool>(&o.shuffle)->default_value(o.shuffle, o.shuffle ? "true" : "false"),
+     "HDF5 shuffle filter before deflate (true/false)")
     ("files-per-chunk", po::value<int>(&o.files_per_chunk)->default_value(o.files_per_chunk),
      "files per HDF5 chunk (0: about 1 MiB uncompressed)")
     ("extensions", po::value<std::string>(&o.extensions)->default_value(o.extensions),

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "audio/decode.h"
@@ -265,4 +266,53 @@ TEST_CASE("the CLI: help, config file, refusal of an existing output, strict", "
   test::write_text(d / "in/class0/broken.wav", "RIFF....WAVEfmt ");
   CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64 --overwrite --strict") == 3);
   CHECK(run_cli(io + " --config " + (d / "cfg.ini").string() + " --hop-length 64 --overwrite") == 0);
+}
+
+TEST_CASE("the demo configuration builds the small spoken-digit corpus plus hostile files", "[e2e][cli][demo]") {
+  if (std::system("command -v espeak-ng >/dev/null 2>&1 && /usr/bin/python3 -c 'import numpy, h5py' 2>/dev/null") != 0) {
+    WARN("skipped: espeak-ng or Debian's python3-numpy/python3-h5py missing (tools/setup.sh installs them)");
+    return;
+  }
+  TempDir d;
+  const std::string tools = MELFORGE_TOOLS_DIR;
+  const std::string corpus = (d / "corpus").string();
+  REQUIRE(std::system(("/usr/bin/python3 " + tools + "/make_digits_corpus.py --out " + corpus +
+                       " --size small --seed 3 >/dev/null 2>&1").c_str()) == 0);
+  REQUIRE(std::system(("/usr/bin/python3 " + tools + "/make_bad_inputs.py --out " + corpus +
+                       " --class zero >/dev/null 2>&1").c_str()) == 0);
+  const std::string out = (d / "out").string();
+  REQUIRE(run_cli("--config " + tools + "/demo_build.ini --input " + corpus + " --output " + out + " --quiet") == 0);
+
+  std::ifstream rf(d / "out/build_report.json");
+  const auto r = nlohmann::json::parse(rf);
+  CHECK(r["files"]["written"].get<int>() == 101);
+  CHECK(r["files"]["resampled"].get<int>() == 1);
+  CHECK(r["files"]["scanned"].get<int>() == r["files"]["written"].get<int>() + r["files"]["skipped"].get<int>());
+  std::map<std::string, std::string> skipped;
+  for (const auto& s : r["skipped"]) skipped[s["path"].get<std::string>()] = s["reason"].get<std::string>();
+  const std::map<std::string, std::string> expected = {
+      {".melforge_corpus.json", "not inside a class folder"},
+      {"zero/bad_dir.wav", "is a directory"},
+      {"zero/bad_empty.wav", "empty file"},
+      {"zero/bad_nan.wav", "NaN sample at frame 1234"},
+      {"zero/bad_text.wav", "not an audio file"},
+      {"zero/bad_truncated_header.wav", "not an audio file"},
+      {"zero/ok_short_0.05s.wav", "too short"},
+  };
+  REQUIRE(skipped.size() == expected.size());
+  for (const auto& [path, reason] : expected) {
+    CAPTURE(path);
+    REQUIRE(skipped.count(path) == 1);
+    CHECK_THAT(skipped[path], Catch::Contains(reason));
+  }
+  const std::string check = "/usr/bin/python3 -c \"import h5py,sys\n"
+                            "n=0\n"
+                            "for s in ('train','val','test'):\n"
+                            "  f=h5py.File(sys.argv[1]+'/'+s+'.h5','r')\n"
+                            "  m=f['mel']\n"
+                            "  assert m.dtype=='float16' and m.shape[1:]==(1,4,64,32), m.shape\n"
+                            "  assert len(f['class_names'])==10 and f.attrs['split']==s\n"
+                            "  n+=m.shape[0]\n"
+                            "assert n==101, n\n\" " + out;
+  CHECK(std::system(check.c_str()) == 0);
 }

@@ -150,8 +150,9 @@ TEST_CASE("every cnn parameter receives a gradient from both heads' losses", "[t
   const at::Tensor loss = torch::nn::functional::cross_entropy(y.logits, label) +
                           torch::nn::functional::binary_cross_entropy_with_logits(y.detection, positive);
   loss.backward();
-  for (const auto& [name, p] : net->named_parameters()) {
-    CAPTURE(name);
+  for (const auto& item : net->named_parameters()) {
+    const at::Tensor& p = item.value();
+    CAPTURE(item.key());
     REQUIRE(p.grad().defined());
     CHECK(torch::isfinite(p.grad()).all().item<bool>());
     CHECK(p.grad().abs().sum().item<float>() > 0.0f);
