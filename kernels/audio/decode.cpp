@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -183,8 +184,32 @@ int OpenAudio::open_checked(const fs::path& path) {
   return fd;
 }
 
-/// Rejects directories, non-regular and zero-byte files, then hands `fd` to libsndfile (which does not take
-/// ownership). On failure the reason is libsndfile's message from sf_strerror(nullptr), which reads a process-wide
+/// libsndfile reads our descriptor through these virtual I/O callbacks, so it can never close it: sf_open_fd closes
+/// the descriptor itself when the open fails, even with close_desc false, and the second close by our Fd then hits
+/// whatever file another thread had just opened under the same number.
+int vio_fd(void* user) { return static_cast<int>(reinterpret_cast<intptr_t>(user)); }
+sf_count_t vio_filelen(void* user) {
+  struct stat st {};
+  return ::fstat(vio_fd(user), &st) == 0 ? static_cast<sf_count_t>(st.st_size) : -1;
+}
+sf_count_t vio_seek(sf_count_t offset, int whence, void* user) { return ::lseek(vio_fd(user), offset, whence); }
+sf_count_t vio_read(void* ptr, sf_count_t count, void* user) {
+  auto* out = static_cast<char*>(ptr);
+  sf_count_t done = 0;
+  while (done < count) {
+    const ssize_t n = ::read(vio_fd(user), out + done, static_cast<size_t>(count - done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += n;
+  }
+  return done;
+}
+sf_count_t vio_write(const void*, sf_count_t, void*) { return 0; }
+sf_count_t vio_tell(void* user) { return ::lseek(vio_fd(user), 0, SEEK_CUR); }
+SF_VIRTUAL_IO kFdVirtualIo = {vio_filelen, vio_seek, vio_read, vio_write, vio_tell};
+
+/// Rejects directories, non-regular and zero-byte files, then lets libsndfile read `fd` through virtual I/O (it
+/// never owns or closes the descriptor). On failure the reason is libsndfile's message from sf_strerror(nullptr), which reads a process-wide
 /// last error: when several threads fail at once the text may belong to another file, the failure never does.
 SNDFILE* OpenAudio::sf_open_checked(const fs::path& path, int fd, SF_INFO& sf_info) {
   struct stat st {};
@@ -197,7 +222,7 @@ SNDFILE* OpenAudio::sf_open_checked(const fs::path& path, int fd, SF_INFO& sf_in
     fail(path, std::string("cannot open: ") + std::strerror(errno));
   }
   sf_info = SF_INFO{};
-  SNDFILE* handle = sf_open_fd(fd, SFM_READ, &sf_info, SF_FALSE);
+  SNDFILE* handle = sf_open_virtual(&kFdVirtualIo, SFM_READ, &sf_info, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
   if (handle == nullptr) fail(path, std::string("not an audio file: ") + sf_strerror(nullptr));
   return handle;
 }
