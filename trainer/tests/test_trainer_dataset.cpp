@@ -1,8 +1,9 @@
 // The trainer's dataset reader on datasets built by the builder library: data read back exactly, and every
 // inconsistency between or inside the split files refused with a FormatError that names it.
-#include <catch2/catch.hpp>
-
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
+
+#include <catch2/catch.hpp>
 
 #include <functional>
 

@@ -1,7 +1,8 @@
 // `--model cnn`: shapes, parameter count, wiring against a functional reference, in-place ReLU, seeding, gradients.
-#include <catch2/catch.hpp>
-
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <torch/torch.h>
+
+#include <catch2/catch.hpp>
 
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
