@@ -227,7 +227,7 @@ class CpuMelEngine final : public MelEngine {
     const int win = mel.win();
     const int left = (n_fft_ - win) / 2;
     for (int j = 0; j < win; ++j) {
-      const float w = win == 1 ? 1.0f : (mel.window == Window::hann ? hann(j, win) : hamming(j, win));
+      const float w = mel.window == Window::hann ? hann(j, win) : hamming(j, win);
       window_[static_cast<std::size_t>(left + j)] = w;
     }
 

@@ -35,13 +35,16 @@ MELFORGE_HD double mel_to_hz_slaney(double mel) {
   return mel >= min_log_mel ? min_log_hz * exp(logstep * (mel - min_log_mel)) : f_sp * mel;
 }
 
-/// Periodic Hann window value at n of a window of length `len` (torch.hann_window(len, periodic=True)).
+/// Periodic Hann window value at n of a window of length `len` (torch.hann_window(len, periodic=True); a window of
+/// length 1 is [1], as torch returns).
 MELFORGE_HD float hann(int n, int len) {
+  if (len == 1) return 1.0f;
   const double pi = 3.14159265358979323846;
   return static_cast<float>(0.5 - 0.5 * cos(2.0 * pi * n / len));
 }
 /// Periodic Hamming window value (torch.hamming_window(len, periodic=True)).
 MELFORGE_HD float hamming(int n, int len) {
+  if (len == 1) return 1.0f;
   const double pi = 3.14159265358979323846;
   return static_cast<float>(0.54 - 0.46 * cos(2.0 * pi * n / len));
 }
