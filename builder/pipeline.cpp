@@ -9,8 +9,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 
+#include "featurize/featurize.h"
 #include "h5_writer.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
@@ -256,7 +258,9 @@ BuildResult run_build(const BuildConfig& config) {
   std::array<std::vector<uint8_t>, 2> out_buffers;
   int out_slot = 0;
   std::vector<uint8_t> compact;
-  std::vector<int64_t> offsets;
+  std::vector<int64_t> file_offsets;
+  std::vector<int> file_valid_long;
+  const featurize::BatchLayout batch_layout{num_long, num_short, L, S};
   std::vector<fs::path> staged;
   std::vector<std::unique_ptr<SplitWriter>> writers;
   WriteQueue write_queue;
@@ -328,39 +332,21 @@ BuildResult run_build(const BuildConfig& config) {
         if (f.plan.num_valid_long < num_long) stats.partial++;
       }
 
-      bool all_full = true;
-      offsets.clear();
-      {
-        ScopedStage stage(times, "segment");
-        for (std::size_t i : kept) {
-          const PlannedFile& f = *files[next + i];
-          all_full = all_full && f.plan.num_valid_long == num_long;
-          for (int l = 0; l < f.plan.num_valid_long; ++l)
-            for (int s = 0; s < num_short; ++s) offsets.push_back(arena_offset[i] + l * L + s * S);
-        }
+      file_offsets.clear();
+      file_valid_long.clear();
+      for (std::size_t i : kept) {
+        file_offsets.push_back(arena_offset[i]);
+        file_valid_long.push_back(files[next + i]->plan.num_valid_long);
       }
       std::vector<uint8_t>& out = out_buffers[out_slot];
       out_slot ^= 1;
       out.resize(static_cast<std::size_t>(records.size() * out_bytes_per_file));
       {
         ScopedStage stage(times, "mel");
-        if (all_full) {
-          engine->compute(arena.data(), offsets, out.data());
-        } else {
-          const int64_t seg_bytes = layout.out_bytes_per_segment();
-          compact.resize(static_cast<std::size_t>(static_cast<int64_t>(offsets.size()) * seg_bytes));
-          engine->compute(arena.data(), offsets, compact.data());
-          fill_silence(out.data(), static_cast<int64_t>(records.size()) * segs_per_file * layout.out_elems_per_segment(),
-                       bo.dtype, silence);
-          int64_t src = 0;
-          for (std::size_t r = 0; r < records.size(); ++r) {
-            const int64_t bytes_valid = int64_t{records[r].num_valid_long} * num_short * seg_bytes;
-            std::memcpy(out.data() + r * out_bytes_per_file, compact.data() + src, static_cast<std::size_t>(bytes_valid));
-            src += bytes_valid;
-          }
-        }
+        featurize::compute_files(*engine, arena.data(), file_offsets, file_valid_long, batch_layout, bo.dtype, silence,
+                                 out.data(), compact);
       }
-      stats.segments += static_cast<int64_t>(offsets.size());
+      stats.segments += std::accumulate(file_valid_long.begin(), file_valid_long.end(), int64_t{0}) * num_short;
       {
         ScopedStage stage(times, "write_wait");
         write_queue.post([&writer, &out, records = std::move(records)] { writer.append(out.data(), records); });

@@ -17,14 +17,6 @@ void BuildStats::add_file(const audio::AudioInfo& info, const segment::FilePlan&
   dropped_seconds += static_cast<double>(plan.dropped_samples) / sample_rate;
 }
 
-void fill_silence(void* out, int64_t count, mel::DType dtype, float value) {
-  if (dtype == mel::DType::float32) {
-    std::fill_n(static_cast<float*>(out), count, value);
-  } else {
-    std::fill_n(static_cast<uint16_t*>(out), count, mel::float_to_half_bits(value));
-  }
-}
-
 nlohmann::json make_report(const ReportInputs& in) {
   using nlohmann::json;
   const auto& c = in.config;

@@ -63,7 +63,4 @@ struct ReportInputs {
 /// Builds the report JSON (documented in docs/FORMAT.md).
 nlohmann::json make_report(const ReportInputs& in);
 
-/// Fills `count` output elements of `dtype` with `value`.
-void fill_silence(void* out, int64_t count, mel::DType dtype, float value);
-
 }  // namespace melforge::builder

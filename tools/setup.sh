@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config
   libsndfile1-dev libsoxr-dev libhdf5-dev libfftw3-dev zlib1g-dev libdeflate-dev
   libboost-program-options-dev nlohmann-json3-dev catch2
-  espeak-ng sox python3 python3-numpy python3-h5py
+  espeak-ng sox python3 python3-numpy python3-h5py python3-matplotlib
 )
 if [[ "${MELFORGE_WITH_TORCHAUDIO:-0}" == 1 ]]; then
   packages+=(python3-torchaudio)

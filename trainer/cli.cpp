@@ -11,9 +11,13 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "eval/evaluate.h"
+#include "export/export.h"
 #include "melforge/common/errors.h"
-#include "models/cnn.h"
+#include "models/model.h"
 #include "options.h"
+#include "predict/predict.h"
+#include "train/trainer.h"
 
 namespace po = boost::program_options;
 
@@ -21,11 +25,12 @@ namespace melforge::trainer {
 
 namespace {
 
-/// A subcommand: one line of help, its options, and what it runs once they are parsed and validated.
+/// A subcommand: one line of help, its options (and positional arguments), and what it runs once they are parsed;
+/// it validates them before any work. Results go to the first stream, logs to the second.
 struct Command {
   std::string summary;
-  std::function<void(po::options_description&)> register_options;
-  std::function<void(std::ostream&)> run;
+  std::function<void(po::options_description&, po::positional_options_description&)> register_options;
+  std::function<void(std::ostream&, std::ostream&)> run;
 };
 
 std::string shape_text(at::IntArrayRef shape) {
@@ -75,11 +80,7 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
   }
   d.require_files("train");
 
-  at::manual_seed(model.seed);
-  CnnConfig config = CnnConfig::from_info(m, d.num_classes());
-  config.hidden = model.hidden;
-  config.dropout = model.dropout;
-  CnnNet net(config);
+  const std::shared_ptr<Classifier> net = make_model(model, m, d.num_classes());
   net->eval();
   int64_t params = 0;
   for (const auto& p : net->parameters()) params += p.numel();
@@ -94,10 +95,36 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
       << shape_text(y.logits.sizes()) << ", detection " << shape_text(y.detection.sizes()) << "\n";
 }
 
-/// The commands of issue 3 that are not written yet: they parse no options and fail with a clear message.
-Command pending(const std::string& name, const std::string& summary) {
-  return {summary + " (not implemented yet)", [](po::options_description&) {},
-          [name](std::ostream&) { throw Error("'" + name + "' is not implemented yet"); }};
+/// `train`: the result's paths and figures on `out`, the log on `err`.
+void run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
+  const TrainResult r = train(config, err);
+  out << "run folder: " << r.run_dir.string() << "\n";
+  if (r.interrupted) return;
+  out << "best epoch: " << r.best_epoch << " of " << r.epochs_done << (r.early_stopped ? " (early stop)" : "")
+      << "\n";
+  if (r.test)
+    out << format("test: accuracy %.4f, macro-F1 %.4f; file accuracy %.4f, file macro-F1 %.4f\n",
+                  r.test->segment.accuracy, r.test->segment.macro_f1, r.test->file.accuracy, r.test->file.macro_f1);
+  out << "report: " << (r.run_dir / "report.json").string() << "\n";
+}
+
+/// `bench` registers the groups of `train` that matter to one step, without the run-folder flags.
+void add_bench_options(po::options_description& d, TrainConfig& c, BenchOptions& b) {
+  add_options(d, c.data);
+  add_options(d, c.model);
+  add_options(d, c.optim);
+  add_options(d, c.loader);
+  add_options(d, c.augment);
+  d.add_options()("amp", po::value(&c.train.amp)->default_value(c.train.amp)->value_name("off|fp16|bf16"),
+                  "mixed precision")("positive-class", po::value(&c.train.positive_class)->value_name("NAME"),
+                                     "class of the detection head")(
+      "bce-weight", po::value(&c.train.bce_weight)->default_value(c.train.bce_weight)->value_name("W"),
+      "weight of the detection head's BCE")("channels-last", po::bool_switch(&c.train.channels_last),
+                                            "CUDA: channels-last convolutions")(
+      "eval-batch-size", po::value(&c.eval.batch_size)->default_value(c.eval.batch_size)->value_name("N"),
+      "short segments per evaluation forward pass");
+  add_options(d, c.runtime);
+  add_options(d, b);
 }
 
 std::string usage(const std::map<std::string, Command>& commands) {
@@ -111,19 +138,60 @@ std::string usage(const std::map<std::string, Command>& commands) {
 int run_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   DataOptions data;
   ModelOptions model;
+  TrainConfig train_config;
+  EvalCommandOptions eval_command;
+  EvalOptions eval;
+  RuntimeOptions runtime;
+  PredictOptions predict;
+  ExportOptions export_opts;
+  BenchOptions bench;
   std::map<std::string, Command> commands = {
       {"inspect",
        {"check a dataset folder, build the model for it and run it on one file",
-        [&](po::options_description& d) {
+        [&](po::options_description& d, po::positional_options_description&) {
           add_options(d, data);
           add_options(d, model);
         },
-        [&](std::ostream& o) { inspect(data, model, o); }}},
-      {"train", pending("train", "train a model on a dataset folder")},
-      {"eval", pending("eval", "evaluate a checkpoint on a split")},
-      {"predict", pending("predict", "classify audio files with a checkpoint")},
-      {"export", pending("export", "write a checkpoint's weights for Python's torch.load")},
-      {"bench", pending("bench", "time the data pipeline, the training step and the evaluation")},
+        [&](std::ostream& o, std::ostream&) { inspect(data, model, o); }}},
+      {"train",
+       {"train a model on a dataset folder into a run folder (or --resume one)",
+        [&](po::options_description& d, po::positional_options_description&) { add_options(d, train_config); },
+        [&](std::ostream& o, std::ostream& e) {
+          train_config.validate();
+          run_train(train_config, o, e);
+        }}},
+      {"eval",
+       {"evaluate a checkpoint on a split of a dataset folder",
+        [&](po::options_description& d, po::positional_options_description&) {
+          add_options(d, eval_command);
+          add_options(d, data);
+          add_options(d, eval);
+          add_options(d, runtime);
+        },
+        [&](std::ostream& o, std::ostream& e) { run_eval(eval_command, data, eval, runtime, o, e); }}},
+      {"predict",
+       {"classify audio files with a checkpoint",
+        [&](po::options_description& d, po::positional_options_description& p) {
+          add_options(d, predict);
+          p.add(kPredictInputsName, -1);
+        },
+        [&](std::ostream& o, std::ostream& e) {
+          predict.validate();
+          run_predict(predict, o, e);
+        }}},
+      {"export",
+       {"write a checkpoint's weights for Python's torch.load",
+        [&](po::options_description& d, po::positional_options_description&) { add_options(d, export_opts); },
+        [&](std::ostream& o, std::ostream&) {
+          export_opts.validate();
+          run_export(export_opts, o);
+        }}},
+      {"bench",
+       {"time the data pipeline, the training step and the evaluation, each on its own",
+        [&](po::options_description& d, po::positional_options_description&) {
+          add_bench_options(d, train_config, bench);
+        },
+        [&](std::ostream& o, std::ostream& e) { run_bench(train_config, bench, o, e); }}},
   };
   const std::string first = argc > 1 ? argv[1] : "";
   if (first.empty() || first == "--help" || first == "-h" || first == "help") {
@@ -142,15 +210,20 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   Command& command = it->second;
   po::options_description desc("melforge-train " + first + ": " + command.summary + "\n\nOptions");
   desc.add_options()("help,h", "show this help and exit");
-  command.register_options(desc);
+  po::positional_options_description positional;
+  command.register_options(desc, positional);
   po::variables_map vm;
-  po::store(po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc)).options(desc).run(), vm);
+  po::store(po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc))
+                .options(desc)
+                .positional(positional)
+                .run(),
+            vm);
   if (vm.count("help")) {
     out << desc << "\n";
     return kExitOk;
   }
   po::notify(vm);
-  command.run(out);
+  command.run(out, err);
   return kExitOk;
 }
 

@@ -1,8 +1,13 @@
 #include "options.h"
 
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
 #include <boost/program_options.hpp>
+#include <cstdlib>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/options.h"
 
 namespace po = boost::program_options;
 
@@ -18,7 +23,10 @@ void add_options(po::options_description& desc, DataOptions& opts) {
 }
 
 void ModelOptions::validate() const {
-  if (model != "cnn") throw InvalidArgument("--model: unknown model '" + model + "' (available: cnn)");
+  if (model != "cnn" && model != "crnn")
+    throw InvalidArgument("--model: unknown model '" + model + "' (available: cnn, crnn)");
+  if (rnn != "gru" && rnn != "lstm") throw InvalidArgument("--rnn: unknown layer '" + rnn + "' (gru or lstm)");
+  if (rnn_hidden < 1) throw InvalidArgument("--rnn-hidden must be >= 1, got " + std::to_string(rnn_hidden));
   if (hidden < 1) throw InvalidArgument("--hidden must be >= 1, got " + std::to_string(hidden));
   if (!(dropout >= 0.0 && dropout < 1.0))
     throw InvalidArgument("--dropout must be in [0, 1), got " + std::to_string(dropout));
@@ -26,11 +34,83 @@ void ModelOptions::validate() const {
 
 void add_options(po::options_description& desc, ModelOptions& opts) {
   desc.add_options()("model", po::value(&opts.model)->default_value(opts.model)->value_name("NAME"),
-                     "architecture: cnn (three conv layers, two max-pools, class and detection heads)")(
+                     "architecture: cnn (three conv layers, two max-pools, class and detection heads) or crnn (conv front end, "
+                     "then a GRU/LSTM over time)")(
+      "rnn", po::value(&opts.rnn)->default_value(opts.rnn)->value_name("gru|lstm"), "crnn: recurrent layer")(
+      "rnn-hidden", po::value(&opts.rnn_hidden)->default_value(opts.rnn_hidden)->value_name("N"),
+      "crnn: hidden size of the recurrent layer")(
       "hidden", po::value(&opts.hidden)->default_value(opts.hidden)->value_name("N"), "hidden layer width")(
-      "dropout", po::value(&opts.dropout)->default_value(opts.dropout)->value_name("P"),
+      "dropout", po::value(&opts.dropout)->default_value(opts.dropout, default_text(opts.dropout))->value_name("P"),
       "dropout before the heads, in [0, 1)")(
       "seed", po::value(&opts.seed)->default_value(opts.seed)->value_name("N"), "seed of the initialisation");
+}
+
+nlohmann::json to_json(const ModelOptions& o) {
+  return {{"model", o.model}, {"rnn", o.rnn},         {"rnn_hidden", o.rnn_hidden},
+          {"hidden", o.hidden}, {"dropout", o.dropout}, {"seed", o.seed}};
+}
+
+ModelOptions model_options_from_json(const nlohmann::json& j) {
+  ModelOptions o;
+  try {
+    if (j.contains("model")) j.at("model").get_to(o.model);
+    if (j.contains("rnn")) j.at("rnn").get_to(o.rnn);
+    if (j.contains("rnn_hidden")) j.at("rnn_hidden").get_to(o.rnn_hidden);
+    if (j.contains("hidden")) j.at("hidden").get_to(o.hidden);
+    if (j.contains("dropout")) j.at("dropout").get_to(o.dropout);
+    if (j.contains("seed")) j.at("seed").get_to(o.seed);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string("model options: ") + e.what());
+  }
+  return o;
+}
+
+void RuntimeOptions::validate() const {
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    throw InvalidArgument("--device must be auto, cpu or cuda, got '" + device + "'");
+  if (threads < 0) throw InvalidArgument("--threads must be >= 0, got " + std::to_string(threads));
+  if (!log_level.empty()) parse_log_level(log_level, "--log-level");
+}
+
+c10::Device RuntimeOptions::resolve_device() const {
+  const bool cuda = torch::cuda::is_available();
+  if (device == "cuda" && !cuda) throw InvalidArgument("--device cuda: no CUDA device is available");
+  if (device == "cuda" || (device == "auto" && cuda)) return c10::Device(c10::kCUDA, 0);
+  return c10::Device(c10::kCPU);
+}
+
+void RuntimeOptions::apply_threads() const {
+  if (threads > 0) at::set_num_threads(threads);
+}
+
+void add_options(po::options_description& desc, RuntimeOptions& opts) {
+  desc.add_options()("device", po::value(&opts.device)->default_value(opts.device)->value_name("auto|cpu|cuda"),
+                     "where to compute (auto: CUDA when available)")(
+      "threads", po::value(&opts.threads)->default_value(opts.threads)->value_name("N"),
+      "CPU threads for LibTorch (0: all cores)")(
+      "log-level", po::value(&opts.log_level)->value_name("LEVEL"),
+      "debug, info, warn or error (default: $MELFORGE_LOG_LEVEL, else info)");
+}
+
+LogLevel parse_log_level(const std::string& s, const std::string& source) {
+  if (s == "debug") return LogLevel::debug;
+  if (s == "info") return LogLevel::info;
+  if (s == "warn" || s == "warning") return LogLevel::warn;
+  if (s == "error") return LogLevel::error;
+  throw InvalidArgument(source + " must be debug, info, warn or error, got '" + s + "'");
+}
+
+Logger Logger::from(std::ostream& out, const RuntimeOptions& opts) {
+  if (!opts.log_level.empty()) return Logger(out, parse_log_level(opts.log_level, "--log-level"));
+  const char* env = std::getenv("MELFORGE_LOG_LEVEL");
+  if (env && *env) return Logger(out, parse_log_level(env, "MELFORGE_LOG_LEVEL"));
+  return Logger(out, LogLevel::info);
+}
+
+void Logger::write(LogLevel level, const std::string& msg) const {
+  if (!enabled(level)) return;
+  static constexpr const char* kNames[] = {"debug", "info", "warn", "error"};
+  *out_ << "[melforge-train] " << kNames[static_cast<int>(level)] << ": " << msg << "\n" << std::flush;
 }
 
 }  // namespace melforge::trainer

@@ -1,8 +1,12 @@
 #pragma once
 /// Option groups of melforge-train's subcommands. Each has in-class defaults, validate() and add_options(), so that
 /// every subcommand spells a flag the same way.
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 
 namespace boost::program_options {
@@ -25,8 +29,12 @@ void add_options(boost::program_options::options_description& desc, DataOptions&
 
 /// Which model, and its widths.
 struct ModelOptions {
-  /// Architecture: `cnn` (the default; `crnn` is planned).
+  /// Architecture: `cnn` (the default) or `crnn` (conv front end, then a recurrent layer over time).
   std::string model = "cnn";
+  /// `crnn` only: the recurrent layer, `gru` or `lstm`.
+  std::string rnn = "gru";
+  /// `crnn` only: hidden size of the recurrent layer.
+  int64_t rnn_hidden = 64;
   /// Width of the hidden fully connected layer.
   int64_t hidden = 128;
   /// Dropout probability before the heads, in [0, 1).
@@ -38,7 +46,61 @@ struct ModelOptions {
   void validate() const;
 };
 
-/// Registers --model --hidden --dropout --seed.
+/// Registers --model --rnn --rnn-hidden --hidden --dropout --seed.
 void add_options(boost::program_options::options_description& desc, ModelOptions& opts);
+
+/// ModelOptions as JSON (every field) and back (missing fields keep their defaults; FormatError on a mistyped one).
+nlohmann::json to_json(const ModelOptions& opts);
+ModelOptions model_options_from_json(const nlohmann::json& j);
+
+/// Where and how a command computes, and how much it says.
+struct RuntimeOptions {
+  /// `auto` (CUDA when a device is available, else the CPU), `cpu` or `cuda`.
+  std::string device = "auto";
+  /// CPU threads of LibTorch's intra-op pool; 0 keeps LibTorch's default (all cores).
+  int threads = 0;
+  /// `debug`, `info`, `warn` or `error`; empty: the environment variable MELFORGE_LOG_LEVEL, else `info`.
+  std::string log_level;
+
+  /// Throws InvalidArgument for an unknown device or log level, or negative threads. Does not look for a GPU.
+  void validate() const;
+  /// The device to use. Throws InvalidArgument when `cuda` is asked for and no CUDA device is available.
+  c10::Device resolve_device() const;
+  /// Applies `threads` (at::set_num_threads) when it is > 0.
+  void apply_threads() const;
+};
+
+/// Registers --device --threads --log-level.
+void add_options(boost::program_options::options_description& desc, RuntimeOptions& opts);
+
+/// Message severities, in increasing order.
+enum class LogLevel { debug, info, warn, error };
+
+/// Parses debug|info|warn|error; throws InvalidArgument naming `source` (a flag or variable) otherwise.
+LogLevel parse_log_level(const std::string& s, const std::string& source);
+
+/// Plain log lines ("[melforge-train] info: ...") on a stream, below a level dropped.
+class Logger {
+ public:
+  /// Logs to `out` at `level` (messages below it are dropped).
+  explicit Logger(std::ostream& out, LogLevel level = LogLevel::info) : out_(&out), level_(level) {}
+  /// From RuntimeOptions::log_level, or MELFORGE_LOG_LEVEL when that is empty, or `info`.
+  static Logger from(std::ostream& out, const RuntimeOptions& opts);
+  /// Whether messages of `level` are printed.
+  bool enabled(LogLevel level) const { return level >= level_; }
+  /// The level.
+  LogLevel level() const { return level_; }
+  void debug(const std::string& msg) const { write(LogLevel::debug, msg); }
+  void info(const std::string& msg) const { write(LogLevel::info, msg); }
+  void warn(const std::string& msg) const { write(LogLevel::warn, msg); }
+  void error(const std::string& msg) const { write(LogLevel::error, msg); }
+  /// The stream.
+  std::ostream& stream() const { return *out_; }
+
+ private:
+  void write(LogLevel level, const std::string& msg) const;
+  std::ostream* out_;
+  LogLevel level_;
+};
 
 }  // namespace melforge::trainer

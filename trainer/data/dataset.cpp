@@ -144,6 +144,22 @@ nlohmann::json MelInfo::to_json() const {
   return j;
 }
 
+MelInfo MelInfo::from_json(const nlohmann::json& j) {
+  MelInfo info;
+  for (const auto& field : fields()) {
+    if (!j.is_object() || !j.contains(field.name))
+      throw FormatError(std::string("mel parameters: missing field '") + field.name + "'");
+    try {
+      std::visit([&](auto member) { j.at(field.name).get_to(info.*member); }, field.member);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(std::string("mel parameters: field '") + field.name + "': " + e.what());
+    }
+  }
+  if (j.contains("melforge_version") && j["melforge_version"].is_string())
+    info.melforge_version = j["melforge_version"].get<std::string>();
+  return info;
+}
+
 std::string MelInfo::first_difference(const MelInfo& other, const std::string& this_name,
                                       const std::string& other_name) const {
   for (const auto& field : fields()) {

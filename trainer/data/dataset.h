@@ -85,6 +85,8 @@ struct MelInfo {
   segment::SegmentArgs segment_args() const;
   /// Every parameter above as a JSON object keyed by attribute name (for configs and checkpoints).
   nlohmann::json to_json() const;
+  /// The inverse of to_json(). Throws FormatError naming the first missing or mistyped field.
+  static MelInfo from_json(const nlohmann::json& j);
   /// "NAME is A in THIS but B in OTHER" for the first parameter that differs from `other` (melforge_version
   /// excluded), with `this_name` and `other_name` naming the two sides; empty when every parameter is equal.
   std::string first_difference(const MelInfo& other, const std::string& this_name,

@@ -3,18 +3,9 @@
 #include <string>
 
 #include "melforge/common/errors.h"
+#include "util.h"
 
 namespace melforge::trainer {
-
-namespace {
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-}  // namespace
 
 CnnConfig CnnConfig::from_info(const MelInfo& info, int64_t num_classes) {
   CnnConfig c;
@@ -37,6 +28,21 @@ void CnnConfig::validate() const {
     throw InvalidArgument("--dropout must be in [0, 1), got " + std::to_string(dropout));
 }
 
+CnnConfig CnnConfig::from_json(const nlohmann::json& j) {
+  try {
+    CnnConfig c;
+    c.n_mels = j.at("n_mels").get<int64_t>();
+    c.n_frames = j.at("n_frames").get<int64_t>();
+    c.num_classes = j.at("num_classes").get<int64_t>();
+    c.channels = j.at("channels").get<std::array<int64_t, 3>>();
+    c.hidden = j.at("hidden").get<int64_t>();
+    c.dropout = j.at("dropout").get<double>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string("cnn model configuration: ") + e.what());
+  }
+}
+
 int64_t CnnConfig::flat_features() const { return channels[2] * (n_mels / 2 / 2) * (n_frames / 2 / 2); }
 
 CnnNetImpl::CnnNetImpl(const CnnConfig& config) : config_(config) {
@@ -54,6 +60,12 @@ CnnNetImpl::CnnNetImpl(const CnnConfig& config) : config_(config) {
   detect_head_ = register_module("detect_head", nn::Linear(config_.hidden, 1));
 }
 
+nlohmann::json CnnNetImpl::config_json() const {
+  return {{"model", "cnn"},          {"n_mels", config_.n_mels}, {"n_frames", config_.n_frames},
+          {"num_classes", config_.num_classes}, {"channels", config_.channels},
+          {"hidden", config_.hidden},        {"dropout", config_.dropout}};
+}
+
 ModelOutput CnnNetImpl::forward(const at::Tensor& x) {
   const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == config_.n_mels &&
                   x.size(-1) == config_.n_frames;
@@ -61,7 +73,7 @@ ModelOutput CnnNetImpl::forward(const at::Tensor& x) {
     throw InvalidArgument("cnn: input of shape " + shape_text(x.sizes()) + ", expected [B, " +
                           std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "] or [B, 1, " +
                           std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "]");
-  at::Tensor h = x.dim() == 3 ? x.unsqueeze(1) : x;
+  at::Tensor h = normalize_input(x.dim() == 3 ? x.unsqueeze(1) : x);
   h = pool_(relu_(conv1_(h)));
   h = pool_(relu_(conv2_(h)));
   h = relu_(conv3_(h));

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "data/dataset.h"
+#include "models/model.h"
 
 namespace melforge::trainer {
 
@@ -34,6 +35,8 @@ struct CnnConfig {
 
   /// A config for spectrograms of `info` (n_mels, n_frames) and `num_classes` classes, default widths.
   static CnnConfig from_info(const MelInfo& info, int64_t num_classes);
+  /// Reads the fields config_json() writes; throws FormatError when one is missing or of the wrong type.
+  static CnnConfig from_json(const nlohmann::json& j);
   /// Throws InvalidArgument when a field is out of range.
   void validate() const;
   /// Features after the last convolution, flattened: channels[2] * (n_mels / 4) * (n_frames / 4) (floor division
@@ -41,22 +44,18 @@ struct CnnConfig {
   int64_t flat_features() const;
 };
 
-/// What one forward pass returns.
-struct ModelOutput {
-  /// Multi-class logits, [B, num_classes].
-  at::Tensor logits;
-  /// Binary detection logits (positive class vs the rest), [B].
-  at::Tensor detection;
-};
-
 /// The CNN. Parameters are initialised by LibTorch's defaults from the global generator, so a model built after
 /// torch::manual_seed(s) is the same for the same s.
-class CnnNetImpl : public torch::nn::Module {
+class CnnNetImpl : public Classifier {
  public:
   /// Builds the layers for `config` (validated first; throws InvalidArgument).
   explicit CnnNetImpl(const CnnConfig& config);
   /// `x`: [B, n_mels, n_frames] or [B, 1, n_mels, n_frames], float. Throws InvalidArgument for another shape.
-  ModelOutput forward(const at::Tensor& x);
+  ModelOutput forward(const at::Tensor& x) override;
+  /// "cnn".
+  std::string kind() const override { return "cnn"; }
+  /// {"model": "cnn", "n_mels", "n_frames", "num_classes", "channels", "hidden", "dropout"}.
+  nlohmann::json config_json() const override;
   /// The configuration the model was built with.
   const CnnConfig& config() const { return config_; }
 

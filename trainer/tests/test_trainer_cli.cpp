@@ -46,12 +46,79 @@ TEST_CASE("melforge-train without a known command prints the usage", "[trainer][
   CHECK_THAT(version.out, Catch::Contains(std::string("melforge-train ") + MELFORGE_VERSION));
 }
 
-TEST_CASE("commands that are not written yet fail with a clear message", "[trainer][cli]") {
-  const std::string command = GENERATE(std::string("train"), std::string("eval"), std::string("predict"),
-                                       std::string("export"), std::string("bench"));
-  const auto r = run({command});
-  CHECK(r.code == trainer::kExitError);
-  CHECK_THAT(r.err, Catch::Contains("'" + command + "' is not implemented yet"));
+TEST_CASE("train, eval and bench refuse invalid arguments before any work", "[trainer][cli]") {
+  // The folder does not exist: reaching it would fail with kExitError instead.
+  const std::string nowhere = (fs::temp_directory_path() / "melforge-no-such-dataset").string();
+  const std::string run_dir = (fs::temp_directory_path() / "melforge-no-such-run").string();
+  const std::vector<std::string> args = GENERATE_COPY(
+      std::vector<std::string>{"train", "--out", run_dir},
+      std::vector<std::string>{"train", "--data", nowhere},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--epochs", "0"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--amp", "fp8"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--lr", "-1"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--batch-size", "0"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--best-metric", "speed"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--pos-weight", "x"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--device", "tpu"},
+      std::vector<std::string>{"train", "--data", nowhere, "--out", run_dir, "--log-level", "loud"},
+      std::vector<std::string>{"eval", "--data", nowhere},
+      std::vector<std::string>{"eval", "--checkpoint", nowhere},
+      std::vector<std::string>{"eval", "--checkpoint", nowhere, "--data", nowhere, "--split", "dev"},
+      std::vector<std::string>{"eval", "--checkpoint", nowhere, "--data", nowhere, "--vote", "max"},
+      std::vector<std::string>{"bench", "--data", nowhere, "--steps", "0"},
+      std::vector<std::string>{"bench"},
+      std::vector<std::string>{"export", "--checkpoint", nowhere},
+      std::vector<std::string>{"predict", "--checkpoint", nowhere});
+  CAPTURE(args);
+  const auto r = run(args);
+  CHECK(r.code == trainer::kExitUsage);
+  CHECK_THAT(r.err, Catch::StartsWith("melforge-train: "));
+  CHECK_FALSE(fs::exists(run_dir));
+}
+
+TEST_CASE("train, eval and bench through the command line", "[trainer][cli]") {
+  TempDir d;
+  const fs::path data = test::build_tone_dataset(d.path(), 3, 4);
+  const fs::path run_dir = d / "run";
+  const std::vector<std::string> common = {"--data", data.string(), "--hidden", "16", "--batch-size", "16",
+                                           "--threads", "2", "--log-level", "warn"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.end(), common.begin(), common.end());
+    return a;
+  };
+  const auto t = run(with({"train", "--out", run_dir.string(), "--epochs", "2"}));
+  INFO(t.err);
+  REQUIRE(t.code == trainer::kExitOk);
+  CHECK_THAT(t.out, Catch::Contains("run folder: " + run_dir.string()));
+  CHECK_THAT(t.out, Catch::Contains("report: "));
+  CHECK(fs::is_regular_file(run_dir / "checkpoints" / "best.pt"));
+
+  const auto again = run(with({"train", "--out", run_dir.string(), "--epochs", "2"}));
+  CHECK(again.code == trainer::kExitUsage);
+  CHECK_THAT(again.err, Catch::Contains("not empty"));
+
+  const auto missing_class = run(with({"train", "--out", (d / "run2").string(), "--positive-class", "leak"}));
+  CHECK(missing_class.code == trainer::kExitUsage);
+  CHECK_THAT(missing_class.err, Catch::Contains("leak") && Catch::Contains("class0"));
+
+  const std::string ckpt = (run_dir / "checkpoints" / "best.pt").string();
+  const auto e = run({"eval", "--checkpoint", ckpt, "--data", data.string(), "--split", "val", "--out",
+                      (d / "val.json").string(), "--log-level", "warn"});
+  INFO(e.err);
+  REQUIRE(e.code == trainer::kExitOk);
+  CHECK_THAT(e.out, Catch::Contains("on val of"));
+  CHECK(fs::is_regular_file(d / "val.json"));
+
+  const fs::path other = test::build_tone_dataset(d.path(), 2, 4, "two");
+  const auto misfit = run({"eval", "--checkpoint", ckpt, "--data", other.string()});
+  CHECK(misfit.code == trainer::kExitError);
+  CHECK_THAT(misfit.err, Catch::Contains("does not fit"));
+
+  const auto b = run(with({"bench", "--steps", "2", "--warmup-steps", "1", "--out", (d / "bench.json").string()}));
+  INFO(b.err);
+  REQUIRE(b.code == trainer::kExitOk);
+  CHECK_THAT(b.out, Catch::Contains("training step"));
+  CHECK(fs::is_regular_file(d / "bench.json"));
 }
 
 TEST_CASE("inspect refuses invalid arguments before any work", "[trainer][cli]") {

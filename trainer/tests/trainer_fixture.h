@@ -29,4 +29,24 @@ inline builder::BuildConfig tiny_build_config(const std::filesystem::path& in, c
   return c;
 }
 
+/// Writes a tone corpus of `classes` classes and `per_class` files each (plus a stereo file per class) under
+/// `root/in` and builds it into `root/<name>` with tiny_build_config, after `adjust` (may be empty) changed the
+/// configuration. Returns the dataset folder.
+template <typename Adjust>
+std::filesystem::path build_tone_dataset(const std::filesystem::path& root, int classes, int per_class,
+                                         const std::string& name, Adjust&& adjust) {
+  const std::filesystem::path in = root / ("in-" + std::to_string(classes) + "x" + std::to_string(per_class));
+  if (!std::filesystem::exists(in)) write_tone_corpus(in, classes, per_class);
+  builder::BuildConfig c = tiny_build_config(in, root / name);
+  adjust(c);
+  builder::run_build(c);
+  return root / name;
+}
+
+/// The same without changes to the configuration.
+inline std::filesystem::path build_tone_dataset(const std::filesystem::path& root, int classes, int per_class,
+                                                const std::string& name = "data") {
+  return build_tone_dataset(root, classes, per_class, name, [](builder::BuildConfig&) {});
+}
+
 }  // namespace melforge::test

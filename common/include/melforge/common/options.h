@@ -1,5 +1,7 @@
 #pragma once
 /// Small parsers shared by the option registrations of every binary.
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "melforge/common/errors.h"
@@ -20,6 +22,16 @@ inline int parse_positive_or_auto(const std::string& value, const std::string& f
   if (used == 0 || used != value.size() || n <= 0 || n > 1'000'000'000)
     throw InvalidArgument(flag + ": '" + value + "' is not a positive integer or auto");
   return static_cast<int>(n);
+}
+
+/// A floating-point default as --help shows it: the shortest decimal that reads back (0.3, not 0.2999...).
+inline std::string default_text(double value) {
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value) break;
+  }
+  return buf;
 }
 
 }  // namespace melforge

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Checks melforge-train's files from Python with the pinned torch (run with the venv python of
+tools/setup_torch.sh). Used by trainer/tests/test_trainer_checkpoint.cpp and test_trainer_export.cpp.
+
+  check_export.py checkpoint CKPT
+      torch.load(CKPT) with the default weights_only=True; checks the entries and their types.
+  check_export.py export WEIGHTS INPUT EXPECTED [TOL]
+      torch.load(WEIGHTS) (weights_only), builds the model of WEIGHTS.json's model_config with
+      tools/melforge_models.py, load_state_dict(strict=True), eval mode, runs INPUT (a tensor saved with
+      torch::pickle_save) and compares (logits, detection) with EXPECTED (a dict {"logits", "detection"}) within TOL
+      (default 1e-5, max absolute difference).
+
+Exit code 0 when every check passes, 1 with a message on stderr otherwise.
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def fail(msg: str) -> None:
+    print(f"check_export.py: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check_checkpoint(path: str) -> None:
+    ck = torch.load(path)
+    if not isinstance(ck, dict):
+        fail(f"{path}: top level is {type(ck).__name__}, not dict")
+    expect = {"format": str, "version": int, "model_config": str, "config": str, "mel": str, "class_names": list,
+              "positive_class": str, "positive_index": int, "epoch": int, "step": int, "model": dict,
+              "optimizer": dict, "scaler": dict, "scheduler": str, "state": str}
+    for key, typ in expect.items():
+        if key not in ck:
+            fail(f"{path}: missing entry {key!r}")
+        if not isinstance(ck[key], typ):
+            fail(f"{path}: entry {key!r} is {type(ck[key]).__name__}, not {typ.__name__}")
+    if ck["format"] != "melforge-checkpoint":
+        fail(f"{path}: format {ck['format']!r}")
+    for key in ("model_config", "config", "mel", "scheduler", "state"):
+        json.loads(ck[key])
+    for key in ("model", "optimizer", "scaler"):
+        for name, t in ck[key].items():
+            if not isinstance(name, str) or not isinstance(t, torch.Tensor):
+                fail(f"{path}: entry {key}.{name} is not a str -> tensor item")
+    if ck["rng_state"] is not None and not isinstance(ck["rng_state"], torch.Tensor):
+        fail(f"{path}: rng_state is {type(ck['rng_state']).__name__}")
+    model_keys = sorted(ck["model"])
+    print(f"ok: {len(ck)} entries, model tensors: {','.join(model_keys)}, epoch {ck['epoch']}, step {ck['step']}")
+
+
+def check_export(weights: str, input_path: str, expected_path: str, tol: float) -> None:
+    import melforge_models
+
+    state = torch.load(weights)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        fail(f"{weights}: not a dict of tensors")
+    with open(weights + ".json") as f:
+        meta = json.load(f)
+    for key in ("model_config", "class_names", "positive_class", "mel"):
+        if key not in meta:
+            fail(f"{weights}.json: missing {key!r}")
+    model = melforge_models.build_model(meta["model_config"])
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    x = torch.load(input_path)
+    expected = torch.load(expected_path)
+    with torch.no_grad():
+        logits, detection = model(x)
+    for name, got in (("logits", logits), ("detection", detection)):
+        want = expected[name]
+        if got.shape != want.shape:
+            fail(f"{name}: shape {list(got.shape)} != {list(want.shape)}")
+        diff = (got - want).abs().max().item()
+        if not diff <= tol:
+            fail(f"{name}: max abs difference {diff:.3g} > {tol:g}")
+    print(f"ok: {len(state)} tensors, logits {list(logits.shape)}, max diff within {tol:g}")
+
+
+def main(argv) -> None:
+    if len(argv) >= 2 and argv[0] == "checkpoint":
+        check_checkpoint(argv[1])
+    elif len(argv) >= 4 and argv[0] == "export":
+        check_export(argv[1], argv[2], argv[3], float(argv[4]) if len(argv) > 4 else 1e-5)
+    else:
+        fail("usage: check_export.py checkpoint CKPT | export WEIGHTS INPUT EXPECTED [TOL]")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

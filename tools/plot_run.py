@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""Plots a melforge-train run folder (Debian's python3-matplotlib; run with /usr/bin/python3).
+
+  /usr/bin/python3 tools/plot_run.py RUN_DIR
+
+Reads RUN_DIR/metrics.jsonl (one JSON object per epoch with at least epoch, train_loss, val_loss,
+train_accuracy, val_accuracy, val_macro_f1, lr) and every RUN_DIR/confusion_<split>.csv (as
+Metrics::confusion_csv writes: a header "true\\pred,<names...>", one row per true class), and writes
+RUN_DIR/loss.png (train and val loss, learning rate on a second axis), RUN_DIR/accuracy.png (train and val
+accuracy, val macro-F1) and RUN_DIR/confusion_<split>.png (counts, rows normalised to colour). Prints the paths
+it wrote, one per line. Exit code 1 with a message when the folder has no metrics.jsonl or it holds no epoch.
+"""
+import csv
+import glob
+import json
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+REQUIRED = ("epoch", "train_loss", "val_loss", "train_accuracy", "val_accuracy", "val_macro_f1", "lr")
+
+
+def read_metrics(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"plot_run.py: {path}:{n}: not JSON: {e}")
+            missing = [k for k in REQUIRED if k not in row]
+            if missing:
+                raise SystemExit(f"plot_run.py: {path}:{n}: missing {', '.join(missing)}")
+            rows.append(row)
+    if not rows:
+        raise SystemExit(f"plot_run.py: {path} holds no epoch")
+    return rows
+
+
+def value(row, key):
+    v = row.get(key)
+    return float("nan") if v is None else float(v)
+
+
+def plot_loss(rows, out):
+    epochs = [r["epoch"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(epochs, [value(r, "train_loss") for r in rows], marker="o", label="train loss")
+    ax.plot(epochs, [value(r, "val_loss") for r in rows], marker="o", label="val loss")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    lr_ax = ax.twinx()
+    lr_ax.plot(epochs, [value(r, "lr") for r in rows], color="gray", linestyle="--", label="lr")
+    lr_ax.set_ylabel("learning rate")
+    lines = ax.get_lines() + lr_ax.get_lines()
+    ax.legend(lines, [line.get_label() for line in lines], loc="upper right")
+    ax.set_title("loss")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_accuracy(rows, out):
+    epochs = [r["epoch"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(epochs, [value(r, "train_accuracy") for r in rows], marker="o", label="train accuracy")
+    ax.plot(epochs, [value(r, "val_accuracy") for r in rows], marker="o", label="val accuracy")
+    ax.plot(epochs, [value(r, "val_macro_f1") for r in rows], marker="s", label="val macro-F1")
+    ax.set_xlabel("epoch")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title("accuracy")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def read_confusion(path):
+    with open(path, newline="") as f:
+        table = list(csv.reader(f))
+    if len(table) < 2 or len(table[0]) < 2:
+        raise SystemExit(f"plot_run.py: {path}: not a confusion matrix")
+    names = table[0][1:]
+    counts = []
+    for row in table[1:]:
+        if len(row) != len(names) + 1:
+            raise SystemExit(f"plot_run.py: {path}: row {row[0]!r} has {len(row) - 1} counts, expected {len(names)}")
+        counts.append([int(v) for v in row[1:]])
+    return [row[0] for row in table[1:]], names, counts
+
+
+def plot_confusion(path, out, split):
+    true_names, pred_names, counts = read_confusion(path)
+    norm = [[c / s if (s := sum(row)) else 0.0 for c in row] for row in counts]
+    n = max(len(true_names), len(pred_names))
+    size = max(4.0, 0.55 * n + 2.5)
+    fig, ax = plt.subplots(figsize=(size, size))
+    im = ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(pred_names)), pred_names, rotation=45, ha="right")
+    ax.set_yticks(range(len(true_names)), true_names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    for t, row in enumerate(counts):
+        for p, c in enumerate(row):
+            ax.text(p, t, str(c), ha="center", va="center", fontsize=8,
+                    color="white" if norm[t][p] > 0.5 else "black")
+    total = sum(map(sum, counts))
+    correct = sum(counts[i][i] for i in range(min(len(counts), len(pred_names))))
+    acc = correct / total if total else math.nan
+    ax.set_title(f"confusion ({split}), accuracy {acc:.3f}")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="fraction of the true class")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv):
+    if len(argv) != 1:
+        raise SystemExit("usage: plot_run.py RUN_DIR")
+    run = argv[0]
+    metrics = os.path.join(run, "metrics.jsonl")
+    if not os.path.isfile(metrics):
+        raise SystemExit(f"plot_run.py: {metrics} does not exist")
+    rows = read_metrics(metrics)
+    written = []
+    out = os.path.join(run, "loss.png")
+    plot_loss(rows, out)
+    written.append(out)
+    out = os.path.join(run, "accuracy.png")
+    plot_accuracy(rows, out)
+    written.append(out)
+    for path in sorted(glob.glob(os.path.join(run, "confusion_*.csv"))):
+        split = os.path.basename(path)[len("confusion_"):-len(".csv")]
+        out = os.path.join(run, f"confusion_{split}.png")
+        plot_confusion(path, out, split)
+        written.append(out)
+    for p in written:
+        print(p)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

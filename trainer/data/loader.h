@@ -1,0 +1,130 @@
+#pragma once
+/// Batches of short-segment spectrograms from a Split held in RAM: the valid short segments only (long segment
+/// l < num_valid_long[f]), in a permutation that depends only on (seed, epoch), gathered by a background thread
+/// into a bounded queue (pinned host memory and non-blocking copies when the device is CUDA), or sampled on the
+/// device itself when the split fits the --gpu-mem budget.
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+namespace boost::program_options {
+class options_description;
+}
+
+namespace melforge::trainer {
+
+struct Split;
+
+/// Batch sampling settings.
+struct LoaderOptions {
+  /// Short segments per batch, >= 1.
+  int64_t batch_size = 64;
+  /// Drop the last batch of an epoch when it is smaller than batch_size (default: keep it).
+  bool drop_last = false;
+  /// Batches the background thread keeps ready, >= 0; 0 gathers each batch on the caller's thread.
+  int64_t prefetch = 4;
+  /// Device memory budget in MiB for keeping a split resident on a CUDA device (0: never). When the split's valid
+  /// segments fit, they are copied to the device once and batches are gathered there.
+  int64_t gpu_mem = 0;
+
+  /// Throws InvalidArgument naming the flag.
+  void validate() const;
+  /// Every field, keyed by field name.
+  nlohmann::json to_json() const;
+  /// Reads to_json()'s fields (missing ones keep their defaults); throws FormatError on a mistyped one.
+  static LoaderOptions from_json(const nlohmann::json& j);
+};
+
+/// Registers --batch-size --drop-last --prefetch --gpu-mem.
+void add_options(boost::program_options::options_description& desc, LoaderOptions& opts);
+
+/// One batch.
+struct Batch {
+  /// Spectrograms, float32 [B, n_mels, n_frames] on the loader's device.
+  at::Tensor x;
+  /// Class labels, int64 [B] on the loader's device.
+  at::Tensor y;
+  /// Index of the batch within its epoch, 0-based.
+  int64_t index = 0;
+};
+
+/// The batch source of one split. Methods are called from one thread (the training loop); the prefetch thread is
+/// internal. The split must outlive the loader.
+class BatchLoader {
+ public:
+  /// Indexes the valid short segments of `split` (its `mel` must be loaded, on the CPU). `seed` fixes every epoch's
+  /// order; `device` is where batches are delivered. Throws InvalidArgument for bad options, FormatError when the
+  /// split has no valid segment.
+  BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device);
+  /// Stops the prefetch thread (stop()).
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  /// Number of valid short segments (N).
+  int64_t segments() const { return segment_index_.size(0); }
+  /// Batches per epoch: ceil(N / batch_size), or floor with drop_last (at least 1 when N >= batch_size).
+  int64_t batches_per_epoch() const;
+  /// Whether the split lives on the device (the --gpu-mem budget held it).
+  bool device_resident() const { return resident_mel_.defined(); }
+  /// Bytes a device-resident copy of the valid segments takes (N * n_mels * n_frames * 4).
+  int64_t resident_bytes() const;
+
+  /// Epoch `epoch`'s order: int64 [N], a permutation of [0, N) (positions into the valid-segment list) drawn from
+  /// a CPU generator seeded with a mix of (seed, epoch); the same for the same pair, whatever happened before.
+  at::Tensor epoch_order(int64_t epoch) const;
+  /// Flat index of each valid segment into mel viewed as [F * L * S, M, T] (file-major, then long, then short),
+  /// int64 [N], on the CPU.
+  const at::Tensor& segment_index() const { return segment_index_; }
+  /// Gathers the segments at valid-segment positions `positions` (int64 [B], CPU) on the caller's thread and
+  /// delivers them to the device (the reference the prefetch thread must match).
+  Batch gather(const at::Tensor& positions, int64_t index) const;
+
+  /// Starts epoch `epoch` (stopping an unfinished one first) and, with prefetch > 0 on a host-resident split,
+  /// the thread that gathers its batches in order.
+  void start_epoch(int64_t epoch);
+  /// The next batch of the current epoch, or nullopt when the epoch is done. Rethrows an error of the prefetch
+  /// thread. Throws InvalidArgument when no epoch was started.
+  std::optional<Batch> next();
+  /// Stops and joins the prefetch thread; pending batches are dropped and next() needs a new start_epoch(). Safe
+  /// to call at any time, repeatedly.
+  void stop();
+  /// Seconds next() spent waiting for the prefetch thread (or gathering, without one) since start_epoch().
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  void produce();
+  at::Tensor positions_of(int64_t batch) const;
+
+  const Split& split_;
+  LoaderOptions opts_;
+  uint64_t seed_;
+  at::Device device_;
+  at::Tensor flat_mel_;        // [F * L * S, M, T] view of split.mel (CPU)
+  at::Tensor segment_index_;   // int64 [N]
+  at::Tensor segment_label_;   // int64 [N]
+  at::Tensor resident_mel_;    // [N, M, T] on the device when resident
+  at::Tensor resident_label_;  // int64 [N] on the device when resident
+  at::Tensor order_;           // int64 [N] positions of the current epoch (CPU)
+  at::Tensor order_device_;    // the same on the device when resident
+  int64_t next_batch_ = 0;
+  bool started_ = false;
+  double wait_seconds_ = 0;
+
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  bool stopping_ = false;
+  bool produced_all_ = false;
+  std::exception_ptr worker_error_;
+};
+
+}  // namespace melforge::trainer

@@ -1,0 +1,169 @@
+#include "eval/evaluate.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+
+#include <boost/program_options.hpp>
+
+#include <chrono>
+#include <vector>
+
+#include "data/dataset.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/options.h"
+#include "models/model.h"
+#include "util.h"
+
+namespace po = boost::program_options;
+
+namespace melforge::trainer {
+
+namespace {
+
+/// Restores the module's training mode on scope exit.
+class ModeGuard {
+ public:
+  explicit ModeGuard(torch::nn::Module& m) : module_(m), training_(m.is_training()) {}
+  ~ModeGuard() { module_.train(training_); }
+  ModeGuard(const ModeGuard&) = delete;
+  ModeGuard& operator=(const ModeGuard&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool training_;
+};
+
+at::Tensor long_tensor(const std::vector<int64_t>& v) {
+  return at::from_blob(const_cast<int64_t*>(v.data()), {static_cast<int64_t>(v.size())}, at::kLong).clone();
+}
+
+/// Confusion counts [C, C] and [2, 2] of per-file decisions (CPU tensors).
+Metrics file_metrics(const FileScores& fs, const at::Tensor& labels, int64_t num_classes, int64_t positive_class) {
+  at::Tensor conf = at::zeros({num_classes, num_classes}, at::kLong);
+  at::Tensor det = at::zeros({2, 2}, at::kLong);
+  const int64_t F = labels.size(0);
+  const int64_t* y = labels.data_ptr<int64_t>();
+  const int64_t* p = fs.predicted.data_ptr<int64_t>();
+  const bool* d = fs.detected.data_ptr<bool>();
+  auto c = conf.accessor<int64_t, 2>();
+  auto dc = det.accessor<int64_t, 2>();
+  for (int64_t f = 0; f < F; ++f) {
+    c[y[f]][p[f]] += 1;
+    dc[y[f] == positive_class ? 1 : 0][d[f] ? 1 : 0] += 1;
+  }
+  return metrics_from_counts(conf, det, std::numeric_limits<double>::quiet_NaN());
+}
+
+}  // namespace
+
+void EvalOptions::validate() const {
+  if (split != "train" && split != "val" && split != "test")
+    throw InvalidArgument("--split: '" + split + "' is not one of train, val, test");
+  if (batch_size < 1) throw InvalidArgument("--eval-batch-size must be >= 1 (got " + std::to_string(batch_size) + ")");
+  parse_vote(vote);
+  if (!(threshold > 0 && threshold < 1))
+    throw InvalidArgument("--threshold must be in (0, 1) (got " + std::to_string(threshold) + ")");
+}
+
+void add_options(po::options_description& desc, EvalOptions& opts) {
+  desc.add_options()
+    ("split", po::value<std::string>(&opts.split)->default_value(opts.split), "split to evaluate: train, val or test")
+    ("eval-batch-size", po::value<int64_t>(&opts.batch_size)->default_value(opts.batch_size),
+     "short segments per evaluation forward pass (whole files, at least one per pass)")
+    ("vote", po::value<std::string>(&opts.vote)->default_value(opts.vote),
+     "file-level vote over long segments: mean or majority")
+    ("threshold", po::value<double>(&opts.threshold)->default_value(opts.threshold, default_text(opts.threshold)),
+     "detection probability at or above which the detection head says positive, in (0, 1)");
+}
+
+nlohmann::json EvalResult::to_json(const std::vector<std::string>& class_names) const {
+  return {{"segment", segment.to_json(class_names)},
+          {"file", file.to_json(class_names)},
+          {"seconds", seconds},
+          {"files_per_s", files_per_s}};
+}
+
+EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_class, double bce_weight,
+                    const EvalOptions& opts, at::Device device, at::ScalarType autocast) {
+  opts.validate();
+  const Vote vote = parse_vote(opts.vote);
+  if (!split.mel.defined() || split.mel.size(0) == 0)
+    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no files to evaluate");
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t F = split.mel.size(0), L = split.mel.size(1), S = split.mel.size(2), M = split.mel.size(3),
+                T = split.mel.size(4);
+  const int64_t C = static_cast<int64_t>(split.class_names.size());
+  if (positive_class < 0 || positive_class >= C)
+    throw InvalidArgument("evaluate: positive class " + std::to_string(positive_class) + " outside [0, " +
+                          std::to_string(C) + ")");
+
+  ModeGuard mode(model);
+  model.eval();
+  c10::NoGradGuard no_grad;
+  AutocastGuard autocast_guard(device.type(), autocast);
+
+  const at::Tensor labels = split.label.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor nvl = split.num_valid_long.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* valid = nvl.data_ptr<int64_t>();
+  const at::Tensor mel_long = split.mel.reshape({F * L, S, M, T});
+  const auto float_opts = at::TensorOptions().dtype(at::kFloat).device(device);
+
+  MetricAccumulator segments(C, positive_class, opts.threshold, device);
+  std::vector<at::Tensor> class_probs, predicted, det_score, detected;
+  std::vector<int64_t> global, local;
+  for (int64_t f0 = 0; f0 < F;) {
+    int64_t f1 = f0, segs = 0;
+    do {
+      segs += valid[f1] * S;
+      ++f1;
+    } while (f1 < F && segs + valid[f1] * S <= opts.batch_size);
+    const int64_t nb = f1 - f0;
+    global.clear();
+    local.clear();
+    for (int64_t f = f0; f < f1; ++f) {
+      for (int64_t l = 0; l < valid[f]; ++l) {
+        global.push_back(f * L + l);
+        local.push_back((f - f0) * L + l);
+      }
+    }
+    const int64_t V = static_cast<int64_t>(global.size());
+    const at::Tensor gidx = long_tensor(global);
+    const at::Tensor x = mel_long.index_select(0, gidx.to(mel_long.device())).reshape({V * S, M, T}).to(device);
+    const at::Tensor y = labels.index_select(0, gidx.div(L, "floor")).repeat_interleave(S).to(device);
+    const ModelOutput out = model.forward(x);
+    const at::Tensor loss = combined_loss(out, y, positive_class, bce_weight) * static_cast<double>(V * S);
+    segments.add(out.logits, out.detection, y, loss);
+
+    const at::Tensor lidx = long_tensor(local).to(device);
+    const at::Tensor probs = at::softmax(out.logits.to(at::kFloat), 1).view({V, S, C});
+    const at::Tensor det = at::sigmoid(out.detection.to(at::kFloat)).view({V, S});
+    const at::Tensor bp = at::zeros({nb * L, S, C}, float_opts).index_copy_(0, lidx, probs).view({nb, L, S, C});
+    const at::Tensor bd = at::zeros({nb * L, S}, float_opts).index_copy_(0, lidx, det).view({nb, L, S});
+    FileScores fs = aggregate_files(bp, bd, nvl.slice(0, f0, f1).to(device), vote, opts.threshold);
+    class_probs.push_back(fs.class_probs);
+    predicted.push_back(fs.predicted);
+    det_score.push_back(fs.detection_score);
+    detected.push_back(fs.detected);
+    f0 = f1;
+  }
+
+  EvalResult r;
+  r.files.class_probs = at::cat(class_probs).to(at::kCPU);
+  r.files.predicted = at::cat(predicted).to(at::kCPU);
+  r.files.detection_score = at::cat(det_score).to(at::kCPU);
+  r.files.detected = at::cat(detected).to(at::kCPU);
+  r.segment = segments.finish();
+  r.file = file_metrics(r.files, labels, C, positive_class);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.files_per_s = r.seconds > 0 ? static_cast<double>(F) / r.seconds : 0.0;
+  return r;
+}
+
+}  // namespace melforge::trainer

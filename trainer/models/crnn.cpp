@@ -1,0 +1,108 @@
+#include "models/crnn.h"
+
+#include <ATen/ops/zeros.h>
+
+#include <string>
+#include <tuple>
+
+#include "melforge/common/errors.h"
+#include "util.h"
+
+namespace melforge::trainer {
+
+CrnnConfig CrnnConfig::from_info(const MelInfo& info, int64_t num_classes) {
+  CrnnConfig c;
+  c.n_mels = info.n_mels;
+  c.n_frames = info.n_frames;
+  c.num_classes = num_classes;
+  return c;
+}
+
+void CrnnConfig::validate() const {
+  if (n_mels < 4 || n_frames < 2)
+    throw InvalidArgument("--model crnn needs spectrograms of at least 4 mel bands x 2 frames; the dataset has " +
+                          std::to_string(n_mels) + " mel bands x " + std::to_string(n_frames) + " frames");
+  if (num_classes < 2)
+    throw InvalidArgument("--model crnn needs at least 2 classes, the dataset has " + std::to_string(num_classes));
+  for (const int64_t c : channels)
+    if (c < 1) throw InvalidArgument("--model crnn: every convolution needs at least 1 channel");
+  if (rnn != "gru" && rnn != "lstm") throw InvalidArgument("--rnn: unknown layer '" + rnn + "' (gru or lstm)");
+  if (rnn_hidden < 1) throw InvalidArgument("--rnn-hidden must be >= 1, got " + std::to_string(rnn_hidden));
+  if (hidden < 1) throw InvalidArgument("--hidden must be >= 1, got " + std::to_string(hidden));
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    throw InvalidArgument("--dropout must be in [0, 1), got " + std::to_string(dropout));
+}
+
+CrnnConfig CrnnConfig::from_json(const nlohmann::json& j) {
+  try {
+    CrnnConfig c;
+    c.n_mels = j.at("n_mels").get<int64_t>();
+    c.n_frames = j.at("n_frames").get<int64_t>();
+    c.num_classes = j.at("num_classes").get<int64_t>();
+    if (!j.at("channels").is_array() || j.at("channels").size() != 2)
+      throw FormatError("crnn model configuration: 'channels' must hold 2 channel counts");
+    c.channels = j.at("channels").get<std::array<int64_t, 2>>();
+    c.rnn = j.at("rnn").get<std::string>();
+    c.rnn_hidden = j.at("rnn_hidden").get<int64_t>();
+    c.hidden = j.at("hidden").get<int64_t>();
+    c.dropout = j.at("dropout").get<double>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string("crnn model configuration: ") + e.what());
+  }
+}
+
+CrnnNetImpl::CrnnNetImpl(const CrnnConfig& config) : config_(config) {
+  config_.validate();
+  namespace nn = torch::nn;
+  const auto& ch = config_.channels;
+  conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, ch[0], 3).padding(1)));
+  conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(ch[0], ch[1], 3).padding(1)));
+  pool_ = register_module("pool", nn::MaxPool2d(nn::MaxPool2dOptions(2)));
+  pool_mel_ = register_module("pool_mel", nn::MaxPool2d(nn::MaxPool2dOptions({2, 1})));
+  relu_ = register_module("relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
+  if (config_.rnn == "gru")
+    gru_ = register_module(
+        "rnn", nn::GRU(nn::GRUOptions(config_.rnn_features(), config_.rnn_hidden).num_layers(1).batch_first(true)));
+  else
+    lstm_ = register_module(
+        "rnn", nn::LSTM(nn::LSTMOptions(config_.rnn_features(), config_.rnn_hidden).num_layers(1).batch_first(true)));
+  fc_ = register_module("fc", nn::Linear(config_.rnn_hidden, config_.hidden));
+  dropout_ = register_module("dropout", nn::Dropout(nn::DropoutOptions(config_.dropout)));
+  class_head_ = register_module("class_head", nn::Linear(config_.hidden, config_.num_classes));
+  detect_head_ = register_module("detect_head", nn::Linear(config_.hidden, 1));
+}
+
+nlohmann::json CrnnNetImpl::config_json() const {
+  return {{"model", "crnn"},
+          {"n_mels", config_.n_mels},
+          {"n_frames", config_.n_frames},
+          {"num_classes", config_.num_classes},
+          {"channels", config_.channels},
+          {"rnn", config_.rnn},
+          {"rnn_hidden", config_.rnn_hidden},
+          {"hidden", config_.hidden},
+          {"dropout", config_.dropout}};
+}
+
+ModelOutput CrnnNetImpl::forward(const at::Tensor& x) {
+  const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == config_.n_mels &&
+                  x.size(-1) == config_.n_frames;
+  if (!ok)
+    throw InvalidArgument("crnn: input of shape " + shape_text(x.sizes()) + ", expected [B, " +
+                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "] or [B, 1, " +
+                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "]");
+  at::Tensor h = normalize_input(x.dim() == 3 ? x.unsqueeze(1) : x);
+  h = pool_(relu_(conv1_(h)));
+  h = pool_mel_(relu_(conv2_(h)));
+  h = h.permute({0, 3, 1, 2}).flatten(2);
+  const int64_t batch = h.size(0);
+  if (!h0_.defined() || h0_.size(1) < batch || h0_.device() != h.device() || h0_.scalar_type() != h.scalar_type())
+    h0_ = at::zeros({1, batch, config_.rnn_hidden}, h.options());
+  const at::Tensor hx = h0_.narrow(1, 0, batch);
+  h = gru_ ? std::get<0>(gru_->forward(h, hx)) : std::get<0>(lstm_->forward(h, std::make_tuple(hx, hx)));
+  h = dropout_(relu_(fc_(h.mean(1))));
+  return {class_head_(h), detect_head_(h).squeeze(1)};
+}
+
+}  // namespace melforge::trainer

@@ -1,0 +1,77 @@
+#include "models/model.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+
+#include "data/dataset.h"
+#include "melforge/common/errors.h"
+#include "models/cnn.h"
+#include "models/crnn.h"
+#include "options.h"
+
+namespace melforge::trainer {
+
+Classifier::Classifier() {
+  input_mean_ = register_buffer("input_mean", at::zeros({}, at::kFloat));
+  input_std_ = register_buffer("input_std", at::ones({}, at::kFloat));
+}
+
+void Classifier::set_input_normalization(double mean, double std) {
+  if (!std::isfinite(mean) || !std::isfinite(std) || !(std > 0))
+    throw InvalidArgument("input normalisation needs a finite mean and a finite std > 0, got mean " +
+                          std::to_string(mean) + ", std " + std::to_string(std));
+  at::NoGradGuard no_grad;
+  input_mean_.fill_(mean);
+  input_std_.fill_(std);
+}
+
+at::Tensor Classifier::normalize_input(const at::Tensor& x) const {
+  return (x - input_mean_.to(x.scalar_type())) / input_std_.to(x.scalar_type());
+}
+
+std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+  opts.validate();
+  at::manual_seed(opts.seed);
+  if (opts.model == "cnn") {
+    CnnConfig c = CnnConfig::from_info(info, num_classes);
+    c.hidden = opts.hidden;
+    c.dropout = opts.dropout;
+    return std::make_shared<CnnNetImpl>(c);
+  }
+  if (opts.model == "crnn") {
+    CrnnConfig c = CrnnConfig::from_info(info, num_classes);
+    c.rnn = opts.rnn;
+    c.rnn_hidden = opts.rnn_hidden;
+    c.hidden = opts.hidden;
+    c.dropout = opts.dropout;
+    return std::make_shared<CrnnNetImpl>(c);
+  }
+  throw InvalidArgument("--model: unknown model '" + opts.model + "'");
+}
+
+std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config) {
+  const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
+  if (kind == "cnn") return std::make_shared<CnnNetImpl>(CnnConfig::from_json(config));
+  if (kind == "crnn") return std::make_shared<CrnnNetImpl>(CrnnConfig::from_json(config));
+  throw FormatError("model configuration names an unknown model '" + kind + "'");
+}
+
+}  // namespace melforge::trainer
+
+#include <ATen/ops/binary_cross_entropy_with_logits.h>
+#include <ATen/ops/cross_entropy_loss.h>
+
+namespace melforge::trainer {
+
+at::Tensor combined_loss(const ModelOutput& out, const at::Tensor& labels, int64_t positive_class, double bce_weight,
+                         const at::Tensor& pos_weight) {
+  const at::Tensor ce = at::cross_entropy_loss(out.logits.to(at::kFloat), labels);
+  if (bce_weight == 0.0) return ce;
+  const at::Tensor target = labels.eq(positive_class).to(at::kFloat);
+  const at::Tensor bce = at::binary_cross_entropy_with_logits(out.detection.to(at::kFloat), target, {}, pos_weight);
+  return ce + bce * bce_weight;
+}
+
+}  // namespace melforge::trainer

@@ -1,0 +1,71 @@
+#pragma once
+/// The interface every `--model` implements, and the factory that builds one from ModelOptions and a dataset's
+/// parameters. The trainer, the evaluation, predict and export only see this interface.
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace melforge::trainer {
+
+struct MelInfo;
+struct ModelOptions;
+
+/// What one forward pass returns.
+struct ModelOutput {
+  /// Multi-class logits, [B, num_classes].
+  at::Tensor logits;
+  /// Binary detection logits (positive class vs the rest), [B].
+  at::Tensor detection;
+};
+
+/// A classifier of short-segment spectrograms with a multi-class head and a binary detection head. Parameter and
+/// buffer names (named_parameters/named_buffers) are those of the PyTorch module of the same name in
+/// tools/melforge_models.py, so a state dict moves between the two unchanged.
+class Classifier : public torch::nn::Module {
+ public:
+  /// Registers the input normalisation buffers `input_mean` (0) and `input_std` (1), float32 scalars.
+  Classifier();
+  /// `x`: [B, n_mels, n_frames] or [B, 1, n_mels, n_frames], float. Throws InvalidArgument for another shape.
+  virtual ModelOutput forward(const at::Tensor& x) = 0;
+  /// The architecture name (`cnn`, `crnn`).
+  virtual std::string kind() const = 0;
+  /// Everything needed to build the same architecture again (make_model_from_json), including input shape,
+  /// number of classes and widths: {"model": kind(), ...}.
+  virtual nlohmann::json config_json() const = 0;
+  /// Sets the input normalisation every forward applies first, x' = (x - mean) / std (the training split's
+  /// statistics, kept in the state dict so that eval, predict and export apply the same). Throws InvalidArgument
+  /// unless std > 0 and both are finite.
+  void set_input_normalization(double mean, double std);
+
+ protected:
+  /// (x - input_mean) / input_std; subclasses call it at the start of forward().
+  at::Tensor normalize_input(const at::Tensor& x) const;
+
+ private:
+  at::Tensor input_mean_, input_std_;
+};
+
+/// Builds the model `opts` names for spectrograms of `info` (n_mels, n_frames) and `num_classes` classes, after
+/// seeding the global generator with opts.seed. Throws InvalidArgument for an unknown model or bad widths.
+std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
+
+/// Builds the architecture a checkpoint recorded (Classifier::config_json). Throws FormatError when the JSON names
+/// an unknown model or lacks a field.
+std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config);
+
+}  // namespace melforge::trainer
+
+namespace melforge::trainer {
+
+/// The training loss of both heads, averaged over the batch: cross-entropy of `out.logits` against `labels`
+/// (int64 [B]) plus `bce_weight` times the binary cross-entropy with logits of `out.detection` against
+/// `labels == positive_class`; `pos_weight` (a float scalar tensor, or undefined for 1) weights the positive
+/// term of the BCE as torch.nn.BCEWithLogitsLoss(pos_weight=...) does. Returns a float scalar tensor.
+at::Tensor combined_loss(const ModelOutput& out, const at::Tensor& labels, int64_t positive_class, double bce_weight,
+                         const at::Tensor& pos_weight = {});
+
+}  // namespace melforge::trainer

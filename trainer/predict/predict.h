@@ -1,0 +1,85 @@
+#pragma once
+/// `melforge-train predict`: classifies raw audio files with a checkpoint. Audio is decoded, segmented and turned
+/// into spectrograms through the kernels/ library with the checkpoint's mel parameters, exactly as melforge-build
+/// does, then scored with the file-level vote of eval/metrics.h.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace boost::program_options {
+class options_description;
+}
+
+namespace melforge::trainer {
+
+struct MelInfo;
+
+/// `predict` settings.
+struct PredictOptions {
+  /// The checkpoint to use.
+  std::filesystem::path checkpoint;
+  /// Audio files, or folders searched recursively for files libsndfile reads (positional arguments).
+  std::vector<std::filesystem::path> inputs;
+  /// Output format: csv or json.
+  std::string format = "csv";
+  /// mean or majority (as EvalOptions::vote).
+  std::string vote = "mean";
+  /// Detection threshold in (0, 1).
+  double threshold = 0.5;
+  /// CPU threads for decoding and spectrograms (0: all cores).
+  int threads = 0;
+  /// cpu, cuda or auto.
+  std::string device = "auto";
+
+  /// Throws InvalidArgument naming the flag (no checkpoint, no input, unknown format, ...).
+  void validate() const;
+};
+
+/// Registers --checkpoint --format --vote --threshold --threads --device and the positional inputs.
+void add_options(boost::program_options::options_description& desc, PredictOptions& opts);
+/// The positional-argument name add_options uses for the inputs ("input"), for the command-line parser.
+inline constexpr const char* kPredictInputsName = "input";
+
+/// The features of one audio file as melforge-build computes them for a dataset with parameters `info`:
+/// float32 [num_long, num_short, n_mels, n_frames] (values rounded through float16 when info.dtype is float16,
+/// as the builder stores them), and the number of valid long segments. Throws AudioError naming the file when it
+/// cannot be decoded or is too short under info.short_files == "skip".
+struct FileFeatures {
+  at::Tensor mel;
+  int64_t num_valid_long = 0;
+};
+FileFeatures featurize_file(const std::filesystem::path& path, const MelInfo& info, int threads = 0);
+
+/// featurize_file with one spectrogram engine built once for many files (featurize_file builds one per call).
+class Featurizer {
+ public:
+  /// Builds the CPU engine for `info` with `threads` threads (0: all cores). Throws FormatError when `info` holds
+  /// parameters the kernels refuse or that do not give its n_frames / num_short.
+  explicit Featurizer(const MelInfo& info, int threads = 0);
+  ~Featurizer();
+  Featurizer(const Featurizer&) = delete;
+  Featurizer& operator=(const Featurizer&) = delete;
+  /// As featurize_file.
+  FileFeatures operator()(const std::filesystem::path& path);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The files predict reads for `inputs`: a file as given; a folder searched recursively for regular files whose
+/// extension (case-insensitive) is one melforge-build scans by default (wav, flac, ogg, mp3, ...), sorted by path.
+/// An input that does not exist is returned too (predict reports it as unreadable).
+std::vector<std::filesystem::path> collect_inputs(const std::vector<std::filesystem::path>& inputs);
+
+/// Runs predict: one line (CSV, with a header) or object (JSON array) per input file with its path, predicted
+/// class, class probabilities, detection score and decision. Files that cannot be read are reported as such with
+/// the reason (the other files are still scored); throws when no file could be scored.
+void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& log);
+
+}  // namespace melforge::trainer

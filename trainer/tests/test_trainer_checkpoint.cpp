@@ -1,0 +1,329 @@
+// Checkpoints: every field round trips bit-exactly, damaged or foreign files are refused with a FormatError, a
+// failed write leaves nothing behind, state dicts move between models by name, and Python's torch.load (weights_only,
+// the default) reads the file.
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
+#include <ATen/ATen.h>
+#include <ATen/core/Dict.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "melforge/common/errors.h"
+#include "models/cnn.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+
+using namespace melforge;
+using namespace melforge::trainer;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+Checkpoint sample_checkpoint() {
+  at::manual_seed(11);
+  Checkpoint c;
+  c.version = kCheckpointVersion;
+  c.model_config = {{"model", "cnn"}, {"n_mels", 32}, {"channels", {16, 32, 64}}, {"dropout", 0.3}};
+  c.config = {{"train", {{"lr", 0.001}, {"epochs", 3}}}, {"name", "résumé ✓"}};
+  c.mel = {{"sample_rate", 8000}, {"f_max", 4000.0}, {"log", "db"}};
+  c.class_names = {"dog", "cat", "bird song"};
+  c.positive_class = "cat";
+  c.positive_index = 1;
+  c.epoch = 7;
+  c.step = int64_t{1} << 40;
+  c.model = {{"conv1.weight", at::randn({4, 1, 3, 3})}, {"conv1.bias", at::randn({4})},
+             {"bn.num_batches_tracked", at::tensor(int64_t{5})}};
+  c.optimizer = {{"state.0.exp_avg", at::randn({4, 1, 3, 3}, at::kDouble)}, {"step", at::tensor(3.0f)}};
+  c.scaler = {{"scale", at::tensor(65536.0f)}, {"growth_tracker", at::tensor(int64_t{2}, at::kInt)}};
+  c.scheduler = {{"base_lr", 0.001}, {"warmup", 10}};
+  c.rng_state = at::randint(0, 256, {5056}, at::kByte);
+  c.state = {{"best_metric", 0.75}, {"best_epoch", 5}, {"sampler", {1, 2, 3}}};
+  return c;
+}
+
+bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() == b.defined() && (!a.defined() || (a.scalar_type() == b.scalar_type() &&
+                                                         a.sizes() == b.sizes() && at::equal(a, b)));
+}
+
+void check_maps(const TensorMap& a, const TensorMap& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    CAPTURE(name);
+    REQUIRE(b.count(name));
+    CHECK(bit_equal(t, b.at(name)));
+  }
+}
+
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("no exception of the expected type");
+  return {};
+}
+
+void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
+  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// The checkpoint's dict with `edit` applied, written to `p`.
+template <typename F>
+void write_edited(const Checkpoint& c, const fs::path& p, F&& edit) {
+  const fs::path tmp = p.string() + ".orig";
+  save_checkpoint(c, tmp);
+  c10::IValue v = torch::jit::pickle_load(read_bytes(tmp));
+  c10::impl::GenericDict d = v.toGenericDict();
+  edit(d);
+  write_bytes(p, torch_save_bytes(c10::IValue(d)));
+}
+
+CnnConfig small_cnn(int64_t hidden = 16) {
+  CnnConfig c;
+  c.n_mels = 8;
+  c.n_frames = 8;
+  c.num_classes = 3;
+  c.channels = {2, 3, 4};
+  c.hidden = hidden;
+  return c;
+}
+
+/// The venv python of tools/setup_torch.sh, or empty when it is not installed.
+std::string venv_python() {
+  const std::string cmd = "bash '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/setup_torch.sh' --venv 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {};
+  char buf[4096];
+  std::string out;
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  const fs::path venv = out;
+  if (out.empty() || !fs::exists(venv / ".melforge-complete") || !fs::exists(venv / "bin/python")) return {};
+  return (venv / "bin/python").string();
+}
+
+int run_command(const std::string& cmd, std::string& output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) output += buf;
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint round trips every field bit-exactly", "[trainer][checkpoint]") {
+  TempDir d;
+  const Checkpoint c = sample_checkpoint();
+  save_checkpoint(c, d / "ck.pt");
+  CHECK_FALSE(fs::exists(d / "ck.pt.tmp"));
+  const Checkpoint r = load_checkpoint(d / "ck.pt");
+  CHECK(r.version == c.version);
+  CHECK(r.model_config == c.model_config);
+  CHECK(r.config == c.config);
+  CHECK(r.mel == c.mel);
+  CHECK(r.class_names == c.class_names);
+  CHECK(r.positive_class == c.positive_class);
+  CHECK(r.positive_index == c.positive_index);
+  CHECK(r.epoch == c.epoch);
+  CHECK(r.step == c.step);
+  check_maps(r.model, c.model);
+  check_maps(r.optimizer, c.optimizer);
+  check_maps(r.scaler, c.scaler);
+  CHECK(r.scheduler == c.scheduler);
+  CHECK(bit_equal(r.rng_state, c.rng_state));
+  CHECK(r.state == c.state);
+
+  Checkpoint empty = c;
+  empty.optimizer.clear();
+  empty.rng_state = at::Tensor();
+  save_checkpoint(empty, d / "ck.pt");
+  const Checkpoint e = load_checkpoint(d / "ck.pt");
+  CHECK(e.optimizer.empty());
+  CHECK_FALSE(e.rng_state.defined());
+}
+
+TEST_CASE("the generator state restored from a checkpoint replays the same numbers", "[trainer][checkpoint]") {
+  TempDir d;
+  Checkpoint c = sample_checkpoint();
+  at::manual_seed(123);
+  at::randn({10});
+  c.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  const at::Tensor expected = at::randn({100});
+  save_checkpoint(c, d / "ck.pt");
+  at::manual_seed(999);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(load_checkpoint(d / "ck.pt").rng_state);
+  CHECK(at::equal(at::randn({100}), expected));
+}
+
+TEST_CASE("truncated, random and foreign files are refused with a FormatError", "[trainer][checkpoint]") {
+  TempDir d;
+  save_checkpoint(sample_checkpoint(), d / "ck.pt");
+  const std::vector<char> bytes = read_bytes(d / "ck.pt");
+  REQUIRE(bytes.size() > 1000);
+
+  SECTION("truncated") {
+    const double keep = GENERATE(0.0, 0.1, 0.5, 0.9, 0.999);
+    CAPTURE(keep);
+    write_bytes(d / "t.pt", std::vector<char>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() * keep)));
+    CHECK_THROWS_AS(load_checkpoint(d / "t.pt"), FormatError);
+  }
+  SECTION("random bytes") {
+    std::mt19937 rng(5);
+    std::vector<char> junk(bytes.size());
+    for (auto& b : junk) b = static_cast<char>(rng());
+    write_bytes(d / "r.pt", junk);
+    CHECK_THROWS_AS(load_checkpoint(d / "r.pt"), FormatError);
+  }
+  SECTION("a pickled tensor, not a dict") {
+    write_bytes(d / "x.pt", torch::jit::pickle_save(c10::IValue(at::ones({3}))));
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "x.pt"); }),
+               Catch::Contains("not a melforge checkpoint"));
+  }
+  SECTION("a dict without the format tag") {
+    write_edited(sample_checkpoint(), d / "f.pt", [](auto& dict) { static_cast<void>(dict.erase("format")); });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "f.pt"); }),
+               Catch::Contains("not a melforge checkpoint"));
+  }
+  SECTION("another version") {
+    write_edited(sample_checkpoint(), d / "v.pt", [](auto& dict) { dict.insert_or_assign("version", int64_t{2}); });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "v.pt"); }), Catch::Contains("version 2"));
+  }
+  SECTION("a missing entry") {
+    const std::string key = GENERATE("epoch", "model", "rng_state", "class_names", "mel");
+    write_edited(sample_checkpoint(), d / "m.pt", [&](auto& dict) { static_cast<void>(dict.erase(key)); });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "m.pt"); }),
+               Catch::Contains("missing entry '" + key + "'"));
+  }
+  SECTION("an entry of the wrong type") {
+    const std::string key = GENERATE("epoch", "model", "config", "class_names", "rng_state");
+    write_edited(sample_checkpoint(), d / "w.pt",
+                 [&](auto& dict) { dict.insert_or_assign(key, c10::IValue(std::string("{"))); });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "w.pt"); }), Catch::Contains("'" + key + "'"));
+  }
+  SECTION("a tensor map holding a non-tensor") {
+    write_edited(sample_checkpoint(), d / "n.pt", [&](auto& dict) {
+      c10::impl::GenericDict m(c10::StringType::get(), c10::AnyType::get());
+      m.insert("w", int64_t{3});
+      dict.insert_or_assign("model", m);
+    });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "n.pt"); }), Catch::Contains("model.w"));
+  }
+  CHECK_THROWS_AS(load_checkpoint(d / "missing.pt"), IoError);
+}
+
+TEST_CASE("a failed write leaves neither the file nor the temporary file", "[trainer][checkpoint]") {
+  TempDir d;
+  SECTION("missing folder") {
+    const fs::path p = d / "no/such/folder/ck.pt";
+    CHECK_THAT(error_of<IoError>([&] { save_checkpoint(sample_checkpoint(), p); }), Catch::Contains(p.string()));
+    CHECK_FALSE(fs::exists(p));
+    CHECK_FALSE(fs::exists(p.string() + ".tmp"));
+  }
+  SECTION("the final path is a non-empty folder: the rename fails after the temporary file was written") {
+    const fs::path p = d / "ck.pt";
+    test::write_text(p / "keep.txt", "x");
+    CHECK_THROWS_AS(save_checkpoint(sample_checkpoint(), p), IoError);
+    CHECK(fs::is_directory(p));
+    CHECK(fs::exists(p / "keep.txt"));
+    CHECK_FALSE(fs::exists(p.string() + ".tmp"));
+  }
+  SECTION("an existing checkpoint is replaced whole") {
+    const fs::path p = d / "ck.pt";
+    Checkpoint c = sample_checkpoint();
+    save_checkpoint(c, p);
+    c.epoch = 8;
+    save_checkpoint(c, p);
+    CHECK(load_checkpoint(p).epoch == 8);
+    CHECK_FALSE(fs::exists(p.string() + ".tmp"));
+  }
+}
+
+TEST_CASE("state dicts move between models by name", "[trainer][checkpoint]") {
+  at::manual_seed(1);
+  CnnNetImpl a(small_cnn());
+  at::manual_seed(2);
+  CnnNetImpl b(small_cnn());
+  const TensorMap sa = state_dict(a);
+  std::vector<std::string> names;
+  for (const auto& item : a.named_parameters(true)) names.push_back(item.key());
+  for (const auto& item : a.named_buffers(true)) names.push_back(item.key());
+  std::sort(names.begin(), names.end());
+  CHECK(std::count(names.begin(), names.end(), "conv1.weight") == 1);
+  CHECK(std::count(names.begin(), names.end(), "detect_head.bias") == 1);
+  std::vector<std::string> got;
+  for (const auto& [n, t] : sa) {
+    got.push_back(n);
+    CHECK(t.device().is_cpu());
+    CHECK(t.is_contiguous());
+    CHECK_FALSE(t.requires_grad());
+  }
+  CHECK(got == names);
+  // A copy, not a view of the parameters.
+  sa.at("fc.bias").add_(1.0);
+  CHECK_FALSE(at::equal(sa.at("fc.bias"), a.named_parameters()["fc.bias"]));
+  const TensorMap fresh = state_dict(a);
+
+  load_state_dict(b, fresh, "test");
+  for (const auto& [n, t] : state_dict(b)) CHECK(at::equal(t, fresh.at(n)));
+  a.eval();
+  b.eval();
+  const at::Tensor x = at::randn({2, 8, 8});
+  CHECK(at::equal(a.forward(x).logits, b.forward(x).logits));
+
+  SECTION("a model of another shape") {
+    CnnNetImpl wide(small_cnn(32));
+    const TensorMap before = state_dict(wide);
+    CHECK_THAT(error_of<FormatError>([&] { load_state_dict(wide, fresh, "ck.pt"); }),
+               Catch::Contains("ck.pt") && Catch::Contains("class_head.weight") && Catch::Contains("[3, 16]"));
+    for (const auto& [n, t] : state_dict(wide)) CHECK(at::equal(t, before.at(n)));
+  }
+  SECTION("a missing or unexpected entry") {
+    TensorMap missing = fresh;
+    missing.erase("conv2.bias");
+    CHECK_THAT(error_of<FormatError>([&] { load_state_dict(b, missing, "ck.pt"); }),
+               Catch::Contains("missing entry 'conv2.bias'"));
+    TensorMap extra = fresh;
+    extra["rnn.weight_ih_l0"] = at::zeros({3});
+    CHECK_THAT(error_of<FormatError>([&] { load_state_dict(b, extra, "ck.pt"); }),
+               Catch::Contains("unexpected entry 'rnn.weight_ih_l0'"));
+  }
+}
+
+TEST_CASE("Python's torch.load reads a checkpoint with weights_only (the default)", "[trainer][checkpoint][python]") {
+  const std::string python = venv_python();
+  if (python.empty()) {
+    WARN("skipped: the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
+    return;
+  }
+  TempDir d;
+  Checkpoint c = sample_checkpoint();
+  at::manual_seed(3);
+  CnnNetImpl m(small_cnn());
+  c.model = state_dict(m);
+  save_checkpoint(c, d / "ck.pt");
+  std::string out;
+  const int rc = run_command("'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) +
+                                 "/tools/check_export.py' checkpoint '" + (d / "ck.pt").string() + "'",
+                             out);
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("conv1.weight") && Catch::Contains("epoch 7"));
+}

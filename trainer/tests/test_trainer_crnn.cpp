@@ -1,0 +1,318 @@
+// `--model crnn`: shapes and parameters, the forward pass against a hand-written recurrence, the reused initial
+// state, the JSON round trip through the factory, gradients and invalid configurations.
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "melforge/common/errors.h"
+#include "models/crnn.h"
+#include "models/model.h"
+#include "options.h"
+
+using namespace melforge;
+using trainer::CrnnConfig;
+using trainer::CrnnNet;
+
+namespace {
+
+CrnnConfig config(int64_t n_mels, int64_t n_frames, int64_t classes, const std::string& rnn = "gru",
+                  int64_t rnn_hidden = 24) {
+  CrnnConfig c;
+  c.n_mels = n_mels;
+  c.n_frames = n_frames;
+  c.num_classes = classes;
+  c.rnn = rnn;
+  c.rnn_hidden = rnn_hidden;
+  c.hidden = 20;
+  return c;
+}
+
+/// Expected parameter shapes, written from the architecture (gates: 3 for GRU, 4 for LSTM).
+std::map<std::string, std::vector<int64_t>> expected_shapes(const CrnnConfig& c) {
+  const int64_t g = (c.rnn == "gru" ? 3 : 4) * c.rnn_hidden;
+  const int64_t features = c.channels[1] * (c.n_mels / 4);
+  return {{"conv1.weight", {c.channels[0], 1, 3, 3}},
+          {"conv1.bias", {c.channels[0]}},
+          {"conv2.weight", {c.channels[1], c.channels[0], 3, 3}},
+          {"conv2.bias", {c.channels[1]}},
+          {"rnn.weight_ih_l0", {g, features}},
+          {"rnn.weight_hh_l0", {g, c.rnn_hidden}},
+          {"rnn.bias_ih_l0", {g}},
+          {"rnn.bias_hh_l0", {g}},
+          {"fc.weight", {c.hidden, c.rnn_hidden}},
+          {"fc.bias", {c.hidden}},
+          {"class_head.weight", {c.num_classes, c.hidden}},
+          {"class_head.bias", {c.num_classes}},
+          {"detect_head.weight", {1, c.hidden}},
+          {"detect_head.bias", {1}}};
+}
+
+/// The forward pass (eval mode) with functional ops on the module's weights and the recurrence written step by step
+/// from the GRU (r, z, n) and LSTM (i, f, g, o) equations.
+std::pair<at::Tensor, at::Tensor> reference_forward(CrnnNet& net, const at::Tensor& x) {
+  auto p = net->named_parameters();
+  const CrnnConfig& c = net->config();
+  auto buffers = net->named_buffers();
+  at::Tensor h = (x.unsqueeze(1) - buffers["input_mean"]) / buffers["input_std"];
+  h = at::max_pool2d(at::relu(at::conv2d(h, p["conv1.weight"], p["conv1.bias"], 1, 1)), {2, 2});
+  h = at::max_pool2d(at::relu(at::conv2d(h, p["conv2.weight"], p["conv2.bias"], 1, 1)), {2, 1});
+  const int64_t batch = h.size(0), channels = h.size(1), rows = h.size(2), steps = h.size(3);
+  const int64_t hid = c.rnn_hidden;
+  const at::Tensor w_ih = p["rnn.weight_ih_l0"], w_hh = p["rnn.weight_hh_l0"];
+  const at::Tensor b_ih = p["rnn.bias_ih_l0"], b_hh = p["rnn.bias_hh_l0"];
+  at::Tensor state = torch::zeros({batch, hid});
+  at::Tensor cell = torch::zeros({batch, hid});
+  at::Tensor sum = torch::zeros({batch, hid});
+  for (int64_t t = 0; t < steps; ++t) {
+    at::Tensor in = torch::empty({batch, channels * rows});
+    for (int64_t ch = 0; ch < channels; ++ch)
+      for (int64_t m = 0; m < rows; ++m) in.select(1, ch * rows + m).copy_(h.select(3, t).select(2, m).select(1, ch));
+    const at::Tensor gi = at::linear(in, w_ih, b_ih);
+    const at::Tensor gh = at::linear(state, w_hh, b_hh);
+    if (c.rnn == "gru") {
+      const at::Tensor r = at::sigmoid(gi.narrow(1, 0, hid) + gh.narrow(1, 0, hid));
+      const at::Tensor z = at::sigmoid(gi.narrow(1, hid, hid) + gh.narrow(1, hid, hid));
+      const at::Tensor n = at::tanh(gi.narrow(1, 2 * hid, hid) + r * gh.narrow(1, 2 * hid, hid));
+      state = (1 - z) * n + z * state;
+    } else {
+      const at::Tensor g = gi + gh;
+      const at::Tensor i = at::sigmoid(g.narrow(1, 0, hid));
+      const at::Tensor f = at::sigmoid(g.narrow(1, hid, hid));
+      const at::Tensor gg = at::tanh(g.narrow(1, 2 * hid, hid));
+      const at::Tensor o = at::sigmoid(g.narrow(1, 3 * hid, hid));
+      cell = f * cell + i * gg;
+      state = o * at::tanh(cell);
+    }
+    sum = sum + state;
+  }
+  const at::Tensor pooled = sum / static_cast<double>(steps);
+  const at::Tensor hidden = at::relu(at::linear(pooled, p["fc.weight"], p["fc.bias"]));
+  return {at::linear(hidden, p["class_head.weight"], p["class_head.bias"]),
+          at::linear(hidden, p["detect_head.weight"], p["detect_head.bias"]).squeeze(1)};
+}
+
+}  // namespace
+
+TEST_CASE("crnn output shapes and parameters follow the configuration", "[trainer][crnn]") {
+  const auto [n_mels, n_frames] = GENERATE(std::pair<int64_t, int64_t>{32, 32}, std::pair<int64_t, int64_t>{64, 17},
+                                           std::pair<int64_t, int64_t>{4, 2}, std::pair<int64_t, int64_t>{40, 101});
+  const int64_t classes = GENERATE(2, 5);
+  const std::string rnn = GENERATE("gru", "lstm");
+  const int64_t batch = GENERATE(1, 3);
+  CAPTURE(n_mels, n_frames, classes, rnn, batch);
+  const CrnnConfig c = config(n_mels, n_frames, classes, rnn);
+  CHECK(c.rnn_steps() == n_frames / 2);
+  CHECK(c.rnn_features() == 32 * (n_mels / 4));
+  torch::manual_seed(1);
+  CrnnNet net(c);
+  net->eval();
+  const auto expected = expected_shapes(c);
+  const auto named = net->named_parameters();
+  CHECK(named.size() == expected.size());
+  for (const auto& [name, shape] : expected) {
+    CAPTURE(name);
+    REQUIRE(named.contains(name));
+    CHECK(named[name].sizes().vec() == shape);
+  }
+  CHECK(net->named_buffers().keys() == std::vector<std::string>{"input_mean", "input_std"});
+
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({batch, n_mels, n_frames});
+  const auto y = net->forward(x);
+  CHECK(y.logits.sizes().vec() == std::vector<int64_t>{batch, classes});
+  CHECK(y.detection.sizes().vec() == std::vector<int64_t>{batch});
+  const auto y4 = net->forward(x.unsqueeze(1));
+  CHECK(torch::equal(y.logits, y4.logits));
+  CHECK(torch::equal(y.detection, y4.detection));
+}
+
+TEST_CASE("crnn computes conv front end, recurrence over time, time mean, fc and two heads", "[trainer][crnn]") {
+  const std::string rnn = GENERATE("gru", "lstm");
+  const auto [n_mels, n_frames] =
+      GENERATE(std::pair<int64_t, int64_t>{16, 12}, std::pair<int64_t, int64_t>{22, 9});
+  CAPTURE(rnn, n_mels, n_frames);
+  torch::manual_seed(3);
+  CrnnNet net(config(n_mels, n_frames, 4, rnn, 8));
+  net->set_input_normalization(-3.0, 2.5);
+  net->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({3, n_mels, n_frames});
+  const auto y = net->forward(x);
+  const auto [logits, detection] = reference_forward(net, x);
+  CHECK(torch::allclose(y.logits, logits, 1e-5, 1e-6));
+  CHECK(torch::allclose(y.detection, detection, 1e-5, 1e-6));
+}
+
+TEST_CASE("crnn allocates its initial state once and reuses it for smaller batches", "[trainer][crnn]") {
+  const std::string rnn = GENERATE("gru", "lstm");
+  CAPTURE(rnn);
+  torch::manual_seed(5);
+  CrnnNet net(config(16, 16, 3, rnn, 12));
+  net->eval();
+  torch::NoGradGuard no_grad;
+  CHECK_FALSE(net->initial_state().defined());
+  const at::Tensor x = torch::randn({6, 16, 16});
+  const auto y4 = net->forward(x.narrow(0, 0, 4));
+  const at::Tensor h0 = net->initial_state();
+  REQUIRE(h0.defined());
+  CHECK(h0.sizes().vec() == std::vector<int64_t>{1, 4, 12});
+  const void* storage = h0.data_ptr();
+  const auto y2 = net->forward(x.narrow(0, 0, 2));
+  CHECK(net->initial_state().data_ptr() == storage);
+  CHECK(torch::allclose(y2.logits, y4.logits.narrow(0, 0, 2), 1e-6, 1e-7));
+  net->forward(x.narrow(0, 0, 4));
+  CHECK(net->initial_state().data_ptr() == storage);
+  CHECK(net->initial_state().abs().sum().item<float>() == 0.0f);
+
+  const auto y6 = net->forward(x);
+  CHECK(net->initial_state().size(1) == 6);
+  const void* bigger = net->initial_state().data_ptr();
+  net->forward(x.narrow(0, 0, 1));
+  net->forward(x.narrow(0, 0, 5));
+  CHECK(net->initial_state().data_ptr() == bigger);
+  CHECK(torch::allclose(y6.logits.narrow(0, 0, 4), y4.logits, 1e-6, 1e-7));
+
+  for (const auto& item : net->named_buffers()) CHECK_FALSE(item.value().is_same(net->initial_state()));
+  CHECK(net->named_buffers().size() == 2);
+}
+
+TEST_CASE("crnn config_json builds the same model through make_model_from_json", "[trainer][crnn]") {
+  trainer::ModelOptions opts;
+  opts.model = "crnn";
+  opts.rnn = GENERATE("gru", "lstm");
+  opts.rnn_hidden = 10;
+  opts.hidden = 14;
+  opts.dropout = 0.2;
+  opts.seed = 77;
+  CAPTURE(opts.rnn);
+  trainer::MelInfo info;
+  info.n_mels = 20;
+  info.n_frames = 13;
+  const auto model = trainer::make_model(opts, info, 3);
+  CHECK(model->kind() == "crnn");
+  const nlohmann::json j = model->config_json();
+  CHECK(j.at("model") == "crnn");
+  CHECK(j.at("n_mels") == 20);
+  CHECK(j.at("n_frames") == 13);
+  CHECK(j.at("num_classes") == 3);
+  CHECK(j.at("rnn") == opts.rnn);
+  CHECK(j.at("rnn_hidden") == 10);
+  CHECK(j.at("hidden") == 14);
+  CHECK(j.at("dropout").get<double>() == 0.2);
+  CHECK(j.at("channels") == nlohmann::json::array({16, 32}));
+
+  const auto again = trainer::make_model(opts, info, 3);
+  const auto rebuilt = trainer::make_model_from_json(nlohmann::json::parse(j.dump()));
+  CHECK(rebuilt->kind() == "crnn");
+  CHECK(rebuilt->config_json() == j);
+  auto src = model->named_parameters();
+  auto dst = rebuilt->named_parameters();
+  auto same = again->named_parameters();
+  REQUIRE(src.size() == dst.size());
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : src) {
+      CAPTURE(item.key());
+      CHECK(torch::equal(item.value(), same[item.key()]));
+      dst[item.key()].copy_(item.value());
+    }
+  }
+  model->set_input_normalization(0.25, 1.5);
+  rebuilt->set_input_normalization(0.25, 1.5);
+  model->eval();
+  rebuilt->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({2, 20, 13});
+  CHECK(torch::equal(model->forward(x).logits, rebuilt->forward(x).logits));
+  CHECK(torch::equal(model->forward(x).detection, rebuilt->forward(x).detection));
+}
+
+TEST_CASE("every crnn parameter receives a gradient from the combined loss", "[trainer][crnn]") {
+  const std::string rnn = GENERATE("gru", "lstm");
+  CAPTURE(rnn);
+  torch::manual_seed(9);
+  CrnnNet net(config(16, 20, 3, rnn));
+  net->train();
+  const at::Tensor x = torch::randn({6, 16, 20});
+  const at::Tensor label = torch::tensor({0, 1, 2, 0, 1, 2}, torch::kLong);
+  const at::Tensor loss = trainer::combined_loss(net->forward(x), label, 2, 1.0);
+  loss.backward();
+  for (const auto& item : net->named_parameters()) {
+    const at::Tensor& p = item.value();
+    CAPTURE(item.key());
+    REQUIRE(p.grad().defined());
+    CHECK(torch::isfinite(p.grad()).all().item<bool>());
+    CHECK(p.grad().abs().sum().item<float>() > 0.0f);
+  }
+  CHECK_FALSE(net->initial_state().requires_grad());
+}
+
+TEST_CASE("crnn refuses bad configurations, JSON and inputs", "[trainer][crnn]") {
+  CHECK_THROWS_AS(CrnnNet(config(3, 32, 2)), InvalidArgument);
+  CHECK_THROWS_AS(CrnnNet(config(32, 1, 2)), InvalidArgument);
+  CHECK_THROWS_AS(CrnnNet(config(32, 32, 1)), InvalidArgument);
+  CHECK_THROWS_AS(CrnnNet(config(32, 32, 2, "rnn")), InvalidArgument);
+  CHECK_THROWS_AS(CrnnNet(config(32, 32, 2, "gru", 0)), InvalidArgument);
+  CrnnConfig c = config(32, 32, 2);
+  c.dropout = 1.0;
+  CHECK_THROWS_AS(CrnnNet(c), InvalidArgument);
+  c = config(32, 32, 2);
+  c.hidden = 0;
+  CHECK_THROWS_AS(CrnnNet(c), InvalidArgument);
+  c = config(32, 32, 2);
+  c.channels = {16, 0};
+  CHECK_THROWS_AS(CrnnNet(c), InvalidArgument);
+
+  CrnnNet net(config(32, 32, 2));
+  nlohmann::json j = net->config_json();
+  j.erase("rnn_hidden");
+  CHECK_THROWS_AS(trainer::make_model_from_json(j), FormatError);
+  j = net->config_json();
+  j["channels"] = {16, 32, 64};
+  CHECK_THROWS_AS(trainer::make_model_from_json(j), FormatError);
+  j = net->config_json();
+  j["model"] = "crnn2";
+  CHECK_THROWS_AS(trainer::make_model_from_json(j), FormatError);
+
+  const at::Tensor bad = GENERATE(torch::zeros({2, 32, 31}), torch::zeros({2, 2, 32, 32}), torch::zeros({32, 32}));
+  CAPTURE(bad.sizes());
+  try {
+    net->forward(bad);
+    FAIL("no error");
+  } catch (const InvalidArgument& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("expected [B, 32, 32] or [B, 1, 32, 32]"));
+  }
+}
+
+TEST_CASE("crnn runs on CUDA and matches the CPU", "[trainer][crnn][cuda]") {
+  if (!torch::cuda::is_available()) {
+    SUCCEED("skipped: no CUDA device");
+    return;
+  }
+  const std::string rnn = GENERATE("gru", "lstm");
+  torch::manual_seed(13);
+  CrnnNet cpu(config(32, 24, 4, rnn));
+  CrnnNet gpu(config(32, 24, 4, rnn));
+  {
+    torch::NoGradGuard no_grad;
+    auto dst = gpu->named_parameters();
+    for (const auto& item : cpu->named_parameters()) dst[item.key()].copy_(item.value());
+  }
+  gpu->to(torch::kCUDA);
+  cpu->eval();
+  gpu->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({5, 32, 24});
+  const auto yc = cpu->forward(x);
+  const auto yg = gpu->forward(x.to(torch::kCUDA));
+  CHECK(gpu->initial_state().device().is_cuda());
+  CHECK(torch::allclose(yg.logits.cpu(), yc.logits, 1e-4, 1e-5));
+  const void* storage = gpu->initial_state().data_ptr();
+  gpu->forward(x.narrow(0, 0, 3).to(torch::kCUDA));
+  CHECK(gpu->initial_state().data_ptr() == storage);
+}

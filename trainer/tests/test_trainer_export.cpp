@@ -1,0 +1,175 @@
+// export: the state dict file holds the checkpoint's weights (CPU, contiguous) under the module's names, the JSON
+// beside it the model configuration; Python (the venv torch, tools/melforge_models.py) loads both and reproduces the
+// C++ outputs within 1e-5.
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
+#include <ATen/ATen.h>
+#include <ATen/core/Dict.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "export/export.h"
+#include "melforge/common/errors.h"
+#include "models/cnn.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+
+using namespace melforge;
+using namespace melforge::trainer;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
+  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A checkpoint of a seeded CNN (with a non-trivial input normalisation) at `path`.
+std::shared_ptr<CnnNetImpl> seeded_checkpoint(const fs::path& path, uint64_t seed) {
+  at::manual_seed(seed);
+  CnnConfig c;
+  c.n_mels = 16;
+  c.n_frames = 12;
+  c.num_classes = 4;
+  c.hidden = 24;
+  auto model = std::make_shared<CnnNetImpl>(c);
+  model->set_input_normalization(-40.0, 12.5);
+  Checkpoint ck;
+  ck.version = kCheckpointVersion;
+  ck.model_config = model->config_json();
+  ck.mel = {{"sample_rate", 8000}, {"n_mels", 16}};
+  ck.class_names = {"a", "b", "c", "d"};
+  ck.positive_class = "c";
+  ck.positive_index = 2;
+  ck.epoch = 9;
+  ck.model = state_dict(*model);
+  ck.optimizer = {{"state.0.exp_avg", at::ones({3})}};
+  save_checkpoint(ck, path);
+  return model;
+}
+
+std::string venv_python() {
+  const std::string cmd = "bash '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/setup_torch.sh' --venv 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {};
+  char buf[4096];
+  std::string out;
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  const fs::path venv = out;
+  if (out.empty() || !fs::exists(venv / ".melforge-complete") || !fs::exists(venv / "bin/python")) return {};
+  return (venv / "bin/python").string();
+}
+
+int run_command(const std::string& cmd, std::string& output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) output += buf;
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("export writes the checkpoint's weights and configuration", "[trainer][export]") {
+  TempDir d;
+  auto model = seeded_checkpoint(d / "ck.pt", 3);
+  ExportOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.out = d / "weights.pt";
+  std::ostringstream out;
+  run_export(opts, out);
+  CHECK_THAT(out.str(), Catch::Contains("weights.pt") && Catch::Contains("weights.pt.json"));
+  CHECK_FALSE(fs::exists(d / "weights.pt.tmp"));
+
+  const c10::IValue v = torch::jit::pickle_load(read_bytes(d / "weights.pt"));
+  REQUIRE(v.isGenericDict());
+  const TensorMap expected = state_dict(*model);
+  std::size_t n = 0;
+  for (const auto& item : v.toGenericDict()) {
+    const std::string name = item.key().toStringRef();
+    CAPTURE(name);
+    REQUIRE(expected.count(name));
+    const at::Tensor t = item.value().toTensor();
+    CHECK(t.device().is_cpu());
+    CHECK(t.is_contiguous());
+    CHECK(t.scalar_type() == expected.at(name).scalar_type());
+    CHECK(at::equal(t, expected.at(name)));
+    ++n;
+  }
+  CHECK(n == expected.size());
+
+  std::ifstream jf(d / "weights.pt.json");
+  const auto j = nlohmann::json::parse(jf);
+  CHECK(j["model_config"] == model->config_json());
+  CHECK(j["class_names"] == std::vector<std::string>{"a", "b", "c", "d"});
+  CHECK(j["positive_class"] == "c");
+  CHECK(j["mel"]["sample_rate"] == 8000);
+
+  opts.checkpoint = d / "missing.pt";
+  CHECK_THROWS_AS(run_export(opts, out), IoError);
+  opts.checkpoint.clear();
+  CHECK_THROWS_AS(opts.validate(), InvalidArgument);
+  opts.checkpoint = d / "ck.pt";
+  opts.out = d / "no/such/dir/weights.pt";
+  CHECK_THROWS_AS(run_export(opts, out), IoError);
+  CHECK_FALSE(fs::exists(d / "no"));
+}
+
+TEST_CASE("Python loads the export into tools/melforge_models.py and reproduces the outputs",
+          "[trainer][export][python]") {
+  const std::string python = venv_python();
+  if (python.empty()) {
+    WARN("skipped: the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
+    return;
+  }
+  TempDir d;
+  auto model = seeded_checkpoint(d / "ck.pt", 17);
+  ExportOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.out = d / "weights.pt";
+  std::ostringstream out;
+  run_export(opts, out);
+
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({5, 16, 12}) * 12.5 - 40.0;
+  model->eval();
+  c10::NoGradGuard no_grad;
+  const ModelOutput y = model->forward(x);
+  write_bytes(d / "input.pt", torch_save_bytes(c10::IValue(x)));
+  c10::impl::GenericDict expected(c10::StringType::get(), c10::TensorType::get());
+  expected.insert("logits", y.logits.contiguous());
+  expected.insert("detection", y.detection.contiguous());
+  write_bytes(d / "expected.pt", torch_save_bytes(c10::IValue(expected)));
+
+  std::string output;
+  const int rc = run_command("'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/check_export.py' export '" +
+                                 (d / "weights.pt").string() + "' '" + (d / "input.pt").string() + "' '" +
+                                 (d / "expected.pt").string() + "' 1e-5",
+                             output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK_THAT(output, Catch::Contains("ok:"));
+
+  // The comparison can fail: other weights give other outputs.
+  expected.insert_or_assign("logits", (y.logits + 1e-3).contiguous());
+  write_bytes(d / "expected.pt", torch_save_bytes(c10::IValue(expected)));
+  std::string output2;
+  CHECK(run_command("'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/check_export.py' export '" +
+                        (d / "weights.pt").string() + "' '" + (d / "input.pt").string() + "' '" +
+                        (d / "expected.pt").string() + "' 1e-5",
+                    output2) == 1);
+  CHECK_THAT(output2, Catch::Contains("logits"));
+}

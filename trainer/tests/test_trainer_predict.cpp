@@ -1,0 +1,207 @@
+// predict: featurize_file gives exactly the spectrograms melforge-build stored for the same files (float16 and
+// float32 builds), and run_predict scores files and folders like evaluate() scores the dataset, listing unreadable
+// files with their reason.
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
+#include <ATen/ATen.h>
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "eval/evaluate.h"
+#include "melforge/common/errors.h"
+#include "models/cnn.h"
+#include "predict/predict.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "trainer_fixture.h"
+
+using namespace melforge;
+using namespace melforge::trainer;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+TEST_CASE("featurize_file equals the builder's stored spectrograms bit for bit", "[trainer][predict]") {
+  const mel::DType dtype = GENERATE(mel::DType::float16, mel::DType::float32);
+  const std::string log = GENERATE("db", "ln");
+  CAPTURE(mel::to_string(dtype), log);
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 5);
+  auto c = test::tiny_build_config(d / "in", d / "out");
+  c.build.dtype = dtype;
+  c.mel.log = mel::parse_log_mode(log);
+  builder::run_build(c);
+  const Dataset ds = load_dataset(d / "out");
+
+  Featurizer featurize(ds.info, 2);
+  int64_t files = 0, partial = 0;
+  for (const Split* split : {&ds.train, &ds.val, &ds.test}) {
+    for (int64_t f = 0; f < split->files(); ++f) {
+      CAPTURE(split->name, split->paths[f]);
+      const FileFeatures got = featurize(d / "in" / split->paths[f]);
+      CHECK(got.num_valid_long == split->num_valid_long[f].item<int64_t>());
+      REQUIRE(got.mel.sizes() == split->mel[f].sizes());
+      CHECK(got.mel.scalar_type() == at::kFloat);
+      CHECK(at::equal(got.mel, split->mel[f]));
+      ++files;
+      partial += got.num_valid_long < ds.info.num_long;
+    }
+  }
+  CHECK(files == 18);
+  CHECK(partial > 0);
+  const std::string first = ds.train.paths.at(0);
+  CHECK(at::equal(featurize_file(d / "in" / first, ds.info, 1).mel, ds.train.mel[0]));
+}
+
+TEST_CASE("featurize_file refuses unreadable and too short files", "[trainer][predict]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 2);
+  auto c = test::tiny_build_config(d / "in", d / "out");
+  builder::run_build(c);
+  const Dataset ds = load_dataset(d / "out", false);
+  test::write_text(d / "bad.wav", "not audio");
+  test::write_tone(d / "short.wav", 440, 1000, 8000);  // 0.125 s < one short segment of 0.25 s
+  CHECK_THROWS_AS(featurize_file(d / "bad.wav", ds.info), AudioError);
+  CHECK_THROWS_WITH(featurize_file(d / "short.wav", ds.info), Catch::Contains("short.wav") &&
+                                                                  Catch::Contains("too short"));
+  CHECK_THROWS_AS(featurize_file(d / "missing.wav", ds.info), AudioError);
+}
+
+namespace {
+
+/// Saves a checkpoint of a seeded CNN for `ds` and returns the model.
+std::shared_ptr<CnnNetImpl> write_checkpoint(const Dataset& ds, const fs::path& path, int64_t positive) {
+  at::manual_seed(5);
+  CnnConfig cc = CnnConfig::from_info(ds.info, ds.num_classes());
+  cc.hidden = 32;
+  auto model = std::make_shared<CnnNetImpl>(cc);
+  model->set_input_normalization(ds.train.mel.mean().item<double>(), ds.train.mel.std().item<double>());
+  Checkpoint ck;
+  ck.version = kCheckpointVersion;
+  ck.model_config = model->config_json();
+  ck.mel = ds.info.to_json();
+  ck.class_names = ds.class_names;
+  ck.positive_index = positive;
+  ck.positive_class = ds.class_names[positive];
+  ck.epoch = 3;
+  ck.model = state_dict(*model);
+  save_checkpoint(ck, path);
+  return model;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("run_predict scores files like evaluate() scores the dataset", "[trainer][predict]") {
+  const std::string vote = GENERATE("mean", "majority");
+  CAPTURE(vote);
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 5);
+  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
+  const Dataset ds = load_dataset(d / "out");
+  auto model = write_checkpoint(ds, d / "ck.pt", 2);
+  test::write_text(d / "in/class1/broken.wav", "RIFF....garbage");
+  test::write_text(d / "in/notes.txt", "ignored: not an audio extension");
+
+  PredictOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.inputs = {d / "in", d / "missing.wav"};
+  opts.format = "json";
+  opts.vote = vote;
+  opts.threshold = 0.4;
+  opts.threads = 2;
+  opts.device = "cpu";
+  std::ostringstream out, log;
+  run_predict(opts, out, log);
+  const auto j = nlohmann::json::parse(out.str());
+  REQUIRE(j.is_array());
+  CHECK(j.size() == 18 + 2);
+  CHECK_THAT(log.str(), Catch::Contains("18 file(s) scored, 2 unreadable"));
+
+  std::map<std::string, nlohmann::json> by_path;
+  for (const auto& row : j) by_path[row["path"].get<std::string>()] = row;
+  CHECK(by_path.count((d / "in/class1/broken.wav").string()));
+  CHECK(by_path[(d / "in/class1/broken.wav").string()].contains("error"));
+  CHECK_THAT(by_path[(d / "missing.wav").string()]["error"].get<std::string>(), Catch::Contains("missing.wav"));
+  CHECK_FALSE(by_path.count((d / "in/notes.txt").string()));
+
+  EvalOptions eo;
+  eo.vote = vote;
+  eo.threshold = 0.4;
+  int64_t compared = 0;
+  for (const Split* split : {&ds.train, &ds.val, &ds.test}) {
+    const EvalResult r = evaluate(*model, *split, 2, 1.0, eo, at::kCPU);
+    for (int64_t f = 0; f < split->files(); ++f) {
+      const std::string path = (d / "in" / split->paths[f]).string();
+      CAPTURE(path);
+      REQUIRE(by_path.count(path));
+      const auto& row = by_path[path];
+      REQUIRE_FALSE(row.contains("error"));
+      CHECK(row["predicted"] == ds.class_names[r.files.predicted[f].item<int64_t>()]);
+      CHECK(row["detection_score"].get<double>() == Approx(r.files.detection_score[f].item<double>()).margin(1e-6));
+      CHECK(row["detected"].get<bool>() == r.files.detected[f].item<bool>());
+      CHECK(row["num_valid_long"] == split->num_valid_long[f].item<int64_t>());
+      for (int64_t c = 0; c < ds.num_classes(); ++c)
+        CHECK(row["probabilities"][ds.class_names[c]].get<double>() ==
+              Approx(r.files.class_probs[f][c].item<double>()).margin(1e-6));
+      ++compared;
+    }
+  }
+  CHECK(compared == 18);
+
+  opts.format = "csv";
+  opts.inputs = {d / "in/class0", d / "in/class1/broken.wav"};
+  std::ostringstream csv, log2;
+  run_predict(opts, csv, log2);
+  const auto lines = split_lines(csv.str());
+  REQUIRE(lines.size() == 1 + 6 + 1);
+  CHECK(lines[0] == "path,predicted,detection_score,detected,p_class0,p_class1,p_class2,error");
+  CHECK_THAT(lines.back(), Catch::StartsWith((d / "in/class1/broken.wav").string() + ",,,,,,,"));
+  CHECK(std::count(lines[1].begin(), lines[1].end(), ',') == 7);
+  CHECK_THAT(lines[1], Catch::EndsWith(","));
+}
+
+TEST_CASE("run_predict fails when nothing can be scored, and checks its options", "[trainer][predict]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 2);
+  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
+  const Dataset ds = load_dataset(d / "out");
+  write_checkpoint(ds, d / "ck.pt", 0);
+  test::write_text(d / "junk/a.wav", "x");
+  PredictOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.inputs = {d / "junk"};
+  std::ostringstream out, log;
+  CHECK_THROWS_AS(run_predict(opts, out, log), AudioError);
+  CHECK_THAT(out.str(), Catch::Contains("a.wav"));
+  opts.inputs = {d / "empty"};
+  fs::create_directories(d / "empty");
+  CHECK_THROWS_AS(run_predict(opts, out, log), InvalidArgument);
+
+  PredictOptions bad = opts;
+  bad.format = "xml";
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  bad = opts;
+  bad.inputs.clear();
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  bad = opts;
+  bad.checkpoint.clear();
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  bad = opts;
+  bad.threshold = 0;
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  bad = opts;
+  bad.device = "tpu";
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  opts.inputs = {d / "in"};
+  opts.checkpoint = d / "nope.pt";
+  CHECK_THROWS_AS(run_predict(opts, out, log), IoError);
+}

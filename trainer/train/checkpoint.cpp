@@ -1,0 +1,266 @@
+#include "train/checkpoint.h"
+
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
+#include <fcntl.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/nn/module.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "melforge/common/errors.h"
+
+namespace torch::jit {
+// Declared in <torch/csrc/jit/serialization/export.h>, which costs a TorchScript and ONNX include tree.
+TORCH_API void writeArchiveAndTensors(const std::string& archive_name, const char* pickle_bytes, size_t size,
+                                      const std::vector<at::Tensor>& tensors,
+                                      caffe2::serialize::PyTorchStreamWriter& out);
+}  // namespace torch::jit
+
+namespace melforge::trainer {
+
+namespace {
+
+/// Value of the "format" entry that marks a melforge checkpoint.
+constexpr const char* kFormatTag = "melforge-checkpoint";
+
+std::string shape_string(at::IntArrayRef s) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) out << (i ? ", " : "") << s[i];
+  out << ']';
+  return out.str();
+}
+
+c10::impl::GenericDict tensor_dict(const TensorMap& m) {
+  c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [name, t] : m) d.insert(name, t.detach().to(at::kCPU).contiguous());
+  return d;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+/// Reads the entries of a loaded checkpoint with type checks; every error names the file and the entry.
+class Reader {
+ public:
+  Reader(const std::filesystem::path& path, c10::impl::GenericDict dict) : path_(path), dict_(std::move(dict)) {}
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw FormatError("checkpoint '" + path_.string() + "': " + why);
+  }
+  bool has(const std::string& key) const { return dict_.contains(key); }
+  c10::IValue get(const std::string& key) const {
+    auto it = dict_.find(key);
+    if (it == dict_.end()) fail("missing entry '" + key + "'");
+    return it->value();
+  }
+  int64_t integer(const std::string& key) const {
+    const c10::IValue v = get(key);
+    if (!v.isInt()) fail("entry '" + key + "' is a " + v.tagKind() + ", not an int");
+    return v.toInt();
+  }
+  std::string string(const std::string& key) const {
+    const c10::IValue v = get(key);
+    if (!v.isString()) fail("entry '" + key + "' is a " + v.tagKind() + ", not a string");
+    return v.toStringRef();
+  }
+  nlohmann::json json(const std::string& key) const {
+    const std::string s = string(key);
+    try {
+      return nlohmann::json::parse(s);
+    } catch (const nlohmann::json::exception& e) {
+      fail("entry '" + key + "' is not valid JSON: " + e.what());
+    }
+  }
+  std::vector<std::string> strings(const std::string& key) const {
+    const c10::IValue v = get(key);
+    if (!v.isList()) fail("entry '" + key + "' is a " + v.tagKind() + ", not a list");
+    std::vector<std::string> out;
+    for (const c10::IValue& e : v.toListRef()) {
+      if (!e.isString()) fail("entry '" + key + "' holds a " + e.tagKind() + ", not a string");
+      out.push_back(e.toStringRef());
+    }
+    return out;
+  }
+  TensorMap tensors(const std::string& key) const {
+    const c10::IValue v = get(key);
+    if (!v.isGenericDict()) fail("entry '" + key + "' is a " + v.tagKind() + ", not a dict");
+    TensorMap out;
+    for (const auto& item : v.toGenericDict()) {
+      if (!item.key().isString()) fail("entry '" + key + "' has a key of type " + item.key().tagKind());
+      if (!item.value().isTensor())
+        fail("entry '" + key + "." + item.key().toStringRef() + "' is a " + item.value().tagKind() + ", not a tensor");
+      out[item.key().toStringRef()] = item.value().toTensor();
+    }
+    return out;
+  }
+  at::Tensor optional_tensor(const std::string& key) const {
+    const c10::IValue v = get(key);
+    if (v.isNone()) return {};
+    if (!v.isTensor()) fail("entry '" + key + "' is a " + v.tagKind() + ", not a tensor");
+    return v.toTensor();
+  }
+
+ private:
+  std::filesystem::path path_;
+  c10::impl::GenericDict dict_;
+};
+
+}  // namespace
+
+std::vector<char> torch_save_bytes(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* buf, size_t size) { pickle.insert(pickle.end(), buf, buf + size); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    const char* bytes = static_cast<const char*>(data);
+    archive.insert(archive.end(), bytes, bytes + size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  auto fail = [&](const std::string& what, int fd) {
+    const std::string reason = errno_text();
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IoError("cannot write '" + path.string() + "': " + what + ": " + reason);
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const std::string reason = errno_text();
+    throw IoError("cannot write '" + path.string() + "': cannot create '" + tmp.string() + "': " + reason);
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write", fd);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync", fd);
+  if (::close(fd) != 0) fail("close", -1);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", -1);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path) {
+  c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+  d.insert("format", std::string(kFormatTag));
+  d.insert("version", c.version);
+  d.insert("model_config", c.model_config.dump());
+  d.insert("config", c.config.dump());
+  d.insert("mel", c.mel.dump());
+  c10::List<std::string> names;
+  for (const auto& n : c.class_names) names.push_back(n);
+  d.insert("class_names", names);
+  d.insert("positive_class", c.positive_class);
+  d.insert("positive_index", c.positive_index);
+  d.insert("epoch", c.epoch);
+  d.insert("step", c.step);
+  d.insert("model", tensor_dict(c.model));
+  d.insert("optimizer", tensor_dict(c.optimizer));
+  d.insert("scaler", tensor_dict(c.scaler));
+  d.insert("scheduler", c.scheduler.dump());
+  d.insert("rng_state", c.rng_state.defined() ? c10::IValue(c.rng_state.detach().to(at::kCPU).contiguous())
+                                              : c10::IValue());
+  d.insert("state", c.state.dump());
+  const std::vector<char> bytes = torch_save_bytes(c10::IValue(d));
+  write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
+}
+
+Checkpoint load_checkpoint(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open checkpoint '" + path.string() + "': " + errno_text());
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw IoError("cannot read checkpoint '" + path.string() + "'");
+  c10::IValue root;
+  try {
+    root = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw FormatError("checkpoint '" + path.string() + "' is not a readable torch archive (truncated or corrupt?): " +
+                      what);
+  }
+  if (!root.isGenericDict())
+    throw FormatError("checkpoint '" + path.string() + "' is not a melforge checkpoint (it holds a " +
+                      root.tagKind() + ", not a dict)");
+  for (const auto& item : root.toGenericDict())
+    if (!item.key().isString())
+      throw FormatError("checkpoint '" + path.string() + "' is not a melforge checkpoint (a key is a " +
+                        item.key().tagKind() + ")");
+  const Reader r(path, root.toGenericDict());
+  if (!r.has("format") || !r.get("format").isString() || r.string("format") != kFormatTag)
+    r.fail("not a melforge checkpoint (no 'format': '" + std::string(kFormatTag) + "' entry)");
+  Checkpoint c;
+  c.version = r.integer("version");
+  if (c.version != kCheckpointVersion)
+    r.fail("format version " + std::to_string(c.version) + ", this build reads version " +
+           std::to_string(kCheckpointVersion));
+  c.model_config = r.json("model_config");
+  c.config = r.json("config");
+  c.mel = r.json("mel");
+  c.class_names = r.strings("class_names");
+  c.positive_class = r.string("positive_class");
+  c.positive_index = r.integer("positive_index");
+  c.epoch = r.integer("epoch");
+  c.step = r.integer("step");
+  c.model = r.tensors("model");
+  c.optimizer = r.tensors("optimizer");
+  c.scaler = r.tensors("scaler");
+  c.scheduler = r.json("scheduler");
+  c.rng_state = r.optional_tensor("rng_state");
+  c.state = r.json("state");
+  return c;
+}
+
+TensorMap state_dict(const torch::nn::Module& module) {
+  TensorMap out;
+  for (const auto& item : module.named_parameters(true))
+    out[item.key()] = item.value().detach().to(at::kCPU).clone(at::MemoryFormat::Contiguous);
+  for (const auto& item : module.named_buffers(true))
+    out[item.key()] = item.value().detach().to(at::kCPU).clone(at::MemoryFormat::Contiguous);
+  return out;
+}
+
+void load_state_dict(torch::nn::Module& module, const TensorMap& state, const std::string& what) {
+  std::map<std::string, at::Tensor> targets;
+  for (const auto& item : module.named_parameters(true)) targets[item.key()] = item.value();
+  for (const auto& item : module.named_buffers(true)) targets[item.key()] = item.value();
+  for (const auto& [name, target] : targets) {
+    auto it = state.find(name);
+    if (it == state.end()) throw FormatError(what + ": missing entry '" + name + "' of the model");
+    if (!it->second.defined()) throw FormatError(what + ": entry '" + name + "' is an undefined tensor");
+    if (it->second.sizes() != target.sizes())
+      throw FormatError(what + ": entry '" + name + "' has shape " + shape_string(it->second.sizes()) +
+                        " but the model's is " + shape_string(target.sizes()));
+  }
+  for (const auto& [name, t] : state)
+    if (!targets.count(name)) throw FormatError(what + ": unexpected entry '" + name + "' (not in the model)");
+  c10::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) target.copy_(state.at(name));
+}
+
+}  // namespace melforge::trainer

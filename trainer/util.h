@@ -1,0 +1,61 @@
+#pragma once
+/// Small helpers shared by the trainer's folders: shape and CSV text, and an autocast scope.
+#include <ATen/autocast_mode.h>
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "melforge/common/errors.h"
+
+namespace melforge::trainer {
+
+/// "[d0, d1, ...]".
+inline std::string shape_text(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// `s` as one CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a quote or a line break.
+inline std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) {
+    if (ch == '"') q += '"';
+    q += ch;
+  }
+  return q + "\"";
+}
+
+/// Enables autocast to `dtype` (at::kBFloat16 or at::kHalf) on `device_type` for its scope, nothing for
+/// at::kFloat, and restores the previous autocast state at the end. Throws InvalidArgument for another dtype.
+class AutocastGuard {
+ public:
+  AutocastGuard(at::DeviceType device_type, at::ScalarType dtype) : type_(device_type), active_(dtype != at::kFloat) {
+    if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
+      throw InvalidArgument(std::string("autocast: unsupported dtype ") + c10::toString(dtype) +
+                            " (float, bfloat16 or half)");
+    if (!active_) return;
+    prev_enabled_ = at::autocast::is_autocast_enabled(type_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastGuard() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, prev_enabled_);
+    at::autocast::set_autocast_dtype(type_, prev_dtype_);
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  at::DeviceType type_;
+  bool active_;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kFloat;
+};
+
+}  // namespace melforge::trainer
