@@ -17,7 +17,7 @@ Progress::Progress(std::string label, int64_t total, std::string unit, bool quie
 void Progress::advance(int64_t n) {
   std::lock_guard lock(mutex_);
   done_ += n;
-  if (quiet_) return;
+  if (quiet_ || (!tty_ && done_ >= total_)) return;
   const double now = watch_.seconds();
   if (now - last_print_s_ >= (tty_ ? 0.1 : log_every_s_)) {
     last_print_s_ = now;
