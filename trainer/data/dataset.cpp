@@ -2,6 +2,7 @@
 
 #include <ATen/ops/empty.h>
 
+#include <fstream>
 #include <sstream>
 #include <variant>
 
@@ -256,7 +257,17 @@ int64_t Dataset::class_index(const std::string& name, const std::string& flag) c
   throw InvalidArgument(flag + ": '" + name + "' is not a class of " + dir.string() + " (classes: " + list + ")");
 }
 
-Dataset load_dataset(const fs::path& dir, bool load_mel) {
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
+Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_bytes) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError("dataset folder " + dir.string() + " does not exist");
   for (const auto& name : kSplitNames) {
@@ -267,6 +278,22 @@ Dataset load_dataset(const fs::path& dir, bool load_mel) {
   }
   Dataset d;
   d.dir = dir;
+  if (load_mel) {
+    const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
+    double need = 0;
+    std::string sizes;
+    for (const auto& name : kSplitNames) {
+      const Split meta = read_split(dir / (name + ".h5"), name, false);
+      double bytes = static_cast<double>(meta.files()) * sizeof(float);
+      for (const int64_t dim : meta.info.file_shape()) bytes *= static_cast<double>(dim);
+      need += bytes;
+      sizes += (sizes.empty() ? "" : ", ") + name + " " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB";
+    }
+    if (budget >= 0 && need > static_cast<double>(budget))
+      throw Error("dataset " + dir.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
+                  " MiB as float32 in RAM (" + sizes + ") but only " + std::to_string(budget >> 20) +
+                  " MiB are available; streaming a dataset larger than RAM is not implemented yet");
+  }
   d.train = read_split(dir / "train.h5", "train", load_mel);
   d.val = read_split(dir / "val.h5", "val", load_mel);
   d.test = read_split(dir / "test.h5", "test", load_mel);

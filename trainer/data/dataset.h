@@ -155,6 +155,12 @@ struct Dataset {
 /// Reads and checks `<dir>/{train,val,test}.h5`: each split on its own (read_split), then that the three agree on
 /// every parameter and on the class names. Splits may be empty (use Dataset::require_files). Throws IoError when
 /// `dir` is not a folder or a file cannot be read, FormatError naming the split and the difference otherwise.
-Dataset load_dataset(const std::filesystem::path& dir, bool load_mel = true);
+/// With `load_mel`, the float32 spectrograms of the three splits must fit in `ram_budget_bytes` (-1: the
+/// MemAvailable of /proc/meminfo, or no limit where it cannot be read); otherwise Error is thrown, naming the
+/// sizes, before anything is loaded (streaming a dataset larger than RAM is not implemented).
+Dataset load_dataset(const std::filesystem::path& dir, bool load_mel = true, int64_t ram_budget_bytes = -1);
+
+/// MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read.
+int64_t available_memory_bytes();
 
 }  // namespace melforge::trainer

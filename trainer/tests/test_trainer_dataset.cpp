@@ -301,3 +301,23 @@ TEST_CASE("a split file that contradicts itself is refused", "[trainer][dataset]
     CHECK_THAT(format_error(read), Catch::Contains("num_short = 0 must be > 0"));
   }
 }
+
+TEST_CASE("a dataset larger than the RAM budget is refused before anything is loaded", "[trainer][dataset]") {
+  TempDir d;
+  builder::run_build(build(d, "out"));
+  const trainer::Dataset meta = trainer::load_dataset(d / "out", false);
+  int64_t need = 0;
+  for (const trainer::Split* s : {&meta.train, &meta.val, &meta.test}) {
+    int64_t bytes = s->files() * static_cast<int64_t>(sizeof(float));
+    for (const int64_t dim : s->info.file_shape()) bytes *= dim;
+    need += bytes;
+  }
+  REQUIRE(need > 0);
+  CHECK_THROWS_AS(trainer::load_dataset(d / "out", true, need - 1), Error);
+  CHECK_THROWS_WITH(trainer::load_dataset(d / "out", true, need - 1),
+                    Catch::Contains("MiB as float32") &&
+                        Catch::Contains("streaming a dataset larger than RAM is not implemented"));
+  const trainer::Dataset ds = trainer::load_dataset(d / "out", true, need);
+  CHECK(ds.train.mel.defined());
+  CHECK(trainer::available_memory_bytes() > 0);
+}
