@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "mel/mel_engine.h"
+#include "pipeline.h"
+
 namespace melforge::test {
 
 /// Writes a mono or multi-channel 16-bit WAV (or `format`) of `frames` frames: a sine of `hz` with a little
@@ -49,6 +52,25 @@ inline int write_tone_corpus(const std::filesystem::path& root, int classes, int
     ++n;
   }
   return n;
+}
+
+/// A CPU build of a tone corpus at `in` into `out`: 8 kHz, n_fft 256, hop 64, 32 mels, long segments of 1 s cut
+/// into short ones of 0.25 s, split 0.6/0.2/0.2, quiet.
+inline builder::BuildConfig tone_build_config(const std::filesystem::path& in, const std::filesystem::path& out) {
+  builder::BuildConfig c;
+  c.build.input = in;
+  c.build.output = out;
+  c.build.quiet = true;
+  c.build.device = mel::Device::cpu;
+  c.build.split = "0.6,0.2,0.2";
+  c.mel.sample_rate = 8000;
+  c.mel.n_fft = 256;
+  c.mel.win_length = 256;
+  c.mel.hop_length = 64;
+  c.mel.n_mels = 32;
+  c.segment.long_seconds = 1.0;
+  c.segment.short_seconds = 0.25;
+  return c;
 }
 
 }  // namespace melforge::test

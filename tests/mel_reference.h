@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "mel/mel_args.h"
@@ -161,6 +163,30 @@ Comparison compare_log_mel(const A* actual, const B* expected, int64_t count, co
     }
   }
   return c;
+}
+
+/// `count` random segment starts in [0, signal_len - segment_samples], seeded.
+inline std::vector<int64_t> make_offsets(int64_t count, int64_t signal_len, int64_t segment_samples, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> start(0, signal_len - segment_samples);
+  std::vector<int64_t> offsets(static_cast<size_t>(count));
+  for (auto& o : offsets) o = start(rng);
+  return offsets;
+}
+
+/// IEEE half bits to float, written independently of cuda_fp16.h and kernels/mel/half.h.
+inline float half_to_float(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  float v = 0.0f;
+  if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    v = mantissa != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+  }
+  return (h & 0x8000) != 0 ? -v : v;
 }
 
 }  // namespace melforge::test

@@ -21,23 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-builder::BuildConfig small_config(const fs::path& in, const fs::path& out) {
-  builder::BuildConfig c;
-  c.build.input = in;
-  c.build.output = out;
-  c.build.quiet = true;
-  c.build.device = mel::Device::cpu;
-  c.build.split = "0.6,0.2,0.2";
-  c.mel.sample_rate = 8000;
-  c.mel.n_fft = 256;
-  c.mel.win_length = 256;
-  c.mel.hop_length = 64;
-  c.mel.n_mels = 32;
-  c.segment.long_seconds = 1.0;
-  c.segment.short_seconds = 0.25;
-  return c;
-}
-
 struct SplitData {
   std::vector<float> mel;
   std::vector<int64_t> dims;
@@ -82,7 +65,7 @@ TEST_CASE("a small corpus with bad files builds, and every file is accounted for
   test::write_tone(d / "in/class1/truncated.wav", 440, 9000, 8000);
   fs::resize_file(d / "in/class1/truncated.wav", 44 + 2 * 5000);
 
-  auto c = small_config(d / "in", d / "out");
+  auto c = test::tone_build_config(d / "in", d / "out");
   const auto r = builder::run_build(c).report;
 
   INFO("skipped: " << r["skipped"].dump());
@@ -132,7 +115,7 @@ TEST_CASE("a small corpus with bad files builds, and every file is accounted for
 TEST_CASE("the stored spectrograms equal the engine's output on the decoded audio", "[e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
-  auto c = small_config(d / "in", d / "out");
+  auto c = test::tone_build_config(d / "in", d / "out");
   c.build.dtype = mel::DType::float32;
   c.build.split = "1,0,0";
   c.segment.num_long = 2;
@@ -173,9 +156,9 @@ TEST_CASE("the stored spectrograms equal the engine's output on the decoded audi
 TEST_CASE("builds are identical across thread counts", "[e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 3, 5);
-  auto c1 = small_config(d / "in", d / "out1");
+  auto c1 = test::tone_build_config(d / "in", d / "out1");
   c1.build.threads = 1;
-  auto c2 = small_config(d / "in", d / "out2");
+  auto c2 = test::tone_build_config(d / "in", d / "out2");
   c2.build.threads = 2;
   c2.build.max_ram = "64M";
   builder::run_build(c1);
@@ -193,8 +176,8 @@ TEST_CASE("builds are identical across thread counts", "[e2e]") {
 TEST_CASE("a corpus larger than --max-ram streams in several batches with the same result", "[e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 12);
-  auto big = small_config(d / "in", d / "big");
-  auto small = small_config(d / "in", d / "small");
+  auto big = test::tone_build_config(d / "in", d / "big");
+  auto small = test::tone_build_config(d / "in", d / "small");
   small.build.max_ram = "64M";
   // The budget left after the fixed reserve is tiny, so every file becomes its own batch.
   const auto rb = builder::run_build(big).report;
@@ -212,7 +195,7 @@ TEST_CASE("a pre-split layout and a manifest are respected", "[e2e]") {
   test::write_tone(d / "in/train/b/y.wav", 600, 9000, 8000);
   test::write_tone(d / "in/val/a/z.wav", 300, 9000, 8000);
   test::write_tone(d / "in/test/b/w.wav", 600, 9000, 8000);
-  auto c = small_config(d / "in", d / "out");
+  auto c = test::tone_build_config(d / "in", d / "out");
   const auto r = builder::run_build(c).report;
   CHECK(r["counts"]["train"]["a"].get<int>() == 1);
   CHECK(r["counts"]["train"]["b"].get<int>() == 1);
@@ -220,7 +203,7 @@ TEST_CASE("a pre-split layout and a manifest are respected", "[e2e]") {
   CHECK(r["counts"]["test"]["b"].get<int>() == 1);
 
   test::write_text(d / "m.csv", "path,label,split\nin/train/a/x.wav,a,test\nin/train/b/y.wav,b,\n\"in/val/a/z.wav\",a,val\n");
-  auto m = small_config({}, d / "outm");
+  auto m = test::tone_build_config({}, d / "outm");
   m.build.manifest = d / "m.csv";
   m.build.split = "1,0,0";
   const auto rm = builder::run_build(m).report;

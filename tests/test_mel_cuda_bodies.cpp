@@ -20,9 +20,12 @@
 #include "mel/mel_cuda.h"
 #include "mel/mel_cuda_kernels.h"
 #include "mel/mel_math.h"
+#include "mel_reference.h"
 
 using namespace melforge;
 using namespace melforge::mel;
+using melforge::test::half_to_float;
+using melforge::test::make_offsets;
 using namespace melforge::mel::cuda;
 
 namespace {
@@ -117,29 +120,6 @@ std::vector<float> make_signal(int64_t n, unsigned seed) {
   return x;
 }
 
-/// `count` random segment starts in [0, signal_len - segment_samples].
-std::vector<int64_t> make_offsets(int64_t count, int64_t signal_len, int64_t segment_samples, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int64_t> start(0, signal_len - segment_samples);
-  std::vector<int64_t> offsets(static_cast<size_t>(count));
-  for (auto& o : offsets) o = start(rng);
-  return offsets;
-}
-
-/// IEEE half bits to float, written independently of cuda_fp16.h.
-float half_to_float(uint16_t h) {
-  const int exponent = (h >> 10) & 0x1f;
-  const int mantissa = h & 0x3ff;
-  float v = 0.0f;
-  if (exponent == 0) {
-    v = std::ldexp(static_cast<float>(mantissa), -24);
-  } else if (exponent == 31) {
-    v = mantissa != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  } else {
-    v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
-  }
-  return (h & 0x8000) != 0 ? -v : v;
-}
 
 /// Output element i of a buffer of `dtype` as float.
 float output_value(const std::vector<unsigned char>& out, int64_t i, DType dtype) {

@@ -17,10 +17,13 @@
 #include "models/cnn.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "venv_python.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
+using melforge::test::run_command;
 using melforge::test::TempDir;
+using melforge::test::venv_python;
 namespace fs = std::filesystem;
 
 namespace {
@@ -100,30 +103,6 @@ CnnConfig small_cnn(int64_t hidden = 16) {
   c.channels = {2, 3, 4};
   c.hidden = hidden;
   return c;
-}
-
-/// The venv python of tools/setup_torch.sh, or empty when it is not installed.
-std::string venv_python() {
-  const std::string cmd = "bash '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/setup_torch.sh' --venv 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {};
-  char buf[4096];
-  std::string out;
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  const fs::path venv = out;
-  if (out.empty() || !fs::exists(venv / ".melforge-complete") || !fs::exists(venv / "bin/python")) return {};
-  return (venv / "bin/python").string();
-}
-
-int run_command(const std::string& cmd, std::string& output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) output += buf;
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace

@@ -11,20 +11,8 @@ namespace melforge::test {
 /// A build configuration for a tone corpus at `in` written to `out`: 8 kHz, n_fft 256, hop 64, 32 mels,
 /// long segments of 1 s (num_long 2) cut into 4 short ones of 0.25 s, so one short segment is [32 mels x 32 frames].
 inline builder::BuildConfig tiny_build_config(const std::filesystem::path& in, const std::filesystem::path& out) {
-  builder::BuildConfig c;
-  c.build.input = in;
-  c.build.output = out;
-  c.build.quiet = true;
-  c.build.device = mel::Device::cpu;
-  c.build.split = "0.6,0.2,0.2";
+  builder::BuildConfig c = tone_build_config(in, out);
   c.build.threads = 2;
-  c.mel.sample_rate = 8000;
-  c.mel.n_fft = 256;
-  c.mel.win_length = 256;
-  c.mel.hop_length = 64;
-  c.mel.n_mels = 32;
-  c.segment.long_seconds = 1.0;
-  c.segment.short_seconds = 0.25;
   c.segment.num_long = 2;
   return c;
 }
