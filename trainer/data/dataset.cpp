@@ -177,6 +177,27 @@ int64_t Split::valid_segments() const {
   return num_valid_long.sum().item<int64_t>() * info.num_short;
 }
 
+namespace {
+
+/// Reads the spectrograms of a split read_split has checked, as float32 [F, L, S, M, T].
+void read_mel(Split& s) {
+  auto file = h5::open_file(s.path);
+  auto mel = h5::open_dataset(file, "mel");
+  std::vector<int64_t> shape = s.info.file_shape();
+  shape.insert(shape.begin(), s.files());
+  s.mel = at::empty(shape, at::kFloat);
+  if (s.files() > 0) h5::read_float(mel, 0, s.files(), s.mel.data_ptr<float>());
+}
+
+/// Float32 bytes of a split's spectrograms.
+double mel_bytes(const Split& s) {
+  double bytes = static_cast<double>(s.files()) * sizeof(float);
+  for (const int64_t dim : s.info.file_shape()) bytes *= static_cast<double>(dim);
+  return bytes;
+}
+
+}  // namespace
+
 Split read_split(const fs::path& path, const std::string& expected_split, bool load_mel) {
   const std::string where = path.string();
   auto file = h5::open_file(path);
@@ -228,10 +249,7 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
   }
   s.label = int64_tensor(labels);
   s.num_valid_long = int64_tensor(valid);
-  if (load_mel) {
-    s.mel = at::empty(dims, at::kFloat);
-    if (files > 0) h5::read_float(mel, 0, files, s.mel.data_ptr<float>());
-  }
+  if (load_mel) read_mel(s);
   return s;
 }
 
@@ -278,25 +296,9 @@ Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_byte
   }
   Dataset d;
   d.dir = dir;
-  if (load_mel) {
-    const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
-    double need = 0;
-    std::string sizes;
-    for (const auto& name : kSplitNames) {
-      const Split meta = read_split(dir / (name + ".h5"), name, false);
-      double bytes = static_cast<double>(meta.files()) * sizeof(float);
-      for (const int64_t dim : meta.info.file_shape()) bytes *= static_cast<double>(dim);
-      need += bytes;
-      sizes += (sizes.empty() ? "" : ", ") + name + " " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB";
-    }
-    if (budget >= 0 && need > static_cast<double>(budget))
-      throw Error("dataset " + dir.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
-                  " MiB as float32 in RAM (" + sizes + ") but only " + std::to_string(budget >> 20) +
-                  " MiB are available; streaming a dataset larger than RAM is not implemented yet");
-  }
-  d.train = read_split(dir / "train.h5", "train", load_mel);
-  d.val = read_split(dir / "val.h5", "val", load_mel);
-  d.test = read_split(dir / "test.h5", "test", load_mel);
+  d.train = read_split(dir / "train.h5", "train", false);
+  d.val = read_split(dir / "val.h5", "val", false);
+  d.test = read_split(dir / "test.h5", "test", false);
   for (const Split* s : {&d.val, &d.test}) {
     const std::string diff = d.train.info.first_difference(s->info, "train.h5", s->name + ".h5");
     if (!diff.empty())
@@ -315,6 +317,21 @@ Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_byte
   }
   d.info = d.train.info;
   d.class_names = d.train.class_names;
+  if (!load_mel) return d;
+  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
+  double need = 0;
+  std::string sizes;
+  for (const Split* s : {&d.train, &d.val, &d.test}) {
+    const double bytes = mel_bytes(*s);
+    need += bytes;
+    sizes += (sizes.empty() ? "" : ", ") + s->name + " " +
+             std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB";
+  }
+  if (budget >= 0 && need > static_cast<double>(budget))
+    throw Error("dataset " + dir.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
+                " MiB as float32 in RAM (" + sizes + ") but only " + std::to_string(budget >> 20) +
+                " MiB are available; streaming a dataset larger than RAM is not implemented yet");
+  for (Split* s : {&d.train, &d.val, &d.test}) read_mel(*s);
   return d;
 }
 
