@@ -60,7 +60,7 @@ std::string join(const std::vector<std::string>& v) {
 void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& out) {
   data.validate();
   model.validate();
-  const Dataset d = load_dataset(data.data);
+  const Dataset d = load_dataset(data.data, data.stream);
   const MelInfo& m = d.info;
   out << "dataset " << d.dir.string() << " (schema_version " << kSupportedSchemaVersion << ", written by melforge "
       << m.melforge_version << ")\n";
@@ -74,9 +74,16 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
                 m.short_seconds, static_cast<long long>(m.n_mels), static_cast<long long>(m.n_frames));
   for (const auto& name : kSplitNames) {
     const Split& s = d.split(name);
-    out << format("  %-5s %6lld files, %8lld valid short segments, mel %s float32, %.1f MiB\n", name.c_str(),
+    std::vector<int64_t> shape = m.file_shape();
+    shape.insert(shape.begin(), s.files());
+    double mib = static_cast<double>(sizeof(float)) / (1 << 20);
+    for (const int64_t dim : shape) mib *= static_cast<double>(dim);
+    out << format("  %-5s %6lld files, %8lld valid short segments, mel %s float32, %.1f MiB %s\n", name.c_str(),
                   static_cast<long long>(s.files()), static_cast<long long>(s.valid_segments()),
-                  shape_text(s.mel.sizes()).c_str(), static_cast<double>(s.mel.nbytes()) / (1 << 20));
+                  shape_text(shape).c_str(), mib,
+                  s.streamed() ? format("streamed (%lld files per chunk)",
+                                        static_cast<long long>(s.files_per_chunk())).c_str()
+                               : "in RAM");
   }
   d.require_files("train");
 
@@ -88,7 +95,7 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
                 model.model.c_str(), static_cast<long long>(params), static_cast<long long>(m.n_mels),
                 static_cast<long long>(m.n_frames), static_cast<long long>(d.num_classes()));
   const int64_t valid = d.train.num_valid_long[0].item<int64_t>();
-  const at::Tensor x = d.train.mel[0].narrow(0, 0, valid).reshape({-1, m.n_mels, m.n_frames});
+  const at::Tensor x = d.train.read_files(0, 1)[0].narrow(0, 0, valid).reshape({-1, m.n_mels, m.n_frames});
   at::NoGradGuard no_grad;
   const ModelOutput y = net->forward(x);
   out << "  forward on " << d.train.paths[0] << ": input " << shape_text(x.sizes()) << " -> logits "

@@ -13,13 +13,42 @@ namespace po = boost::program_options;
 
 namespace melforge::trainer {
 
+void StreamOptions::validate() const {
+  if (stream != "auto" && stream != "on" && stream != "off")
+    throw InvalidArgument("--stream must be auto, on or off, got '" + stream + "'");
+  if (h5_cache < 1) throw InvalidArgument("--h5-cache must be >= 1 MiB, got " + std::to_string(h5_cache));
+}
+
+nlohmann::json StreamOptions::to_json() const { return {{"stream", stream}, {"h5_cache", h5_cache}}; }
+
+StreamOptions StreamOptions::from_json(const nlohmann::json& j) {
+  StreamOptions o;
+  try {
+    if (j.contains("stream")) j.at("stream").get_to(o.stream);
+    if (j.contains("h5_cache")) j.at("h5_cache").get_to(o.h5_cache);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string("stream options: ") + e.what());
+  }
+  return o;
+}
+
+void add_options(po::options_description& desc, StreamOptions& opts) {
+  desc.add_options()("stream", po::value(&opts.stream)->default_value(opts.stream)->value_name("auto|on|off"),
+                     "spectrograms in RAM (off), streamed from the HDF5 files (on), or streamed only when the "
+                     "dataset does not fit in the available memory (auto)")(
+      "h5-cache", po::value(&opts.h5_cache)->default_value(opts.h5_cache)->value_name("MiB"),
+      "HDF5 chunk cache per streamed split");
+}
+
 void DataOptions::validate() const {
   if (data.empty()) throw InvalidArgument("--data is required: a melforge-build output folder");
+  stream.validate();
 }
 
 void add_options(po::options_description& desc, DataOptions& opts) {
   desc.add_options()("data", po::value<std::filesystem::path>(&opts.data)->value_name("DIR"),
                      "melforge-build output folder with train.h5, val.h5 and test.h5");
+  add_options(desc, opts.stream);
 }
 
 void ModelOptions::validate() const {

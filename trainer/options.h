@@ -15,16 +15,37 @@ class options_description;
 
 namespace melforge::trainer {
 
-/// Where the dataset is.
+/// Whether the spectrograms are held in RAM or streamed from the HDF5 files.
+struct StreamOptions {
+  /// `off`: load every split into RAM (refused when it does not fit); `on`: stream every split; `auto`: RAM when
+  /// the three splits fit in the available memory, streaming otherwise.
+  std::string stream = "auto";
+  /// HDF5 chunk cache per streamed split, MiB (>= 1).
+  int64_t h5_cache = 64;
+
+  /// Throws InvalidArgument naming the flag.
+  void validate() const;
+  /// Every field, keyed by field name.
+  nlohmann::json to_json() const;
+  /// Reads to_json()'s fields (missing ones keep their defaults); throws FormatError on a mistyped one.
+  static StreamOptions from_json(const nlohmann::json& j);
+};
+
+/// Registers --stream --h5-cache.
+void add_options(boost::program_options::options_description& desc, StreamOptions& opts);
+
+/// Where the dataset is, and how its spectrograms are held.
 struct DataOptions {
   /// A melforge-build output folder holding train.h5, val.h5 and test.h5.
   std::filesystem::path data;
+  /// RAM or streaming.
+  StreamOptions stream;
 
-  /// Throws InvalidArgument when `data` is empty.
+  /// Throws InvalidArgument when `data` is empty or `stream` is invalid.
   void validate() const;
 };
 
-/// Registers --data.
+/// Registers --data and the StreamOptions flags.
 void add_options(boost::program_options::options_description& desc, DataOptions& opts);
 
 /// Which model, and its widths.

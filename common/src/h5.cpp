@@ -324,6 +324,40 @@ Dataset open_dataset(Ref parent, const std::string& name) {
   return Dataset(check_id(H5Dopen2(parent.id, name.c_str(), H5P_DEFAULT), what + ": cannot open dataset"), what);
 }
 
+ChunkCache ChunkCache::sized(size_t bytes, size_t chunk_bytes) {
+  const auto is_prime = [](size_t n) {
+    if (n < 2) return false;
+    for (size_t d = 2; d * d <= n; ++d)
+      if (n % d == 0) return false;
+    return true;
+  };
+  size_t slots = std::max<size_t>(521, 100 * (bytes / std::max<size_t>(chunk_bytes, 1)));
+  while (!is_prime(slots)) ++slots;
+  return {bytes, slots, 1.0};
+}
+
+Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cache) {
+  const std::string what = child_name(parent, name);
+  if (!exists(parent, name)) throw_format(what + ": no such dataset");
+  PropList dapl(check_id(H5Pcreate(H5P_DATASET_ACCESS), what + ": cannot create an access property list"), what);
+  check(H5Pset_chunk_cache(dapl.id(), cache.slots, cache.bytes, cache.w0), what + ": cannot set the chunk cache");
+  return Dataset(check_id(H5Dopen2(parent.id, name.c_str(), dapl.id()), what + ": cannot open dataset"), what);
+}
+
+std::vector<int64_t> chunk_dims(const Dataset& dataset) {
+  silence_errors();
+  PropList dcpl(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
+                dataset.name());
+  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
+  if (layout < 0) throw_io(dataset.name() + ": cannot get its layout");
+  if (layout != H5D_CHUNKED) return {};
+  const int rank = H5Pget_chunk(dcpl.id(), 0, nullptr);
+  check(rank, dataset.name() + ": cannot get its chunk rank");
+  std::vector<hsize_t> c(static_cast<size_t>(rank));
+  check(H5Pget_chunk(dcpl.id(), rank, c.data()), dataset.name() + ": cannot get its chunk shape");
+  return std::vector<int64_t>(c.begin(), c.end());
+}
+
 std::vector<int64_t> dims(const Dataset& dataset) {
   Dataspace space = dataset_space(dataset);
   const int rank = H5Sget_simple_extent_ndims(space.id());

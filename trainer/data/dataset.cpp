@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <variant>
 
@@ -177,6 +178,51 @@ int64_t Split::valid_segments() const {
   return num_valid_long.sum().item<int64_t>() * info.num_short;
 }
 
+struct MelReader::Impl {
+  mutable std::mutex mutex;
+  h5::File file;
+  h5::Dataset mel;
+  int64_t files_per_chunk = 1;
+  int64_t cache_bytes = 0;
+};
+
+MelReader::MelReader(const fs::path& path, int64_t cache_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->file = h5::open_file(path);
+  h5::Dataset probe = h5::open_dataset(impl_->file, "mel");
+  const std::vector<int64_t> chunk = h5::chunk_dims(probe);
+  size_t chunk_bytes = H5Tget_size(h5::dataset_type(probe).id());
+  for (const int64_t c : chunk) chunk_bytes *= static_cast<size_t>(c);
+  if (!chunk.empty()) impl_->files_per_chunk = std::max<int64_t>(chunk[0], 1);
+  const size_t bytes = std::max(static_cast<size_t>(std::max<int64_t>(cache_bytes, 0)), chunk_bytes);
+  probe.close();
+  impl_->mel = h5::open_dataset(impl_->file, "mel", h5::ChunkCache::sized(bytes, chunk_bytes));
+  impl_->cache_bytes = static_cast<int64_t>(bytes);
+}
+
+MelReader::~MelReader() = default;
+
+void MelReader::read(int64_t first, int64_t count, float* out) const {
+  std::lock_guard lock(impl_->mutex);
+  h5::read_float(impl_->mel, first, count, out);
+}
+
+int64_t MelReader::files_per_chunk() const { return impl_->files_per_chunk; }
+
+int64_t MelReader::cache_bytes() const { return impl_->cache_bytes; }
+
+at::Tensor Split::read_files(int64_t first, int64_t count) const {
+  if (first < 0 || count < 0 || first + count > files())
+    throw InvalidArgument("split '" + name + "': files [" + std::to_string(first) + ", " +
+                          std::to_string(first + count) + ") are outside [0, " + std::to_string(files()) + ")");
+  if (mel.defined()) return mel.narrow(0, first, count);
+  if (!reader) throw InvalidArgument("split '" + name + "' (" + path.string() + ") was read without its spectrograms");
+  std::vector<int64_t> shape = info.file_shape();
+  shape.insert(shape.begin(), count);
+  at::Tensor out = at::empty(shape, at::kFloat);
+  if (count > 0) reader->read(first, count, out.data_ptr<float>());
+  return out;
+}
+
 namespace {
 
 /// Reads the spectrograms of a split read_split has checked, as float32 [F, L, S, M, T].
@@ -253,6 +299,30 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
   return s;
 }
 
+Split open_split_streamed(const fs::path& path, const std::string& expected_split, int64_t cache_bytes) {
+  Split s = read_split(path, expected_split, /*load_mel=*/false);
+  s.reader = std::make_shared<const MelReader>(path, cache_bytes);
+  return s;
+}
+
+Split load_split(const fs::path& path, const std::string& expected_split, const StreamOptions& stream,
+                 int64_t ram_budget_bytes) {
+  stream.validate();
+  Split s = read_split(path, expected_split, /*load_mel=*/false);
+  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
+  const double need = mel_bytes(s);
+  const bool fits = budget < 0 || need <= static_cast<double>(budget);
+  if (stream.stream == "off" && !fits)
+    throw Error(path.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
+                " MiB as float32 in RAM but only " + std::to_string(budget >> 20) +
+                " MiB are available; use --stream on (or auto) to stream it from the file");
+  if (stream.stream == "on" || (stream.stream == "auto" && !fits))
+    s.reader = std::make_shared<const MelReader>(path, stream.h5_cache << 20);
+  else
+    read_mel(s);
+  return s;
+}
+
 const Split& Dataset::split(const std::string& name) const {
   if (name == "train") return train;
   if (name == "val") return val;
@@ -285,7 +355,10 @@ int64_t available_memory_bytes() {
   return -1;
 }
 
-Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_bytes) {
+namespace {
+
+/// Reads and checks the metadata of the three splits of `dir` (no spectrograms).
+Dataset read_metadata(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError("dataset folder " + dir.string() + " does not exist");
   for (const auto& name : kSplitNames) {
@@ -317,8 +390,11 @@ Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_byte
   }
   d.info = d.train.info;
   d.class_names = d.train.class_names;
-  if (!load_mel) return d;
-  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
+  return d;
+}
+
+/// The float32 bytes of the three splits' spectrograms, and "train N MiB, val N MiB, test N MiB".
+std::pair<double, std::string> dataset_mel_bytes(const Dataset& d) {
   double need = 0;
   std::string sizes;
   for (const Split* s : {&d.train, &d.val, &d.test}) {
@@ -327,10 +403,33 @@ Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_byte
     sizes += (sizes.empty() ? "" : ", ") + s->name + " " +
              std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB";
   }
-  if (budget >= 0 && need > static_cast<double>(budget))
+  return {need, sizes};
+}
+
+}  // namespace
+
+Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_bytes) {
+  StreamOptions off;
+  off.stream = "off";
+  if (!load_mel) return read_metadata(dir);
+  return load_dataset(dir, off, ram_budget_bytes);
+}
+
+Dataset load_dataset(const fs::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes) {
+  stream.validate();
+  Dataset d = read_metadata(dir);
+  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
+  const auto [need, sizes] = dataset_mel_bytes(d);
+  const bool fits = budget < 0 || need <= static_cast<double>(budget);
+  if (stream.stream == "off" && !fits)
     throw Error("dataset " + dir.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
                 " MiB as float32 in RAM (" + sizes + ") but only " + std::to_string(budget >> 20) +
-                " MiB are available; streaming a dataset larger than RAM is not implemented yet");
+                " MiB are available; use --stream on (or auto) to stream it from the files");
+  if (stream.stream == "on" || (stream.stream == "auto" && !fits)) {
+    const int64_t cache = stream.h5_cache << 20;
+    for (Split* s : {&d.train, &d.val, &d.test}) s->reader = std::make_shared<const MelReader>(s->path, cache);
+    return d;
+  }
   for (Split* s : {&d.train, &d.val, &d.test}) read_mel(*s);
   return d;
 }

@@ -1,15 +1,19 @@
 #pragma once
 /// Reads the three splits melforge-build writes (OUT/train.h5, OUT/val.h5, OUT/test.h5; layout in docs/FORMAT.md)
-/// into float32 tensors in RAM, after checking the schema version of every file and that the three files agree.
+/// after checking the schema version of every file and that the three files agree, and gives their spectrograms
+/// as float32 tensors: loaded into RAM, or streamed from the file through a tuned HDF5 chunk cache when the
+/// dataset does not fit in RAM.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "mel/mel_args.h"
+#include "options.h"
 #include "segment/segment_args.h"
 
 namespace melforge::trainer {
@@ -93,6 +97,30 @@ struct MelInfo {
                                const std::string& other_name) const;
 };
 
+/// Reads ranges of files from the `mel` dataset of one split file, through an HDF5 chunk cache of its own sized
+/// for the file's chunk shape. Keeps the file open. Thread-safe: reads are serialised by a mutex.
+class MelReader {
+ public:
+  /// Opens `path` (a file read_split has checked) with a chunk cache of `cache_bytes` (raised to one chunk when
+  /// smaller). Throws IoError when the file cannot be opened.
+  MelReader(const std::filesystem::path& path, int64_t cache_bytes);
+  ~MelReader();
+  MelReader(const MelReader&) = delete;
+  MelReader& operator=(const MelReader&) = delete;
+
+  /// Reads files [first, first + count) as float32 into `out`, which holds count * num_long * num_short * n_mels *
+  /// n_frames floats. Throws InvalidArgument when the range is outside the dataset, IoError when HDF5 fails.
+  void read(int64_t first, int64_t count, float* out) const;
+  /// Files per HDF5 chunk along dim 0 (1 for a contiguous dataset): reads aligned to it inflate each chunk once.
+  int64_t files_per_chunk() const;
+  /// The chunk cache size in use, bytes.
+  int64_t cache_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// One split: its parameters, class names and, when loaded, its data.
 struct Split {
   /// Split name: train, val or test.
@@ -104,8 +132,10 @@ struct Split {
   /// Class names, indexed by label.
   std::vector<std::string> class_names;
   /// Spectrograms, float32 on the CPU, [files, num_long, num_short, n_mels, n_frames]; undefined when the split
-  /// was read without its data. Long segments l >= num_valid_long[f] hold the silence value.
+  /// was read without its data or is streamed. Long segments l >= num_valid_long[f] hold the silence value.
   at::Tensor mel;
+  /// The reader of a streamed split (its spectrograms stay in the file); null otherwise. Shared by copies.
+  std::shared_ptr<const MelReader> reader;
   /// Class index per file, int64 [files], each in [0, class_names.size()).
   at::Tensor label;
   /// Long segments that hold audio per file, int64 [files], each in [1, num_long].
@@ -117,7 +147,18 @@ struct Split {
   int64_t files() const { return static_cast<int64_t>(paths.size()); }
   /// Short segments that hold audio: sum over files of num_valid_long * num_short.
   int64_t valid_segments() const;
+  /// True when the spectrograms can be read: loaded in RAM or streamed.
+  bool has_mel() const { return mel.defined() || reader != nullptr; }
+  /// True when the spectrograms are streamed from the file rather than held in RAM.
+  bool streamed() const { return !mel.defined() && reader != nullptr; }
+  /// Files per HDF5 chunk of a streamed split (the unit its readers should align to); 1 when held in RAM.
+  int64_t files_per_chunk() const { return streamed() ? reader->files_per_chunk() : 1; }
+  /// Spectrograms of files [first, first + count), float32 on the CPU, [count, num_long, num_short, n_mels,
+  /// n_frames]: a view of `mel` when it is in RAM, a fresh tensor read through `reader` when streamed. Throws
+  /// InvalidArgument when the range is outside [0, files()) or the split has no spectrograms.
+  at::Tensor read_files(int64_t first, int64_t count) const;
 };
+
 
 /// Reads one split file and checks it on its own: schema version, the `split` attribute equal to `expected_split`,
 /// every parameter attribute present and well formed, `mel` of shape [F, num_long, num_short, n_mels, n_frames],
@@ -125,6 +166,13 @@ struct Split {
 /// [1, num_long]. With `load_mel` false the spectrograms are not read (`mel` stays undefined). Throws IoError when
 /// the file cannot be opened or read, FormatError when it is not a valid melforge dataset of a supported schema.
 Split read_split(const std::filesystem::path& path, const std::string& expected_split, bool load_mel = true);
+/// read_split without loading the spectrograms, then a MelReader with a chunk cache of `cache_bytes` attached:
+/// the split is streamed.
+Split open_split_streamed(const std::filesystem::path& path, const std::string& expected_split, int64_t cache_bytes);
+/// read_split with the spectrograms placed by `stream` (`auto`: in RAM when they fit `ram_budget_bytes`, -1:
+/// MemAvailable; `off` refuses a split that does not fit, naming the sizes, before reading it).
+Split load_split(const std::filesystem::path& path, const std::string& expected_split, const StreamOptions& stream,
+                 int64_t ram_budget_bytes = -1);
 
 /// The three splits of a melforge-build output folder, checked to agree with each other.
 struct Dataset {
@@ -157,8 +205,12 @@ struct Dataset {
 /// `dir` is not a folder or a file cannot be read, FormatError naming the split and the difference otherwise.
 /// With `load_mel`, the float32 spectrograms of the three splits must fit in `ram_budget_bytes` (-1: the
 /// MemAvailable of /proc/meminfo, or no limit where it cannot be read); otherwise Error is thrown, naming the
-/// sizes, before anything is loaded (streaming a dataset larger than RAM is not implemented).
+/// sizes, before anything is loaded (load_dataset with StreamOptions streams such a dataset instead).
 Dataset load_dataset(const std::filesystem::path& dir, bool load_mel = true, int64_t ram_budget_bytes = -1);
+/// load_dataset with the spectrograms placed by `stream`: `off` as above; `on` streams the three splits; `auto`
+/// loads them when they fit in `ram_budget_bytes` (-1: MemAvailable) and streams them otherwise. Every check
+/// happens before any spectrogram is read.
+Dataset load_dataset(const std::filesystem::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes = -1);
 
 /// MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read.
 int64_t available_memory_bytes();

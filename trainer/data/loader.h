@@ -1,18 +1,28 @@
 #pragma once
-/// Batches of short-segment spectrograms from a Split held in RAM: the valid short segments only (long segment
+/// Batches of short-segment spectrograms from a Split: the valid short segments only (long segment
 /// l < num_valid_long[f]), in a permutation that depends only on (seed, epoch), gathered by a background thread
 /// into a bounded queue (pinned host memory and non-blocking copies when the device is CUDA), or sampled on the
 /// device itself when the split fits the --gpu-mem budget.
+///
+/// A split held in RAM is shuffled globally. A streamed split (Split::streamed) is shuffled in windows: the files
+/// are grouped into blocks of whole HDF5 chunks, the blocks are permuted, consecutive permuted blocks form windows
+/// of at most --stream-window MiB of float32 spectrograms, and the segments are permuted within each window. A
+/// window is read with one aligned read per block (each chunk inflated once), the next one on a reader thread
+/// while the current one is gathered (during the last window, the first window of the next epoch), so at most
+/// three windows are in memory.
 #include <ATen/core/Tensor.h>
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace boost::program_options {
 class options_description;
@@ -33,6 +43,9 @@ struct LoaderOptions {
   /// Device memory budget in MiB for keeping a split resident on a CUDA device (0: never). When the split's valid
   /// segments fit, they are copied to the device once and batches are gathered there.
   int64_t gpu_mem = 0;
+  /// Streamed splits: float32 MiB of spectrograms per shuffle window (> 0; at least one HDF5 chunk of files is
+  /// always taken). Larger windows shuffle more globally and hold more RAM (up to three windows at once).
+  double stream_window = 256;
 
   /// Throws InvalidArgument naming the flag.
   void validate() const;
@@ -42,7 +55,7 @@ struct LoaderOptions {
   static LoaderOptions from_json(const nlohmann::json& j);
 };
 
-/// Registers --batch-size --drop-last --prefetch --gpu-mem.
+/// Registers --batch-size --drop-last --prefetch --gpu-mem --stream-window.
 void add_options(boost::program_options::options_description& desc, LoaderOptions& opts);
 
 /// One batch.
@@ -59,9 +72,9 @@ struct Batch {
 /// internal. The split must outlive the loader.
 class BatchLoader {
  public:
-  /// Indexes the valid short segments of `split` (its `mel` must be loaded, on the CPU). `seed` fixes every epoch's
-  /// order; `device` is where batches are delivered. Throws InvalidArgument for bad options, FormatError when the
-  /// split has no valid segment.
+  /// Indexes the valid short segments of `split` (its `mel` loaded on the CPU, or streamed). `seed` fixes every
+  /// epoch's order; `device` is where batches are delivered. Throws InvalidArgument for bad options or a split
+  /// without spectrograms, FormatError when the split has no valid segment.
   BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device);
   /// Stops the prefetch thread (stop()).
   ~BatchLoader();
@@ -79,12 +92,21 @@ class BatchLoader {
 
   /// Epoch `epoch`'s order: int64 [N], a permutation of [0, N) (positions into the valid-segment list) drawn from
   /// a CPU generator seeded with a mix of (seed, epoch); the same for the same pair, whatever happened before.
+  /// For a streamed split the permutation is windowed (see the file comment): window_bounds() gives the windows.
   at::Tensor epoch_order(int64_t epoch) const;
+  /// Streamed split: the positions in epoch_order(epoch) where each window starts, then N: int64 [windows + 1].
+  /// In RAM: {0, N}.
+  std::vector<int64_t> window_bounds(int64_t epoch) const;
+  /// Files per shuffle block (whole HDF5 chunks) of a streamed split; 0 in RAM.
+  int64_t block_files() const { return block_files_; }
+  /// Blocks per shuffle window of a streamed split; 0 in RAM.
+  int64_t window_blocks() const { return window_blocks_; }
   /// Flat index of each valid segment into mel viewed as [F * L * S, M, T] (file-major, then long, then short),
   /// int64 [N], on the CPU.
   const at::Tensor& segment_index() const { return segment_index_; }
   /// Gathers the segments at valid-segment positions `positions` (int64 [B], CPU) on the caller's thread and
-  /// delivers them to the device (the reference the prefetch thread must match).
+  /// delivers them to the device (the reference the prefetch thread must match; for a streamed split it reads
+  /// each file involved on its own).
   Batch gather(const at::Tensor& positions, int64_t index) const;
 
   /// Starts epoch `epoch` (stopping an unfinished one first) and, with prefetch > 0 on a host-resident split,
@@ -100,6 +122,25 @@ class BatchLoader {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
+  /// One epoch's order: positions, and for a streamed split the windows and each position's row in its window.
+  struct Plan {
+    at::Tensor order;                          // int64 [N]
+    std::vector<int64_t> bounds;               // window starts in `order`, then N
+    std::vector<std::vector<int64_t>> blocks;  // blocks of each window, in read order
+    std::vector<int64_t> rows;                 // row of order[i] in its window's [files * L * S, M, T] tensor
+  };
+  /// A window's spectrograms, [files * L * S, M, T] float32 on the CPU.
+  struct Window {
+    int64_t id = -1;
+    at::Tensor mel;
+  };
+
+  Plan plan(int64_t epoch) const;
+  at::Tensor read_window(const std::vector<int64_t>& blocks) const;
+  Batch gather_batch(int64_t batch);
+  const at::Tensor& window(int64_t id);
+  void read_ahead(int64_t id);
+  Batch deliver(at::Tensor x, at::Tensor y, int64_t index) const;
   void produce();
   at::Tensor positions_of(int64_t batch) const;
 
@@ -114,6 +155,16 @@ class BatchLoader {
   at::Tensor resident_label_;  // int64 [N] on the device when resident
   at::Tensor order_;           // int64 [N] positions of the current epoch (CPU)
   at::Tensor order_device_;    // the same on the device when resident
+  int64_t segment_rows_ = 0;   // L * S
+  std::vector<int64_t> file_position_;  // [F + 1] first valid-segment position of each file, then N
+  int64_t block_files_ = 0;    // streamed: files per block
+  int64_t window_blocks_ = 0;  // streamed: blocks per window
+  Plan plan_;                  // streamed: the current epoch's windows
+  std::deque<Window> windows_;                    // streamed: loaded windows in use, oldest first
+  std::future<Window> next_window_;               // streamed: the window being read ahead
+  int64_t epoch_ = -1;                            // the current epoch
+  std::future<std::pair<Plan, Window>> carry_;    // streamed: the next epoch's plan and first window, read ahead
+  int64_t carry_epoch_ = -1;                      // the epoch carry_ was started for
   int64_t next_batch_ = 0;
   bool started_ = false;
   double wait_seconds_ = 0;

@@ -13,6 +13,8 @@
 #include <boost/program_options.hpp>
 
 #include <chrono>
+#include <future>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -94,11 +96,11 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
                     const EvalOptions& opts, at::Device device, at::ScalarType autocast) {
   opts.validate();
   const Vote vote = parse_vote(opts.vote);
-  if (!split.mel.defined() || split.mel.size(0) == 0)
+  if (!split.has_mel() || split.files() == 0)
     throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no files to evaluate");
   const auto start = std::chrono::steady_clock::now();
-  const int64_t F = split.mel.size(0), L = split.mel.size(1), S = split.mel.size(2), M = split.mel.size(3),
-                T = split.mel.size(4);
+  const int64_t F = split.files(), L = split.info.num_long, S = split.info.num_short, M = split.info.n_mels,
+                T = split.info.n_frames;
   const int64_t C = static_cast<int64_t>(split.class_names.size());
   if (positive_class < 0 || positive_class >= C)
     throw InvalidArgument("evaluate: positive class " + std::to_string(positive_class) + " outside [0, " +
@@ -112,18 +114,33 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
   const at::Tensor labels = split.label.to(at::kCPU, at::kLong).contiguous();
   const at::Tensor nvl = split.num_valid_long.to(at::kCPU, at::kLong).contiguous();
   const int64_t* valid = nvl.data_ptr<int64_t>();
-  const at::Tensor mel_long = split.mel.reshape({F * L, S, M, T});
   const auto float_opts = at::TensorOptions().dtype(at::kFloat).device(device);
 
   MetricAccumulator segments(C, positive_class, opts.threshold, device);
   std::vector<at::Tensor> class_probs, predicted, det_score, detected;
   std::vector<int64_t> global, local;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
   for (int64_t f0 = 0; f0 < F;) {
     int64_t f1 = f0, segs = 0;
     do {
       segs += valid[f1] * S;
       ++f1;
     } while (f1 < F && segs + valid[f1] * S <= opts.batch_size);
+    ranges.emplace_back(f0, f1);
+    f0 = f1;
+  }
+  const auto read = [&split](std::pair<int64_t, int64_t> r) { return split.read_files(r.first, r.second - r.first); };
+  std::future<at::Tensor> ahead;
+  if (split.streamed()) ahead = std::async(std::launch::async, read, ranges.front());
+  for (std::size_t r = 0; r < ranges.size(); ++r) {
+    const auto [f0, f1] = ranges[r];
+    at::Tensor files;
+    if (ahead.valid()) {
+      files = ahead.get();
+      if (r + 1 < ranges.size()) ahead = std::async(std::launch::async, read, ranges[r + 1]);
+    } else {
+      files = read(ranges[r]);
+    }
     const int64_t nb = f1 - f0;
     global.clear();
     local.clear();
@@ -135,13 +152,15 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
     }
     const int64_t V = static_cast<int64_t>(global.size());
     const at::Tensor gidx = long_tensor(global);
-    const at::Tensor x = mel_long.index_select(0, gidx.to(mel_long.device())).reshape({V * S, M, T}).to(device);
+    const at::Tensor lidx_cpu = long_tensor(local);
+    const at::Tensor block = files.reshape({nb * L, S, M, T});
+    const at::Tensor x = block.index_select(0, lidx_cpu).reshape({V * S, M, T}).to(device);
     const at::Tensor y = labels.index_select(0, gidx.div(L, "floor")).repeat_interleave(S).to(device);
     const ModelOutput out = model.forward(x);
     const at::Tensor loss = combined_loss(out, y, positive_class, bce_weight) * static_cast<double>(V * S);
     segments.add(out.logits, out.detection, y, loss);
 
-    const at::Tensor lidx = long_tensor(local).to(device);
+    const at::Tensor lidx = lidx_cpu.to(device);
     const at::Tensor probs = at::softmax(out.logits.to(at::kFloat), 1).view({V, S, C});
     const at::Tensor det = at::sigmoid(out.detection.to(at::kFloat)).view({V, S});
     const at::Tensor bp = at::zeros({nb * L, S, C}, float_opts).index_copy_(0, lidx, probs).view({nb, L, S, C});
@@ -151,7 +170,6 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
     predicted.push_back(fs.predicted);
     det_score.push_back(fs.detection_score);
     detected.push_back(fs.detected);
-    f0 = f1;
   }
 
   EvalResult r;

@@ -21,26 +21,9 @@ using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
-namespace {
+using test::tiny_config;
 
-/// A small, fast configuration: one short segment is [32 x 32].
-trainer::TrainConfig tiny_config(const fs::path& data, const fs::path& out, int64_t epochs) {
-  trainer::TrainConfig c;
-  c.data.data = data;
-  c.train.out = out;
-  c.train.epochs = epochs;
-  c.model.hidden = 24;
-  c.model.dropout = 0.2;
-  c.model.seed = 42;
-  c.optim.lr = 3e-3;
-  c.optim.warmup = 0.1;
-  c.loader.batch_size = 16;
-  c.loader.prefetch = 2;
-  c.runtime.threads = 2;
-  const char* level = std::getenv("MELFORGE_TEST_LOG_LEVEL");
-  c.runtime.log_level = level ? level : "warn";
-  return c;
-}
+namespace {
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream f(p);
@@ -430,6 +413,9 @@ TEST_CASE("a run configuration survives its JSON round trip", "[trainer][train]"
   c.train.positive_class = "class1";
   c.train.pos_weight = "2.5";
   c.train.best_metric = "val_loss";
+  c.data.stream.stream = "on";
+  c.data.stream.h5_cache = 9;
+  c.loader.stream_window = 12.5;
   const nlohmann::json j = c.to_json();
   const trainer::TrainConfig back = trainer::TrainConfig::from_json(j);
   CHECK(back.to_json() == j);
@@ -437,6 +423,9 @@ TEST_CASE("a run configuration survives its JSON round trip", "[trainer][train]"
   CHECK(back.optim.accumulate == 3);
   CHECK(back.train.pos_weight == "2.5");
   CHECK(back.data.data == fs::path("/data/set"));
+  CHECK(back.data.stream.stream == "on");
+  CHECK(back.data.stream.h5_cache == 9);
+  CHECK(back.loader.stream_window == 12.5);
   nlohmann::json bad = j;
   bad["optim"]["lr"] = "fast";
   CHECK_THROWS_AS(trainer::TrainConfig::from_json(bad), FormatError);

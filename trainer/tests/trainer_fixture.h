@@ -1,10 +1,12 @@
 #pragma once
 // Tiny datasets built through the builder library, for the trainer's tests.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "build_fixture.h"
 #include "pipeline.h"
+#include "train/trainer.h"
 
 namespace melforge::test {
 
@@ -35,6 +37,27 @@ std::filesystem::path build_tone_dataset(const std::filesystem::path& root, int 
 inline std::filesystem::path build_tone_dataset(const std::filesystem::path& root, int classes, int per_class,
                                                 const std::string& name = "data") {
   return build_tone_dataset(root, classes, per_class, name, [](builder::BuildConfig&) {});
+}
+
+/// A small, fast training configuration for the tiny datasets (hidden 24, batch 16, 2 threads, log level from
+/// MELFORGE_TEST_LOG_LEVEL or warn), reading `data` and writing the run folder `out`.
+inline trainer::TrainConfig tiny_config(const std::filesystem::path& data, const std::filesystem::path& out,
+                                        int64_t epochs) {
+  trainer::TrainConfig c;
+  c.data.data = data;
+  c.train.out = out;
+  c.train.epochs = epochs;
+  c.model.hidden = 24;
+  c.model.dropout = 0.2;
+  c.model.seed = 42;
+  c.optim.lr = 3e-3;
+  c.optim.warmup = 0.1;
+  c.loader.batch_size = 16;
+  c.loader.prefetch = 2;
+  c.runtime.threads = 2;
+  const char* level = std::getenv("MELFORGE_TEST_LOG_LEVEL");
+  c.runtime.log_level = level ? level : "warn";
+  return c;
 }
 
 }  // namespace melforge::test

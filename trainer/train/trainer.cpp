@@ -300,11 +300,15 @@ std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std:
 std::pair<double, double> input_statistics(const Split& split) {
   double sum = 0, sum_sq = 0, count = 0;
   const at::Tensor nvl = split.num_valid_long.to(at::kLong).contiguous();
-  for (int64_t f = 0; f < split.files(); ++f) {
-    const at::Tensor v = split.mel[f].narrow(0, 0, nvl.data_ptr<int64_t>()[f]).to(at::kDouble);
-    sum += v.sum().item<double>();
-    sum_sq += v.square().sum().item<double>();
-    count += static_cast<double>(v.numel());
+  const int64_t block = std::max<int64_t>(split.files_per_chunk(), split.streamed() ? 1 : split.files());
+  for (int64_t f0 = 0; f0 < split.files(); f0 += block) {
+    const at::Tensor files = split.read_files(f0, std::min(block, split.files() - f0));
+    for (int64_t i = 0; i < files.size(0); ++i) {
+      const at::Tensor v = files[i].narrow(0, 0, nvl.data_ptr<int64_t>()[f0 + i]).to(at::kDouble);
+      sum += v.sum().item<double>();
+      sum_sq += v.square().sum().item<double>();
+      count += static_cast<double>(v.numel());
+    }
   }
   const double mean = count > 0 ? sum / count : 0.0;
   const double var = count > 0 ? std::max(0.0, sum_sq / count - mean * mean) : 1.0;
@@ -417,6 +421,7 @@ void TrainConfig::validate() const {
 
 nlohmann::json TrainConfig::to_json() const {
   return {{"data", fs::absolute(data.data).lexically_normal().string()},
+          {"stream", data.stream.to_json()},
           {"model", trainer::to_json(model)},
           {"optim", optim_to_json(optim)},
           {"loader", loader.to_json()},
@@ -430,6 +435,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   TrainConfig c;
   const auto group = [&](const char* name) { return j.contains(name) ? j.at(name) : nlohmann::json::object(); };
   if (j.contains("data") && j["data"].is_string()) c.data.data = j["data"].get<std::string>();
+  c.data.stream = StreamOptions::from_json(group("stream"));
   c.model = model_options_from_json(group("model"));
   c.optim = optim_from_json(group("optim"));
   c.loader = LoaderOptions::from_json(group("loader"));
@@ -603,7 +609,13 @@ void Run::resolve_resume() {
                           run_dir_.string() + "')");
   resume_from_ = load_checkpoint(ckpt);
   TrainConfig saved = TrainConfig::from_json(resume_from_->config);
-  if (!c.data.data.empty()) saved.data = c.data;
+  if (!c.data.data.empty()) saved.data.data = c.data.data;
+  saved.data.stream.h5_cache = c.data.stream.h5_cache;
+  if (c.data.stream.stream != "auto" && c.data.stream.stream != saved.data.stream.stream) {
+    log_.warn("--stream " + c.data.stream.stream + " replaces the run's '" + saved.data.stream.stream +
+              "': the shuffle order changes from here on, so the result will differ from an uninterrupted run");
+    saved.data.stream.stream = c.data.stream.stream;
+  }
   saved.runtime = c.runtime;
   saved.loader.prefetch = c.loader.prefetch;
   saved.loader.gpu_mem = c.loader.gpu_mem;
@@ -833,8 +845,12 @@ TrainResult Run::run() {
 
   {
     ScopedStage stage(times_, "load data");
-    data_ = load_dataset(cfg_.data.data, /*load_mel=*/true);
+    data_ = load_dataset(cfg_.data.data, cfg_.data.stream);
   }
+  cfg_.data.stream.stream = data_.train.streamed() ? "on" : "off";
+  if (data_.train.streamed())
+    log_.info(fmt("streaming the spectrograms from the HDF5 files (chunk cache %lld MiB per split, shuffle windows "
+                  "of %g MiB)", static_cast<long long>(cfg_.data.stream.h5_cache), cfg_.loader.stream_window));
   log_.info(fmt("data %s: %lld/%lld/%lld files, %lld train segments, %lld classes; device %s",
                 cfg_.data.data.string().c_str(), static_cast<long long>(data_.train.files()),
                 static_cast<long long>(data_.val.files()), static_cast<long long>(data_.test.files()),
@@ -1002,7 +1018,7 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
     check_checkpoint_fits(c, meta.info, meta.class_names, opts.checkpoint.string(), data.data.string());
     meta.require_files(eval.split);
   }
-  const Split split = read_split(data.data / (eval.split + ".h5"), eval.split, /*load_mel=*/true);
+  const Split split = load_split(data.data / (eval.split + ".h5"), eval.split, data.stream);
   std::shared_ptr<Classifier> model = make_model_from_json(c.model_config);
   load_state_dict(*model, c.model, opts.checkpoint.string());
   model->to(device);
@@ -1069,7 +1085,7 @@ nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, st
   meta.require_files("train");
   meta.require_files("val");
   const auto [positive, positive_name] = pick_positive_class(meta, config.train.positive_class, log);
-  Dataset d = load_dataset(config.data.data, /*load_mel=*/true);
+  Dataset d = load_dataset(config.data.data, config.data.stream);
   const int64_t total = opts.warmup + opts.steps;
 
   BatchLoader loader(d.train, config.loader, config.model.seed, device);

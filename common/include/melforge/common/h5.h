@@ -152,6 +152,26 @@ struct ChunkedSpec {
 Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, const ChunkedSpec& spec);
 /// Opens the dataset `name` in `parent`; FormatError when there is no such link.
 Dataset open_dataset(Ref parent, const std::string& name);
+
+/// The raw-data chunk cache of one open dataset (H5Pset_chunk_cache): decompressed chunks kept in memory so that
+/// reads which touch a chunk again do not read and inflate it again.
+struct ChunkCache {
+  /// Cache size, bytes (of decompressed chunks). A chunk larger than this bypasses the cache.
+  size_t bytes = size_t{1} << 20;
+  /// Hash table slots; best a prime about 100 times the number of chunks that fit.
+  size_t slots = 521;
+  /// Eviction preference in [0, 1] for chunks that were read completely (1: evict those first).
+  double w0 = 0.75;
+
+  /// A cache of `bytes` for chunks of `chunk_bytes` each: `slots` the first prime >= 100 * bytes / chunk_bytes
+  /// (at least 521), w0 = 1 (sequential and block reads never return to a fully read chunk).
+  static ChunkCache sized(size_t bytes, size_t chunk_bytes);
+};
+
+/// Opens the dataset `name` in `parent` with its own chunk cache; FormatError when there is no such link.
+Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cache);
+/// Chunk shape of a chunked dataset, one entry per dimension; empty when the layout is not chunked.
+std::vector<int64_t> chunk_dims(const Dataset& dataset);
 /// Current extent of `dataset`, one entry per dimension (empty for a scalar).
 std::vector<int64_t> dims(const Dataset& dataset);
 /// Sets the extent of a chunked dataset to `new_dims`.
