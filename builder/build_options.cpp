@@ -88,8 +88,13 @@ void BuildOptions::validate() const {
   if (output.empty()) throw InvalidArgument("--output DIR is required");
   if (fs::exists(output, ec)) {
     if (!fs::is_directory(output, ec)) throw InvalidArgument("--output: '" + output.string() + "' is not a folder");
-    if (!overwrite && !fs::is_empty(output, ec))
-      throw InvalidArgument("--output: '" + output.string() + "' exists and is not empty (use --overwrite)");
+    if (!overwrite) {
+      for (fs::directory_iterator it(output, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name != kLockFileName && name != kStagingName)
+          throw InvalidArgument("--output: '" + output.string() + "' exists and is not empty (use --overwrite)");
+      }
+    }
   }
   split_ratios();
   max_ram_bytes();

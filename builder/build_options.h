@@ -19,6 +19,11 @@ namespace melforge::builder {
 /// Names of the three splits, in the order they are processed and indexed (0 train, 1 val, 2 test).
 inline const std::vector<std::string> kSplitNames = {"train", "val", "test"};
 
+/// Name of the lock file a running build holds (flock, exclusive) in its output folder, and removes when it ends.
+inline constexpr const char* kLockFileName = ".melforge-build.lock";
+/// Name of the staging folder inside the output folder where a build writes its HDF5 files before moving them.
+inline constexpr const char* kStagingName = ".partial";
+
 /// Output and running options of the build (the mel, segment and decode options are separate structs).
 struct BuildOptions {
   /// Corpus root: `root/<class>/**/<file>` or `root/{train,val,test}/<class>/**/<file>`. Exclusive with `manifest`.
@@ -62,7 +67,8 @@ struct BuildOptions {
   int64_t max_ram_bytes() const;
   /// Parsed `extensions`, lower case, without dots.
   std::vector<std::string> extension_list() const;
-  /// Checks every field and the folders (input exists, output refusable). Throws InvalidArgument.
+  /// Checks every field and the folders (input exists; output absent, empty or --overwrite, where the lock file
+  /// and staging folder a killed build leaves behind do not count as content). Throws InvalidArgument.
   void validate() const;
 };
 

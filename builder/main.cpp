@@ -1,7 +1,13 @@
 // melforge-build: parse the configuration, run the build, print the report. Errors become messages and exit codes.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "build_options.h"
 #include "melforge/common/errors.h"
@@ -14,6 +20,40 @@ namespace {
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitStrict = 3;
+
+/// Writes `text` to stderr with write(2) (no stdio locks, so it is safe while other threads print).
+void say(const std::string& text) {
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and, through inheritance, in every thread started later, then starts a
+/// thread that waits for them with sigwait. The first signal asks the build to stop (it removes its temporary files
+/// and run() returns through Interrupted); a second one exits at once with 128 + signal, leaving OUT/.partial and
+/// the lock file behind (the next build clears them). Must run before any other thread is created.
+void handle_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    int count = 0;
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      if (++count == 1) {
+        say("\nmelforge-build: " + name + " received: stopping at the next file and removing temporary files "
+            "(send it again to exit at once)\n");
+        melforge::builder::request_stop(sig);
+      } else {
+        say("melforge-build: " + name + " received again: exiting now; temporary files are left in the output "
+            "folder's .partial/ and are removed by the next build\n");
+        std::_Exit(128 + sig);
+      }
+    }
+  }).detach();
+}
 
 int run(int argc, char** argv) {
   melforge::builder::BuildConfig config;
@@ -69,11 +109,14 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// Runs melforge-build and turns errors into messages and exit codes.
+int run_and_report(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const melforge::builder::Interrupted& e) {
+    std::fprintf(stderr, "melforge-build: %s; no output was replaced and the temporary files were removed\n",
+                 e.what());
+    return 128 + (e.signal() > 0 ? e.signal() : SIGINT);
   } catch (const melforge::InvalidArgument& e) {
     std::fprintf(stderr, "melforge-build: invalid argument: %s\n", e.what());
     return kExitUsage;
@@ -90,4 +133,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "melforge-build: unexpected error: %s\n", e.what());
     return kExitError;
   }
+}
+
+}  // namespace
+
+/// After an error the process ends with _Exit, skipping atexit handlers: when an HDF5 write failed (full disk,
+/// EFBIG), libhdf5 1.10's own clean-up at exit closes the file whose close already failed and crashes with SIGSEGV.
+/// The partial file is already removed, so nothing is lost by skipping it.
+int main(int argc, char** argv) {
+  handle_stop_signals();
+  const int code = run_and_report(argc, argv);
+  if (code != 0) {
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
+  return 0;
 }

@@ -1,8 +1,16 @@
 #include "pipeline.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -28,6 +36,99 @@ namespace fs = std::filesystem;
 namespace melforge::builder {
 
 namespace {
+
+/// Signal number given to request_stop(), -1 for a request without one, 0 while none was made.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+/// Throws Interrupted if request_stop() was called.
+void check_stop() {
+  const int sig = g_stop_signal.load(std::memory_order_relaxed);
+  if (sig == 0) return;
+  const std::string name = sig == SIGINT    ? "SIGINT"
+                           : sig == SIGTERM ? "SIGTERM"
+                           : sig > 0        ? "signal " + std::to_string(sig)
+                                            : "a stop request";
+  throw Interrupted("interrupted by " + name, std::max(sig, 0));
+}
+
+/// The output folder of a running build: created if needed, locked with an exclusive flock on
+/// OUT/.melforge-build.lock for the life of the object. Unless commit() is called, the destructor removes the staging
+/// folder (while still holding the lock) and then an output folder this object created, if it is left empty.
+class OutputFolder {
+ public:
+  explicit OutputFolder(const fs::path& folder) : folder_(folder), lock_path_(folder / kLockFileName) {
+    std::error_code ec;
+    created_ = fs::create_directories(folder_, ec);
+    if (ec) throw IoError("cannot create output folder '" + folder_.string() + "': " + ec.message());
+    try {
+      lock();
+    } catch (...) {
+      if (created_) fs::remove(folder_, ec);
+      throw;
+    }
+  }
+  ~OutputFolder() {
+    std::error_code ec;
+    if (!committed_) fs::remove_all(staging(), ec);
+    ::unlink(lock_path_.c_str());
+    ::close(fd_);
+    if (created_ && !committed_) fs::remove(folder_, ec);
+  }
+  OutputFolder(const OutputFolder&) = delete;
+  OutputFolder& operator=(const OutputFolder&) = delete;
+
+  /// OUT/.partial: where the split files are written before they are moved into OUT.
+  fs::path staging() const { return folder_ / kStagingName; }
+  /// The outputs are in place: keep them (the staging folder is then removed by the caller).
+  void commit() { committed_ = true; }
+
+ private:
+  void lock() {
+    for (int attempt = 0;; ++attempt) {
+      fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd_ < 0) throw IoError("cannot create lock file '" + lock_path_.string() + "': " + std::strerror(errno));
+      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        char pid[32] = {};
+        const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+        std::string holder(pid, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+        while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+        ::close(fd_);
+        fd_ = -1;
+        if (err == EWOULDBLOCK) {
+          throw IoError("output folder '" + folder_.string() + "' is in use by another melforge-build" +
+                        (holder.empty() ? "" : " (pid " + holder + ")") + " holding " + lock_path_.string() +
+                        "; wait for it to finish, or stop it, and run again");
+        }
+        throw IoError("cannot lock '" + lock_path_.string() + "': " + std::strerror(err));
+      }
+      struct stat held {};
+      struct stat named {};
+      if (::fstat(fd_, &held) == 0 && ::stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+          held.st_dev == named.st_dev)
+        break;
+      ::close(fd_);
+      fd_ = -1;
+      if (attempt == 100) throw IoError("cannot lock '" + lock_path_.string() + "': it keeps being replaced");
+    }
+    write_pid();
+  }
+
+  /// Writes our pid into the lock file for the message of a refused second build. Failures (a full disk) are
+  /// ignored: the pid is informational and the flock alone is the lock.
+  void write_pid() const {
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    [[maybe_unused]] const bool written =
+        ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
+  }
+
+  fs::path folder_;
+  fs::path lock_path_;
+  int fd_ = -1;
+  bool created_ = false;
+  bool committed_ = false;
+};
 
 /// A file that passed scan and probe, with its plan.
 struct PlannedFile {
@@ -143,6 +244,8 @@ int64_t batch_bytes(const PlannedFile& f, int64_t out_bytes_per_file) {
 
 }  // namespace
 
+void request_stop(int signal) { g_stop_signal.store(signal > 0 ? signal : -1, std::memory_order_relaxed); }
+
 BuildResult run_build(const BuildConfig& config) {
   config.validate();
   const auto& bo = config.build;
@@ -157,6 +260,7 @@ BuildResult run_build(const BuildConfig& config) {
   Stopwatch total;
   StageTimes times;
   std::vector<SkippedFile> skipped;
+  OutputFolder output(bo.output);
 
   ScanResult scan;
   {
@@ -184,6 +288,7 @@ BuildResult run_build(const BuildConfig& config) {
     Progress progress("probe", static_cast<int64_t>(scan.files.size()), "files", bo.quiet);
     parallel_for(static_cast<int64_t>(scan.files.size()), threads, [&](int64_t i) {
       planned[i].input = &scan.files[i];
+      check_stop();
       try {
         planned[i].info = audio::probe(scan.files[i].path);
         planned[i].frames = audio::output_frames(planned[i].info, sr);
@@ -235,16 +340,15 @@ BuildResult run_build(const BuildConfig& config) {
   const float silence = mel::silence_value(mel_args);
 
   std::error_code ec;
-  fs::create_directories(bo.output, ec);
-  if (ec) throw IoError("cannot create output folder '" + bo.output.string() + "': " + ec.message());
-  const fs::path staging = bo.output / ".partial";
+  const fs::path staging = output.staging();
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
   if (ec) throw IoError("cannot create '" + staging.string() + "': " + ec.message());
 
-  int64_t largest_arena = 0;
-  for (const auto& f : usable) largest_arena = std::max(largest_arena, f.info.frames * f.info.channels);
-  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * 3 * largest_arena * int64_t(sizeof(float));
+  int64_t largest_decode = 0;
+  for (const auto& f : usable)
+    largest_decode = std::max(largest_decode, audio::decode_bytes(f.info, decode_options, f.plan.arena_samples));
+  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * largest_decode;
   const int64_t budget = std::max<int64_t>(max_ram - reserve, 1);
 
   std::vector<std::map<std::string, int64_t>> counts(kSplitNames.size());
@@ -305,11 +409,12 @@ BuildResult run_build(const BuildConfig& config) {
         arena.assign(static_cast<std::size_t>(arena_offset[n]), 0.0f);
         parallel_for(static_cast<int64_t>(n), threads, [&](int64_t i) {
           const PlannedFile& f = *files[next + i];
+          check_stop();
           try {
-            audio::DecodedAudio a = audio::decode(f.input->path, decode_options);
+            audio::DecodedAudio a = audio::decode(f.input->path, decode_options, f.plan.arena_samples);
             const int64_t take = std::min<int64_t>(static_cast<int64_t>(a.samples.size()), f.plan.arena_samples);
             std::memcpy(arena.data() + arena_offset[i], a.samples.data(), static_cast<std::size_t>(take) * sizeof(float));
-            decoded_frames[i] = static_cast<int64_t>(a.samples.size());
+            decoded_frames[i] = take < f.plan.arena_samples ? take : std::max(take, f.frames);
           } catch (const AudioError& e) {
             decode_error[i] = e.what();
           }
@@ -341,6 +446,7 @@ BuildResult run_build(const BuildConfig& config) {
       std::vector<uint8_t>& out = out_buffers[out_slot];
       out_slot ^= 1;
       out.resize(static_cast<std::size_t>(records.size() * out_bytes_per_file));
+      check_stop();
       {
         ScopedStage stage(times, "mel");
         featurize::compute_files(*engine, arena.data(), file_offsets, file_valid_long, batch_layout, bo.dtype, silence,
@@ -370,12 +476,19 @@ BuildResult run_build(const BuildConfig& config) {
     h5_bytes += w->bytes_written();
   }
 
+  check_stop();
   const fs::path report_path = bo.output / "build_report.json";
   fs::remove(report_path, ec);
+  if (ec) throw IoError("cannot remove the old '" + report_path.string() + "': " + ec.message());
+  for (const auto& p : staged) {
+    fs::remove(bo.output / p.filename(), ec);
+    if (ec) throw IoError("cannot remove the old '" + (bo.output / p.filename()).string() + "': " + ec.message());
+  }
   for (const auto& p : staged) {
     fs::rename(p, bo.output / p.filename(), ec);
     if (ec) throw IoError("cannot move '" + p.string() + "' into '" + bo.output.string() + "': " + ec.message());
   }
+  output.commit();
   fs::remove_all(staging, ec);
 
   const mel::EngineTimes et = engine->times();

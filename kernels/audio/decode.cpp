@@ -239,22 +239,24 @@ OpenAudio::OpenAudio(const fs::path& path)
   info.format = major_name(sf_info.format) + " " + subtype_name(sf_info.format);
 }
 
-/// Reads every frame of `file` in chunks, checks that every sample of every channel is finite, and returns the mean
-/// of the channels (channel < 0) or `channel` alone, [frames] at the native rate. SFC_SET_NORM_FLOAT (libsndfile's
+/// Reads the first `limit` frames (all of them when the file is shorter) of `file` in chunks, checks that every
+/// sample of every channel is finite, and returns the mean of the channels (channel < 0) or `channel` alone, [frames]
+/// at the native rate. Room for all `limit` frames is reserved up front when `reserve_limit` (the caller bounded
+/// them), else for at most kMaxReserveFrames. SFC_SET_NORM_FLOAT (libsndfile's
 /// default, set explicitly) maps integer PCM of b bits to k / 2^(b-1), in [-1, 1) (32-bit values near full scale
 /// round to 1.0f); float and double data are returned unscaled. (SFC_SET_SCALE_FLOAT_INT_READ concerns the other
 /// direction, float files read into integer buffers, so it plays no part here.) Fewer frames than the header
 /// claims is an error: this happens for compressed streams cut short (FLAC). A WAV whose data chunk claims more bytes
 /// than the file holds is not seen as truncated: libsndfile's header already clamps the frame count to the complete
 /// frames present (streaming writers leave such sizes in valid files), and exactly those frames are decoded.
-std::vector<float> read_mono(const fs::path& path, OpenAudio& file, int channel) {
+std::vector<float> read_mono(const fs::path& path, OpenAudio& file, int channel, int64_t limit, bool reserve_limit) {
   SNDFILE* snd = file.snd.get();
   const int channels = file.info.channels;
-  const int64_t claimed = file.info.frames;
+  const int64_t claimed = std::min(file.info.frames, limit);
   sf_command(snd, SFC_SET_NORM_FLOAT, nullptr, SF_TRUE);
 
   std::vector<float> mono;
-  mono.reserve(static_cast<size_t>(std::min(claimed, kMaxReserveFrames)));
+  mono.reserve(static_cast<size_t>(reserve_limit ? claimed : std::min(claimed, kMaxReserveFrames)));
   std::vector<float> chunk(static_cast<size_t>(kReadChunkFrames) * static_cast<size_t>(channels));
   const float inv_channels = 1.0f / static_cast<float>(channels);
   int64_t done = 0;
@@ -312,6 +314,16 @@ std::vector<float> resample(const fs::path& path, const std::vector<float>& in, 
   return out;
 }
 
+/// Native frames decode() reads for `max_frames` output frames (0: all): see decode().
+int64_t input_frames(const AudioInfo& info, int target_rate, int64_t max_frames) {
+  if (max_frames <= 0) return info.frames;
+  if (info.sample_rate == target_rate) return std::min(info.frames, max_frames);
+  const int64_t src = info.sample_rate;
+  const int64_t span =
+      max_frames / target_rate * src + ((max_frames % target_rate) * src + target_rate - 1) / target_rate;
+  return std::min(info.frames, span + src);
+}
+
 }  // namespace
 
 void add_options(boost::program_options::options_description& desc, DecodeOptions& opts) {
@@ -340,7 +352,19 @@ int64_t output_frames(const AudioInfo& info, int target_rate) {
   return std::max<int64_t>(1, frames);
 }
 
-DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts) {
+int64_t decode_bytes(const AudioInfo& info, const DecodeOptions& opts, int64_t max_frames) {
+  const int64_t in = input_frames(info, opts.sample_rate, max_frames);
+  int64_t out = 0;
+  if (info.sample_rate != opts.sample_rate) {
+    AudioInfo part = info;
+    part.frames = in;
+    out = output_frames(part, opts.sample_rate) + 64;
+  }
+  const int64_t chunk = int64_t{kReadChunkFrames} * std::max(info.channels, 1);
+  return (chunk + in + out) * static_cast<int64_t>(sizeof(float));
+}
+
+DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts, int64_t max_frames) {
   if (opts.sample_rate <= 0) {
     throw InvalidArgument("decode: target sample rate must be positive, got " + std::to_string(opts.sample_rate));
   }
@@ -355,11 +379,17 @@ DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts
   }
   DecodedAudio out;
   out.info = file.info;
-  out.samples = read_mono(path, file, opts.channel);
+  const int64_t limit = input_frames(file.info, opts.sample_rate, max_frames);
+  out.samples = read_mono(path, file, opts.channel, limit, max_frames > 0);
   if (out.info.sample_rate != opts.sample_rate) {
+    AudioInfo part = out.info;
+    part.frames = limit;
     out.samples = resample(path, out.samples, out.info.sample_rate, opts.sample_rate,
-                           output_frames(out.info, opts.sample_rate));
+                           output_frames(part, opts.sample_rate));
     out.resampled = true;
+  }
+  if (max_frames > 0 && static_cast<int64_t>(out.samples.size()) > max_frames) {
+    out.samples.resize(static_cast<size_t>(max_frames));
   }
   return out;
 }

@@ -1,0 +1,280 @@
+// Interruptions and faults of melforge-build (issue 5): SIGINT, SIGTERM and SIGKILL at seeded random points, a
+// second build into a folder in use, stale locks, and write errors (RLIMIT_FSIZE, a full tmpfs).
+#include <catch2/catch.hpp>
+
+#include <sys/file.h>
+#include <sys/mount.h>
+
+#include <random>
+
+#include "build_options.h"
+#include "reliability/child_process.h"
+#include "reliability/corpus.h"
+#include "test_util.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A corpus that takes about a second to build, and an uninterrupted reference build of it.
+struct Reference {
+  TempDir dir;
+  fs::path in = dir / "in";
+  fs::path out = dir / "ref";
+  double wall_s = 0;
+  Reference() {
+    test::write_slow_corpus(in, 3, 120);
+    const auto r = test::run_child(test::build_args(in, out), dir / "ref.log");
+    if (r.exit_code != 0) throw std::runtime_error("reference build failed: " + r.output);
+    wall_s = r.wall_s;
+  }
+};
+
+Reference& reference() {
+  static Reference ref;
+  return ref;
+}
+
+/// Checks that `out` holds a complete build whose four outputs are byte-identical to the reference's.
+void require_same_as_reference(const fs::path& out) {
+  for (const auto& name : test::kOutputNames) {
+    if (name == "build_report.json") {
+      REQUIRE(fs::exists(out / name));
+      continue;
+    }
+    CAPTURE(out / name);
+    REQUIRE(test::read_file_bytes(out / name) == test::read_file_bytes(reference().out / name));
+  }
+  CHECK_FALSE(fs::exists(out / builder::kStagingName));
+  CHECK_FALSE(fs::exists(out / builder::kLockFileName));
+}
+
+std::string signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGKILL"; }
+
+}  // namespace
+
+TEST_CASE("a build killed at random points never leaves outputs that look complete, and a rerun is identical",
+          "[reliability][faults]") {
+  auto& ref = reference();
+  INFO("reference build: " << ref.wall_s << " s");
+  std::mt19937 rng(20240517);
+  std::uniform_real_distribution<double> when(0.02, 0.7);
+  const int signals[] = {SIGINT, SIGTERM, SIGKILL, SIGINT, SIGTERM, SIGKILL, SIGKILL};
+  int interrupted = 0;
+  int stale_locks = 0;
+  for (std::size_t round = 0; round < std::size(signals); ++round) {
+    const int sig = signals[round];
+    const double at = when(rng) * ref.wall_s;
+    const fs::path out = ref.dir / ("kill" + std::to_string(round));
+    CAPTURE(round, signal_name(sig), at);
+    bool report_before_outputs = false;
+    test::ChildOptions opts;
+    opts.signal = sig;
+    opts.signal_after = std::chrono::duration<double>(at);
+    opts.on_poll = [&](pid_t) {
+      if (fs::exists(out / "build_report.json"))
+        for (const char* h5 : {"train.h5", "val.h5", "test.h5"})
+          if (!fs::exists(out / h5)) report_before_outputs = true;
+    };
+    const auto r = test::run_child(test::build_args(ref.in, out), ref.dir / "kill.log", opts);
+    INFO(r.output);
+    CHECK_FALSE(report_before_outputs);
+    if (r.exit_code == 0) {
+      WARN("round " << round << ": the build finished before " << signal_name(sig) << " at " << at << " s");
+      require_same_as_reference(out);
+      continue;
+    }
+    ++interrupted;
+    CHECK_FALSE(fs::exists(out / "build_report.json"));
+    if (sig == SIGKILL) {
+      CHECK(r.term_signal == SIGKILL);
+      for (const char* h5 : {"train.h5", "val.h5", "test.h5"}) {
+        if (fs::exists(out / h5))
+          CHECK(test::read_file_bytes(out / h5) == test::read_file_bytes(ref.out / h5));
+      }
+      if (fs::exists(out / builder::kLockFileName)) ++stale_locks;
+    } else {
+      CHECK(r.exit_code == 128 + sig);
+      CHECK_THAT(r.output, Catch::Contains("interrupted by " + signal_name(sig)));
+      CHECK_THAT(r.output, Catch::Contains("temporary files were removed"));
+      CHECK_FALSE(fs::exists(out));
+    }
+    const auto rerun = test::run_child(test::build_args(ref.in, out, {"--overwrite"}), ref.dir / "rerun.log");
+    INFO(rerun.output);
+    REQUIRE(rerun.exit_code == 0);
+    require_same_as_reference(out);
+  }
+  CHECK(interrupted >= 5);
+  CHECK(stale_locks >= 1);
+}
+
+TEST_CASE("a second SIGINT exits at once and the next build clears what it left", "[reliability][faults]") {
+  auto& ref = reference();
+  const fs::path out = ref.dir / "twice";
+  const fs::path log = ref.dir / "twice.log";
+  test::ChildOptions opts;
+  opts.signal = SIGINT;
+  opts.signal_after = std::chrono::duration<double>(0.3 * ref.wall_s);
+  bool second = false;
+  opts.on_poll = [&](pid_t pid) {
+    if (!second && test::read_file_bytes(log).find("SIGINT received:") != std::string::npos) {
+      ::kill(pid, SIGINT);
+      second = true;
+    }
+  };
+  const auto r = test::run_child(test::build_args(ref.in, out), log, opts);
+  INFO(r.output);
+  REQUIRE(r.signalled);
+  REQUIRE(r.exit_code == 128 + SIGINT);
+  if (r.output.find("received again") == std::string::npos)
+    WARN("the build had stopped cleanly before the second SIGINT arrived");
+  CHECK_FALSE(fs::exists(out / "build_report.json"));
+  REQUIRE(test::run_child(test::build_args(ref.in, out), ref.dir / "twice2.log").exit_code == 0);
+  require_same_as_reference(out);
+}
+
+TEST_CASE("a second build into a folder in use is refused, and a stale lock does not block", "[reliability][faults]") {
+  auto& ref = reference();
+  static int section_run = 0;
+  const fs::path out = ref.dir / ("locked" + std::to_string(section_run++));
+  const fs::path lock = out / builder::kLockFileName;
+
+  SECTION("while another melforge-build runs") {
+    int refused = 0;
+    std::string second_output;
+    test::ChildOptions opts;
+    opts.on_poll = [&](pid_t pid) {
+      if (refused > 0 || !test::holds_flock(pid, lock)) return;
+      for (const bool overwrite : {true, false}) {
+        const auto r = test::run_child(test::build_args(ref.in, out, overwrite ? std::vector<std::string>{"--overwrite"}
+                                                                               : std::vector<std::string>{}),
+                                       ref.dir / "second.log");
+        second_output += r.output;
+        if (r.exit_code == 1 && r.output.find("is in use by another melforge-build (pid " + std::to_string(pid) +
+                                              ")") != std::string::npos)
+          ++refused;
+      }
+    };
+    const auto first = test::run_child(test::build_args(ref.in, out), ref.dir / "first.log", opts);
+    INFO(first.output << "\nsecond build:\n" << second_output);
+    CHECK(refused == 2);
+    REQUIRE(first.exit_code == 0);
+    require_same_as_reference(out);
+  }
+
+  SECTION("a lock held by another process, then released") {
+    fs::create_directories(out);
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    REQUIRE(::write(fd, "4242\n", 5) == 5);
+    const auto refused = test::run_child(test::build_args(ref.in, out), ref.dir / "held.log");
+    ::close(fd);
+    INFO(refused.output);
+    CHECK(refused.exit_code == 1);
+    CHECK_THAT(refused.output, Catch::Contains("in use by another melforge-build (pid 4242)"));
+    CHECK(fs::exists(out));
+    CHECK_FALSE(fs::exists(out / "train.h5"));
+    const auto ok = test::run_child(test::build_args(ref.in, out), ref.dir / "after.log");
+    INFO(ok.output);
+    REQUIRE(ok.exit_code == 0);
+    require_same_as_reference(out);
+  }
+
+  SECTION("a stale lock file and staging folder from a killed build") {
+    fs::create_directories(out / builder::kStagingName);
+    test::write_text(lock, "999999\n");
+    test::write_text(out / builder::kStagingName / "train.h5.partial", "half a file");
+    const auto ok = test::run_child(test::build_args(ref.in, out), ref.dir / "stale.log");
+    INFO(ok.output);
+    REQUIRE(ok.exit_code == 0);
+    require_same_as_reference(out);
+  }
+}
+
+namespace {
+
+/// A tmpfs of `bytes` mounted at `path` for the life of the object (mounted() is false when mount(2) is refused).
+class SmallFs {
+ public:
+  SmallFs(const fs::path& path, int64_t bytes) : path_(path) {
+    fs::create_directories(path_);
+    const std::string opts = "size=" + std::to_string(bytes);
+    mounted_ = ::mount("tmpfs", path_.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~SmallFs() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+  }
+  SmallFs(const SmallFs&) = delete;
+  SmallFs& operator=(const SmallFs&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  fs::path path_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+/// Checks the outcome of a build that failed to write: exit 1, an error naming an HDF5 file and the cause, and no
+/// output at any final path (nor staging, nor lock).
+void check_write_failure(const test::ChildResult& r, const fs::path& out, const std::string& cause) {
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.term_signal == 0);
+  CHECK_THAT(r.output, Catch::Contains("melforge-build: error:"));
+  CHECK_THAT(r.output, Catch::Contains(".h5"));
+  CHECK_THAT(r.output, Catch::Contains(cause));
+  for (const auto& name : test::kOutputNames) CHECK_FALSE(fs::exists(out / name));
+  CHECK_FALSE(fs::exists(out / builder::kStagingName));
+  CHECK_FALSE(fs::exists(out / builder::kLockFileName));
+}
+
+}  // namespace
+
+TEST_CASE("a write error or a full disk fails cleanly, naming the file", "[reliability][faults]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 12);
+  const fs::path out = d / "out";
+
+  SECTION("RLIMIT_FSIZE (ulimit -f) with SIGXFSZ ignored: EFBIG") {
+    const rlim_t limit = GENERATE(rlim_t{4096}, rlim_t{40000});
+    CAPTURE(limit);
+    test::ChildOptions opts;
+    opts.file_size_limit = limit;
+    const auto r = test::run_child(test::build_args(d / "in", out), d / "fsize.log", opts);
+    check_write_failure(r, out, "File too large");
+    CHECK_FALSE(fs::exists(out));
+  }
+
+  SECTION("over a previous complete build with --overwrite: the old outputs stay") {
+    REQUIRE(test::run_child(test::build_args(d / "in", out), d / "first.log").exit_code == 0);
+    std::vector<std::string> before;
+    for (const auto& name : test::kOutputNames) before.push_back(test::read_file_bytes(out / name));
+    test::ChildOptions opts;
+    opts.file_size_limit = 40000;
+    const auto r = test::run_child(test::build_args(d / "in", out, {"--overwrite"}), d / "fsize.log", opts);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains("File too large"));
+    for (std::size_t i = 0; i < test::kOutputNames.size(); ++i)
+      CHECK(test::read_file_bytes(out / test::kOutputNames[i]) == before[i]);
+    CHECK_FALSE(fs::exists(out / builder::kStagingName));
+    CHECK_FALSE(fs::exists(out / builder::kLockFileName));
+  }
+
+  SECTION("a full 64 KiB tmpfs: ENOSPC") {
+    SmallFs small(d / "small", 64 * 1024);
+    if (!small.mounted()) {
+      WARN("skipped: cannot mount a tmpfs here (" << small.error() << "); needs root or CAP_SYS_ADMIN");
+      return;
+    }
+    const fs::path sout = d / "small" / "out";
+    const auto r = test::run_child(test::build_args(d / "in", sout), d / "enospc.log");
+    check_write_failure(r, sout, "No space left on device");
+    CHECK_FALSE(fs::exists(sout));
+  }
+}

@@ -1,0 +1,93 @@
+// Resource bounds of melforge-build (issue 5): peak RSS within --max-ram plus a fixed overhead on a corpus bigger
+// than the limit, with one file larger than the limit; thread counts that follow --threads.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "melforge/common/h5.h"
+#include "reliability/child_process.h"
+#include "reliability/corpus.h"
+#include "test_util.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+/// What melforge-build holds besides the audio and output buffers --max-ram bounds: the binary and its shared
+/// libraries (the CUDA runtime and cuFFT are mapped even for the CPU engine), HDF5, FFTW and deflate state, thread
+/// stacks. `melforge-build --help` alone peaks at about 21 MiB and a tiny build at about 45 MiB.
+constexpr int64_t kFixedOverhead = 48 * kMiB;
+
+}  // namespace
+
+TEST_CASE("the builder stays within --max-ram on a corpus larger than it, with a file larger than it",
+          "[reliability][resources]") {
+  TempDir d;
+  const fs::path in = d / "in";
+  const int64_t long_frames = 16'000'000;
+  test::write_tone(in / "a" / "long.wav", 440, long_frames, 8000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < 12; ++i)
+      test::write_tone(in / ("c" + std::to_string(c)) / ("f" + std::to_string(i) + ".wav"), 300 + 200 * c + i,
+                       20 * 8000, 8000);
+  const int64_t max_ram = 32 * kMiB;
+  const int64_t corpus_float_bytes = (long_frames + 24 * 20 * 8000) * 4;
+  REQUIRE(fs::file_size(in / "a" / "long.wav") > static_cast<uintmax_t>(max_ram));
+  REQUIRE(corpus_float_bytes > 2 * max_ram);
+
+  const fs::path out = d / "out";
+  const auto r = test::run_child(test::build_args(in, out, {"--max-ram", "32M"}),
+                                 d / "build.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto report = nlohmann::json::parse(test::read_file_bytes(out / "build_report.json"));
+  const int64_t self_reported = report.at("peak_rss_bytes").get<int64_t>();
+  const int64_t peak = std::max(r.peak_rss_bytes, self_reported);
+  INFO("peak RSS sampled " << r.peak_rss_bytes / kMiB << " MiB, reported by the build " << self_reported / kMiB
+                           << " MiB; bound " << (max_ram + kFixedOverhead) / kMiB << " MiB");
+  CHECK(r.peak_rss_bytes > 0);
+  CHECK(peak <= max_ram + kFixedOverhead);
+  CHECK(report["files"]["written"].get<int>() == 25);
+  CHECK(report["files"]["capped"].get<int>() == 1);
+  CHECK(report["batches"].get<int>() > 1);
+  CHECK(report["audio_seconds"].get<double>() == Approx(2000.0 + 24 * 20.0));
+  const int num_long = report["config"]["num_long"].get<int>();
+  CHECK(num_long == 20);
+  bool found = false;
+  for (const std::string split : {"train", "val", "test"}) {
+    auto f = h5::open_file(out / (split + ".h5"));
+    const auto paths = h5::read_strings(f, "path");
+    const auto valid = h5::read_int32(f, "num_valid_long");
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (paths[i] != "a/long.wav") continue;
+      found = true;
+      CHECK(valid[i] == num_long);
+    }
+  }
+  CHECK(found);
+}
+
+TEST_CASE("thread counts follow --threads", "[reliability][resources]") {
+  TempDir d;
+  test::write_slow_corpus(d / "in", 3, 40);
+  std::map<int, test::ChildResult> runs;
+  for (const int threads : {1, 2, 4}) {
+    const auto r = test::run_child(test::build_args(d / "in", d / ("out" + std::to_string(threads)),
+                                                    {"--threads", std::to_string(threads)}),
+                                   d / "build.log");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CAPTURE(threads, r.max_threads, r.cpu_s, r.wall_s);
+    // main + the signal-waiting thread + the HDF5 writer thread, and an OpenMP team of `threads` - 1 helpers for
+    // each of the two threads that run parallel loops (main: decode and mel; writer: compression).
+    CHECK(r.max_threads <= 3 + 2 * (threads - 1));
+    CHECK(r.max_threads >= 3);
+    runs[threads] = r;
+  }
+  CHECK(runs[4].max_threads > runs[1].max_threads);
+}
