@@ -46,6 +46,7 @@ Checkpoint sample_checkpoint() {
   c.scaler = {{"scale", at::tensor(65536.0f)}, {"growth_tracker", at::tensor(int64_t{2}, at::kInt)}};
   c.scheduler = {{"base_lr", 0.001}, {"warmup", 10}};
   c.rng_state = at::randint(0, 256, {5056}, at::kByte);
+  c.cuda_rng_state = at::randint(0, 256, {16}, at::kByte);
   c.state = {{"best_metric", 0.75}, {"best_epoch", 5}, {"sampler", {1, 2, 3}}};
   return c;
 }
@@ -127,15 +128,18 @@ TEST_CASE("a checkpoint round trips every field bit-exactly", "[trainer][checkpo
   check_maps(r.scaler, c.scaler);
   CHECK(r.scheduler == c.scheduler);
   CHECK(bit_equal(r.rng_state, c.rng_state));
+  CHECK(bit_equal(r.cuda_rng_state, c.cuda_rng_state));
   CHECK(r.state == c.state);
 
   Checkpoint empty = c;
   empty.optimizer.clear();
   empty.rng_state = at::Tensor();
+  empty.cuda_rng_state = at::Tensor();
   save_checkpoint(empty, d / "ck.pt");
   const Checkpoint e = load_checkpoint(d / "ck.pt");
   CHECK(e.optimizer.empty());
   CHECK_FALSE(e.rng_state.defined());
+  CHECK_FALSE(e.cuda_rng_state.defined());
 }
 
 TEST_CASE("the generator state restored from a checkpoint replays the same numbers", "[trainer][checkpoint]") {

@@ -100,7 +100,8 @@ class Reader {
     }
     return out;
   }
-  at::Tensor optional_tensor(const std::string& key) const {
+  at::Tensor optional_tensor(const std::string& key, bool may_be_absent = false) const {
+    if (may_be_absent && dict_.find(key) == dict_.end()) return {};
     const c10::IValue v = get(key);
     if (v.isNone()) return {};
     if (!v.isTensor()) fail("entry '" + key + "' is a " + v.tagKind() + ", not a tensor");
@@ -185,6 +186,9 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path) {
   d.insert("scheduler", c.scheduler.dump());
   d.insert("rng_state", c.rng_state.defined() ? c10::IValue(c.rng_state.detach().to(at::kCPU).contiguous())
                                               : c10::IValue());
+  d.insert("cuda_rng_state", c.cuda_rng_state.defined()
+                                 ? c10::IValue(c.cuda_rng_state.detach().to(at::kCPU).contiguous())
+                                 : c10::IValue());
   d.insert("state", c.state.dump());
   const std::vector<char> bytes = torch_save_bytes(c10::IValue(d));
   write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
@@ -232,6 +236,7 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
   c.scaler = r.tensors("scaler");
   c.scheduler = r.json("scheduler");
   c.rng_state = r.optional_tensor("rng_state");
+  c.cuda_rng_state = r.optional_tensor("cuda_rng_state", /*may_be_absent=*/true);
   c.state = r.json("state");
   return c;
 }

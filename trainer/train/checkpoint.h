@@ -52,6 +52,8 @@ struct Checkpoint {
   nlohmann::json scheduler;
   /// The CPU generator's state (at::Generator::get_state(), uint8).
   at::Tensor rng_state;
+  /// The training CUDA device's default generator state (uint8); undefined for a run on the CPU.
+  at::Tensor cuda_rng_state;
   /// The trainer's own bookkeeping (best metric and epoch, epochs without improvement, sampler state, ...).
   nlohmann::json state;
 };

@@ -258,14 +258,19 @@ void truncate_metrics(const fs::path& path, int64_t epochs) {
   write_file_atomically(path, kept);
 }
 
-at::Tensor rng_state() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+/// The default generator of `device`: the CPU's, or the CUDA device's (dropout and SpecAugment draw from it there).
+at::Generator default_generator(at::Device device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();
+}
+
+at::Tensor rng_state(at::Device device = at::kCPU) {
+  at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
 }
 
-void set_rng_state(const at::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+void set_rng_state(const at::Tensor& state, at::Device device = at::kCPU) {
+  at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }
@@ -652,6 +657,11 @@ void Run::restore(const Checkpoint& c) {
   opt_->load_state_dict(c.optimizer);
   scaler_->load_state_dict(c.scaler);
   if (c.rng_state.defined()) set_rng_state(c.rng_state);
+  if (c.cuda_rng_state.defined() && s_.device.is_cuda()) set_rng_state(c.cuda_rng_state, s_.device);
+  if (c.cuda_rng_state.defined() != s_.device.is_cuda())
+    log_.warn("--resume: the checkpoint was written on " + std::string(c.cuda_rng_state.defined() ? "CUDA" : "the CPU") +
+              " and the run continues on " + s_.device.str() + ": the random draws from here on differ from an "
+              "uninterrupted run");
   epoch_ = c.epoch;
   step_ = c.step;
   const auto& st = c.state;
@@ -677,6 +687,7 @@ Checkpoint Run::make_checkpoint() const {
   c.scaler = scaler_->state_dict();
   c.scheduler = schedule_->to_json();
   c.rng_state = rng_state();
+  if (s_.device.is_cuda()) c.cuda_rng_state = rng_state(s_.device);
   c.state = {{"best_metric", cfg_.train.best_metric},
              {"best_epoch", best_epoch_},
              {"best_value", best_value_},
