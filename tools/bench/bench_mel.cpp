@@ -1,0 +1,261 @@
+// melforge-bench-mel: the mel engine alone against a bare batched FFTW r2c of the same frames (issue 4).
+//
+// Segments are consecutive slices of one seeded signal (white noise plus a few tones), as the builder's arena holds
+// them. Both sides run on the same number of threads and the same segments:
+//   engine: MelEngine::compute over every segment (framing, reflect padding, window, FFTW r2c, power, sparse mel,
+//           log, float16), the call the builder makes;
+//   fft:    only fftwf_execute_dft_r2c, with a plan of the engine's block size, over frames that were framed and
+//           windowed beforehand (a pool of --fft-pool-segments segments, cycled), so framing is not counted.
+// Timings are medians over --repeats runs after one warmup run. --dump-audio and --dump-mel write the signal and the
+// float32 spectrograms of the first segments, so that tools/bench/py_mel.py runs torch on the very same samples and
+// checks that it computes the same values.
+#include <fftw3.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mel/filterbank.h"
+#include "mel/mel_cpu.h"
+#include "mel/mel_engine.h"
+#include "mel/mel_math.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/parallel.h"
+#include "melforge/common/timing.h"
+
+namespace po = boost::program_options;
+using melforge::Stopwatch;
+using namespace melforge::mel;
+
+namespace {
+
+/// Command-line settings.
+struct Options {
+  /// Segments per timed run.
+  int64_t segments = 8000;
+  /// Samples per segment (the short segment: 0.25 s at 16 kHz).
+  int64_t segment_samples = 4000;
+  /// Threads of both sides.
+  int threads = 1;
+  /// Timed runs (the median is reported).
+  int repeats = 5;
+  /// Segments framed beforehand for the bare FFT, cycled over.
+  int64_t fft_pool_segments = 256;
+  /// Signal seed.
+  uint32_t seed = 1;
+  /// cpu or cuda.
+  std::string device = "cpu";
+  /// Output type of the engine: float16 (as the builder stores) or float32.
+  std::string dtype = "float16";
+  /// Raw float32 signal file to write (segments * segment_samples values), empty: none.
+  std::string dump_audio;
+  /// Raw float32 spectrograms [dump_segments][n_mels][n_frames] to write, empty: none.
+  std::string dump_mel;
+  /// Segments whose spectrograms --dump-mel writes.
+  int64_t dump_segments = 64;
+  /// JSON results file, empty: none.
+  std::string out;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<float> make_signal(int64_t samples, uint32_t seed, int sample_rate) {
+  std::vector<float> x(static_cast<std::size_t>(samples));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 0.02f);
+  const double tones[] = {220.0, 1250.0, 3100.0};
+  for (int64_t i = 0; i < samples; ++i) {
+    const double t = static_cast<double>(i) / sample_rate;
+    double v = 0;
+    for (double f : tones) v += 0.1 * std::sin(2.0 * M_PI * f * t);
+    x[static_cast<std::size_t>(i)] = static_cast<float>(v) + noise(rng);
+  }
+  return x;
+}
+
+/// Frames and windows segment `seg` (torch.stft's centred, reflect-padded framing) into `out` [n_frames][n_fft].
+void frame_segment(const float* seg, int64_t len, const MelArgs& a, const std::vector<float>& window, int n_frames,
+                   float* out) {
+  const int n_fft = a.n_fft, hop = a.hop(), pad = a.pad();
+  for (int t = 0; t < n_frames; ++t) {
+    for (int j = 0; j < n_fft; ++j) {
+      int64_t k = static_cast<int64_t>(t) * hop + j - pad;
+      if (k < 0) k = -k;
+      if (k >= len) k = 2 * (len - 1) - k;
+      out[static_cast<std::size_t>(t) * n_fft + j] = seg[k] * window[static_cast<std::size_t>(j)];
+    }
+  }
+}
+
+void write_raw(const std::string& path, const void* data, std::size_t bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  if (!f) throw melforge::IoError("cannot write " + path);
+}
+
+int run(const Options& o) {
+  MelArgs mel;
+  mel.sample_rate = 16000;
+  mel.n_fft = 512;
+  mel.hop_length = 128;
+  mel.n_mels = 64;
+  mel.validate(o.segment_samples);
+  const int n_frames = mel.n_frames(o.segment_samples);
+  const int n_fft = mel.n_fft, n_freqs = mel.n_freqs();
+  const int threads = melforge::resolve_threads(o.threads);
+
+  const std::vector<float> signal = make_signal(o.segments * o.segment_samples, o.seed, mel.sample_rate);
+  std::vector<int64_t> offsets(static_cast<std::size_t>(o.segments));
+  for (int64_t i = 0; i < o.segments; ++i) offsets[static_cast<std::size_t>(i)] = i * o.segment_samples;
+  if (!o.dump_audio.empty()) write_raw(o.dump_audio, signal.data(), signal.size() * sizeof(float));
+
+  EngineConfig cfg;
+  cfg.mel = mel;
+  cfg.segment_samples = o.segment_samples;
+  cfg.dtype = parse_dtype(o.dtype);
+  cfg.threads = threads;
+  std::unique_ptr<MelEngine> engine =
+      o.device == "cuda" ? make_cuda_engine(cfg) : make_cpu_engine(cfg);
+  const MelLayout& layout = engine->layout();
+  std::vector<unsigned char> out(static_cast<std::size_t>(o.segments * layout.out_bytes_per_segment()));
+
+  if (!o.dump_mel.empty()) {
+    EngineConfig c32 = cfg;
+    c32.dtype = DType::float32;
+    auto e32 = make_cpu_engine(c32);
+    const int64_t k = std::min(o.dump_segments, o.segments);
+    std::vector<float> m(static_cast<std::size_t>(k * layout.out_elems_per_segment()));
+    e32->compute(signal.data(), std::span(offsets.data(), static_cast<std::size_t>(k)), m.data());
+    write_raw(o.dump_mel, m.data(), m.size() * sizeof(float));
+  }
+
+  std::vector<double> engine_s;
+  for (int r = 0; r <= o.repeats; ++r) {
+    Stopwatch w;
+    engine->compute(signal.data(), offsets, out.data());
+    if (r > 0) engine_s.push_back(w.seconds());
+  }
+
+  const int block = cpu_block_frames(n_frames, n_fft);
+  const int64_t pool = std::max<int64_t>(1, std::min(o.fft_pool_segments, o.segments));
+  std::vector<float> window(static_cast<std::size_t>(n_fft));
+  for (int j = 0; j < n_fft; ++j) window[static_cast<std::size_t>(j)] = hann(j, n_fft);
+  float* frames = fftwf_alloc_real(static_cast<std::size_t>(pool * n_frames * n_fft));
+  std::vector<fftwf_complex*> spectra(static_cast<std::size_t>(threads));
+  for (auto& s : spectra) s = fftwf_alloc_complex(static_cast<std::size_t>(block) * n_freqs);
+  for (int64_t s = 0; s < pool; ++s)
+    frame_segment(signal.data() + s * o.segment_samples, o.segment_samples, mel, window, n_frames,
+                  frames + s * n_frames * n_fft);
+  fftwf_plan plan = fftwf_plan_many_dft_r2c(1, &n_fft, block, frames, nullptr, 1, n_fft, spectra[0], nullptr, 1,
+                                            n_freqs, FFTW_ESTIMATE);
+  const int tail = n_frames % block;
+  fftwf_plan plan_tail = tail ? fftwf_plan_many_dft_r2c(1, &n_fft, tail, frames, nullptr, 1, n_fft, spectra[0],
+                                                        nullptr, 1, n_freqs, FFTW_ESTIMATE)
+                              : nullptr;
+  if (plan == nullptr || (tail && plan_tail == nullptr)) throw melforge::Error("FFTW planning failed");
+  std::vector<double> fft_s;
+  for (int r = 0; r <= o.repeats; ++r) {
+    Stopwatch w;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t s = 0; s < o.segments; ++s) {
+      fftwf_complex* spec = spectra[static_cast<std::size_t>(omp_get_thread_num())];
+      float* seg = frames + (s % pool) * n_frames * n_fft;
+      int t = 0;
+      for (; t + block <= n_frames; t += block) fftwf_execute_dft_r2c(plan, seg + t * n_fft, spec);
+      if (tail) fftwf_execute_dft_r2c(plan_tail, seg + t * n_fft, spec);
+    }
+    if (r > 0) fft_s.push_back(w.seconds());
+  }
+  fftwf_destroy_plan(plan);
+  if (plan_tail) fftwf_destroy_plan(plan_tail);
+  for (auto* s : spectra) fftwf_free(s);
+  fftwf_free(frames);
+
+  const double es = median(engine_s), fs = median(fft_s);
+  const double nf = static_cast<double>(o.segments) * n_frames;
+  nlohmann::json j = {
+      {"device", o.device},
+      {"engine_name", engine->name()},
+      {"threads", threads},
+      {"segments", o.segments},
+      {"segment_samples", o.segment_samples},
+      {"n_fft", n_fft},
+      {"hop_length", mel.hop()},
+      {"n_mels", mel.n_mels},
+      {"n_frames", n_frames},
+      {"dtype", o.dtype},
+      {"fft_block_frames", block},
+      {"fft_pool_segments", pool},
+      {"engine", {{"seconds", engine_s}, {"median_s", es}, {"segments_per_s", o.segments / es},
+                  {"frames_per_s", nf / es}}},
+      {"fft", {{"seconds", fft_s}, {"median_s", fs}, {"segments_per_s", o.segments / fs}, {"frames_per_s", nf / fs}}},
+      {"engine_over_fft", es / fs}};
+  std::printf("mel engine (%s, %d thread(s)): %lld segments of %d frames: %.4f s, %.0f segments/s, %.0f frames/s\n",
+              engine->name().c_str(), threads, static_cast<long long>(o.segments), n_frames, es, o.segments / es,
+              nf / es);
+  std::printf("bare FFTW r2c (block %d, same frames):              %.4f s, %.0f segments/s, %.0f frames/s\n", block,
+              fs, o.segments / fs, nf / fs);
+  std::printf("engine / bare FFT time: %.2f\n", es / fs);
+  if (!o.out.empty()) {
+    std::ofstream f(o.out);
+    f << j.dump(2) << "\n";
+    if (!f) throw melforge::IoError("cannot write " + o.out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  po::options_description desc("melforge-bench-mel: mel engine vs bare batched FFTW r2c of the same frames");
+  desc.add_options()("help,h", "show this help and exit")(
+      "segments", po::value(&o.segments)->default_value(o.segments), "segments per timed run")(
+      "segment-samples", po::value(&o.segment_samples)->default_value(o.segment_samples), "samples per segment")(
+      "threads", po::value(&o.threads)->default_value(o.threads), "threads of both sides (0: all cores)")(
+      "repeats", po::value(&o.repeats)->default_value(o.repeats), "timed runs (median reported)")(
+      "fft-pool-segments", po::value(&o.fft_pool_segments)->default_value(o.fft_pool_segments),
+      "segments framed beforehand for the bare FFT (cycled)")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "signal seed")(
+      "device", po::value(&o.device)->default_value(o.device), "engine: cpu or cuda")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), "engine output: float16 or float32")(
+      "dump-audio", po::value(&o.dump_audio), "write the float32 signal here")(
+      "dump-mel", po::value(&o.dump_mel), "write float32 spectrograms of the first --dump-segments here")(
+      "dump-segments", po::value(&o.dump_segments)->default_value(o.dump_segments), "segments --dump-mel writes")(
+      "out", po::value(&o.out), "write JSON results here");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    po::notify(vm);
+    if (o.segments < 1 || o.repeats < 1 || o.segment_samples < 1) throw melforge::InvalidArgument("counts must be >= 1");
+    if (o.device != "cpu" && o.device != "cuda") throw melforge::InvalidArgument("--device must be cpu or cuda");
+    return run(o);
+  } catch (const melforge::InvalidArgument& e) {
+    std::cerr << "melforge-bench-mel: " << e.what() << "\n";
+    return 2;
+  } catch (const po::error& e) {
+    std::cerr << "melforge-bench-mel: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "melforge-bench-mel: " << e.what() << "\n";
+    return 1;
+  }
+}

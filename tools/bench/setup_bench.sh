@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Adds the Python peers' packages (h5py, soundfile) to the pinned torch environment of tools/setup_torch.sh, so that
+# the peers run the same torch 2.14.1 kernels as melforge-train's LibTorch. Idempotent: does nothing when both import.
+# Prints the environment's python as the last line of stdout.
+# torchaudio has no release for torch 2.14.1 on PyPI (newest 2.11.0), so the peers compute MelSpectrogram the way
+# torchaudio's source does (torch.stft + mel matrix + AmplitudeToDB; tools/bench/py_mel.py).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+venv="$(bash "$here/tools/setup_torch.sh" --venv)"
+py="$venv/bin/python"
+if [[ ! -x "$py" ]] || ! "$py" -c 'import torch' 2>/dev/null; then
+  bash "$here/tools/setup_torch.sh" >/dev/null
+fi
+if ! "$py" -c 'import h5py, soundfile' 2>/dev/null; then
+  echo "[setup_bench] installing h5py and soundfile into $venv" >&2
+  "$py" -m pip --disable-pip-version-check --no-input install --only-binary=:all: h5py soundfile >&2
+fi
+echo "$py"
