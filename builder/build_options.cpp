@@ -30,6 +30,7 @@ int64_t parse_byte_size(const std::string& text, const std::string& flag) {
   else if (suffix == "T" || suffix == "t" || suffix == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
   else throw InvalidArgument(flag + ": unknown unit '" + suffix + "' in '" + text + "' (use K, M, G or T)");
   if (!(value > 0) || !std::isfinite(value)) throw InvalidArgument(flag + ": '" + text + "' must be positive");
+  if (!(value * mult < 0x1p63)) throw InvalidArgument(flag + ": '" + text + "' is too large");
   return static_cast<int64_t>(value * mult);
 }
 

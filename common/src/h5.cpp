@@ -489,8 +489,8 @@ std::vector<std::string> read_strings(Ref parent, const std::string& name) {
   Datatype type = dataset_type(ds);
   if (type_class(type) != H5T_STRING) throw_format(ds.name() + ": expected strings");
   Dataspace space = dataset_space(ds);
-  return read_string_values(type, space, n, [&](hid_t mem, void* buf) {
-    return H5Dread(ds.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  return read_string_values(type, space, n, [id = ds.id()](hid_t mem, void* buf) {
+    return H5Dread(id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   });
 }
 

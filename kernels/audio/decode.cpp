@@ -31,6 +31,9 @@ constexpr sf_count_t kReadChunkFrames = 1 << 16;
 /// Largest number of frames reserved up front from the header's claim; a longer file grows the buffer as it is read,
 /// so a header claiming an absurd length cannot trigger a huge allocation by itself.
 constexpr int64_t kMaxReserveFrames = int64_t{1} << 24;
+/// Largest sample magnitude accepted (float and double files; PCM is always within [-1, 1]). Larger finite values
+/// would overflow to Inf in the mix-down, the resampler or the power spectrum (found by tests/fuzz/fuzz_decode).
+constexpr float kMaxAbsSample = 1e6f;
 
 [[noreturn]] void fail(const fs::path& path, const std::string& reason) {
   throw AudioError(path.string() + ": " + reason);
@@ -241,11 +244,12 @@ OpenAudio::OpenAudio(const fs::path& path)
 
 /// Reads the first `limit` frames (all of them when the file is shorter) of `file` in chunks, checks that every
 /// sample of every channel is finite, and returns the mean of the channels (channel < 0) or `channel` alone, [frames]
-/// at the native rate. Room for all `limit` frames is reserved up front when `reserve_limit` (the caller bounded
-/// them), else for at most kMaxReserveFrames. SFC_SET_NORM_FLOAT (libsndfile's
-/// default, set explicitly) maps integer PCM of b bits to k / 2^(b-1), in [-1, 1) (32-bit values near full scale
-/// round to 1.0f); float and double data are returned unscaled. (SFC_SET_SCALE_FLOAT_INT_READ concerns the other
-/// direction, float files read into integer buffers, so it plays no part here.) Fewer frames than the header
+/// at the native rate; a finite sample beyond +-kMaxAbsSample is an error too. Room for all `limit` frames is
+/// reserved up front when `reserve_limit` (the caller bounded them), else for at most kMaxReserveFrames.
+/// SFC_SET_NORM_FLOAT (libsndfile's default, set explicitly) maps integer PCM of b bits to k / 2^(b-1), in [-1, 1)
+/// (32-bit values near full scale round to 1.0f); float and double data are returned unscaled.
+/// (SFC_SET_SCALE_FLOAT_INT_READ concerns the other direction, float files read into integer buffers, so it plays
+/// no part here.) Fewer frames than the header
 /// claims is an error: this happens for compressed streams cut short (FLAC). A WAV whose data chunk claims more bytes
 /// than the file holds is not seen as truncated: libsndfile's header already clamps the frame count to the complete
 /// frames present (streaming writers leave such sizes in valid files), and exactly those frames are decoded.
@@ -267,10 +271,13 @@ std::vector<float> read_mono(const fs::path& path, OpenAudio& file, int channel,
     for (sf_count_t f = 0; f < got; ++f) {
       const float* frame = chunk.data() + static_cast<size_t>(f) * static_cast<size_t>(channels);
       for (int c = 0; c < channels; ++c) {
-        if (!std::isfinite(frame[c])) {
-          fail(path, std::string(std::isnan(frame[c]) ? "NaN" : "Inf") + " sample at frame " +
-                         std::to_string(done + f) + ", channel " + std::to_string(c) + " (sample index " +
-                         std::to_string((done + f) * channels + c) + ")");
+        if (!(std::fabs(frame[c]) <= kMaxAbsSample)) {
+          const std::string where = " at frame " + std::to_string(done + f) + ", channel " + std::to_string(c) +
+                                    " (sample index " + std::to_string((done + f) * channels + c) + ")";
+          if (!std::isfinite(frame[c]))
+            fail(path, std::string(std::isnan(frame[c]) ? "NaN" : "Inf") + " sample" + where);
+          fail(path, "sample value " + std::to_string(frame[c]) + where +
+                         " is beyond +-1e6 (audio is expected in [-1, 1])");
         }
       }
       if (channel >= 0) {

@@ -55,13 +55,14 @@ AudioInfo probe(const std::filesystem::path& path);
 int64_t output_frames(const AudioInfo& info, int target_rate);
 
 /// Decodes `path` to mono float32 at opts.sample_rate. Throws AudioError ("<path>: <reason>") when the file cannot
-/// be read, holds fewer frames than its header claims (truncated), contains NaN or Inf samples, or opts.channel is
-/// not a channel of the file. Never returns an empty signal.
+/// be read, holds fewer frames than its header claims (truncated), contains NaN or Inf samples or samples beyond
+/// +-1e6 (float files; they would overflow to Inf when mixed down, resampled or squared), or opts.channel is not a
+/// channel of the file. Never returns an empty signal; every sample returned is finite.
 ///
 /// `max_frames` > 0 returns at most that many frames (at opts.sample_rate) and reads the file only as far as they
 /// need: the same number of native frames, or, when resampling, their span plus one second of native frames so that
 /// the resampler's filter sees the same input as for the whole file. Memory is then bounded by decode_bytes() however
-/// long the file is. Truncation, NaN and Inf are checked only in the part that is read.
+/// long the file is. Truncation, NaN, Inf and out-of-range values are checked only in the part that is read.
 DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts, int64_t max_frames = 0);
 
 /// Upper bound, in bytes, of the sample buffers decode(path, opts, max_frames) holds at once for a file of `info`

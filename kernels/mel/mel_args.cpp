@@ -109,7 +109,8 @@ int MelArgs::n_frames(int64_t samples) const {
 
 void MelArgs::validate(int64_t segment_samples) const {
   require(sample_rate > 0, "sample_rate must be > 0, got " + std::to_string(sample_rate));
-  require(n_fft >= 2, "n_fft must be >= 2, got " + std::to_string(n_fft));
+  require(n_fft >= 2 && n_fft <= kMaxNfft,
+          "n_fft must be in [2, " + std::to_string(kMaxNfft) + "], got " + std::to_string(n_fft));
   require(win_length >= 0 && win_length <= n_fft,
           "win_length must be in [0, n_fft=" + std::to_string(n_fft) + "], got " + std::to_string(win_length));
   require(hop_length >= 0, "hop_length must be >= 0, got " + std::to_string(hop_length));
@@ -117,6 +118,8 @@ void MelArgs::validate(int64_t segment_samples) const {
                          std::to_string(win()) + "; set hop_length");
   require(std::isfinite(power) && power > 0.0f, "power must be > 0, got " + format_float(power));
   require(n_mels >= 1, "n_mels must be >= 1, got " + std::to_string(n_mels));
+  require(n_mels <= n_freqs(), "n_mels " + std::to_string(n_mels) + " is too large for n_fft " +
+                                   std::to_string(n_fft) + " (at most n_fft/2+1 = " + std::to_string(n_freqs()) + ")");
   const float nyquist = static_cast<float>(sample_rate) / 2.0f;
   require(std::isfinite(f_min) && f_min >= 0.0f, "f_min must be >= 0, got " + format_float(f_min));
   require(std::isfinite(f_max) && f_max >= 0.0f, "f_max must be >= 0 (0 means sample_rate/2), got " +

@@ -49,6 +49,9 @@ void SegmentArgs::validate(int sample_rate) const {
     throw InvalidArgument("--short-seconds (" + std::to_string(short_seconds) + ") must not exceed --long-seconds (" +
                           std::to_string(long_seconds) + ")");
   if (num_long < 0) throw InvalidArgument("--num-long must be a positive number or auto");
+  if (!(long_seconds * sample_rate < 0x1p31))
+    throw InvalidArgument("--long-seconds " + std::to_string(long_seconds) + " is 2^31 samples or more at " +
+                          std::to_string(sample_rate) + " Hz");
   if (short_samples(sample_rate) < 1)
     throw InvalidArgument("--short-seconds is shorter than one sample at " + std::to_string(sample_rate) + " Hz");
 }

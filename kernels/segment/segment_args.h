@@ -35,7 +35,8 @@ struct SegmentArgs {
   int64_t short_samples(int sample_rate) const;
   /// Short segments per long segment.
   int num_short(int sample_rate) const;
-  /// Throws InvalidArgument for non-positive lengths, a short segment longer than a long one, or num_long < 0.
+  /// Throws InvalidArgument for non-positive lengths, a short segment longer than a long one, a long segment of
+  /// 2^31 samples or more at `sample_rate`, or num_long < 0.
   void validate(int sample_rate) const;
 };
 

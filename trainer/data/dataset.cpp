@@ -51,6 +51,10 @@ std::string value_text(const MelInfo& info, const Field& field) {
   return out.str();
 }
 
+/// Most class names a split may list; checked before they are read, so that a hostile length cannot make the reader
+/// allocate without bound.
+constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -262,6 +266,10 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
   s.name = expected_split;
   s.path = path;
   s.info = read_info(file, where);
+  const auto name_dims = h5::dims(h5::open_dataset(file, "class_names"));
+  if (name_dims.size() == 1 && name_dims[0] > kMaxClasses)
+    throw FormatError(where + ": class_names has " + std::to_string(name_dims[0]) + " entries, more than " +
+                      std::to_string(kMaxClasses));
   s.class_names = h5::read_strings(file, "class_names");
   if (s.class_names.empty()) throw FormatError(where + ": class_names is empty");
 
@@ -274,6 +282,12 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
                       shape_text(expect) + " [files, num_long, num_short, n_mels, n_frames]");
   }
   const int64_t files = dims[0];
+  for (const char* name : {"label", "num_valid_long", "path"}) {
+    const auto d = h5::dims(h5::open_dataset(file, name));
+    if (d.size() != 1 || d[0] != files)
+      throw FormatError(where + ": " + name + " has shape " + shape_text(d) + " but mel has " +
+                        std::to_string(files) + " files");
+  }
   const auto labels = h5::read_int32(file, "label");
   const auto valid = h5::read_int32(file, "num_valid_long");
   s.paths = h5::read_strings(file, "path");

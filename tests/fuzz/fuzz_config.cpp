@@ -1,0 +1,90 @@
+// libFuzzer target: the INI-style --config file of melforge-build. The input is the file's text; it is parsed with
+// Boost.Program_options' parse_config_file against the same options melforge-build registers (builder/main.cpp),
+// notified into a BuildConfig and validated (BuildConfig::validate). --input and --output are preset to an empty
+// scratch folder and a missing path below it, so most inputs reach the checks of the other options. Checks,
+// besides crashes and sanitizer reports: the only errors are InvalidArgument and Boost.Program_options errors (as
+// melforge-build reports them), and a configuration that validates gives sane derived sizes.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+
+#include "build_options.h"
+#include "fuzz_util.h"
+#include "melforge/common/errors.h"
+
+namespace po = boost::program_options;
+using melforge::fuzz::require;
+
+namespace {
+
+/// An empty folder for --input, removed at exit.
+struct Scratch {
+  std::filesystem::path dir;
+  Scratch() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/melforge-fuzz-config-XXXXXX";
+    require(::mkdtemp(pattern.data()) != nullptr, "mkdtemp failed");
+    dir = pattern;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+const std::filesystem::path& scratch() {
+  static const Scratch s;
+  return s.dir;
+}
+
+void check_derived(const melforge::builder::BuildConfig& c) {
+  const int sr = c.mel.sample_rate;
+  const int64_t S = c.segment.short_samples(sr);
+  const int64_t L = c.segment.long_samples(sr);
+  require(S >= 1, "validated config has short_samples < 1");
+  require(L >= S, "validated config has long_samples < short_samples");
+  require(c.segment.num_short(sr) >= 1, "validated config has num_short < 1");
+  require(c.mel.n_frames(S) >= 1, "validated config gives no frame per short segment");
+  require(c.build.max_ram_bytes() >= 0, "validated config has a negative --max-ram");
+  const auto r = c.build.split_ratios();
+  require(r.size() == 3, "split_ratios does not give three ratios");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  melforge::builder::BuildConfig config;
+  config.build.input = scratch();
+  config.build.output = scratch() / "out";
+  std::string config_file;
+  po::options_description general("General");
+  general.add_options()("help,h", "show this help and exit")("config", po::value<std::string>(&config_file), "");
+  po::options_description build("Input, output and running");
+  melforge::builder::add_options(build, config.build);
+  melforge::audio::add_options(build, config.decode);
+  po::options_description mel("Mel spectrogram");
+  melforge::mel::add_options(mel, config.mel);
+  po::options_description seg("Segmentation");
+  melforge::segment::add_options(seg, config.segment);
+  po::options_description all("melforge-build");
+  all.add(general).add(build).add(mel).add(seg);
+
+  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
+  try {
+    po::variables_map vm;
+    po::store(po::parse_config_file(in, all), vm);
+    po::notify(vm);
+    config.validate();
+  } catch (const melforge::InvalidArgument&) {
+    return 0;
+  } catch (const po::error&) {
+    return 0;
+  }
+  check_derived(config);
+  return 0;
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds melforge with AddressSanitizer + UndefinedBehaviorSanitizer (clang; any UBSan report aborts) and runs its
+# whole ctest suite under them, LeakSanitizer included (tools/lsan.supp). See docs/RELIABILITY.md, "Sanitizers".
+#
+#   tools/sanitize.sh             builder, kernels and common (no LibTorch, no CUDA) in build-san/, with the fuzz
+#                                 targets configured (MELFORGE_FUZZ=ON) so that tools/fuzz.sh reuses the same build
+#   tools/sanitize.sh --trainer   everything, the trainer and its tests included (LibTorch's CPU backend), in
+#                                 build-san-trainer/ (slow: see the docs for measured times; not run by CI)
+#
+# MELFORGE_SAN_BUILD_DIR overrides the build folder; MELFORGE_JOBS the build and test parallelism (default: nproc).
+# Extra arguments go to ctest (e.g. -R decode).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+trainer=OFF
+if [[ "${1:-}" == --trainer ]]; then
+  trainer=ON
+  shift
+fi
+jobs="${MELFORGE_JOBS:-$(nproc)}"
+
+# clang, its sanitizer and libFuzzer runtimes, and the OpenMP runtime clang links against.
+bash "$here/tools/setup.sh" >/dev/null
+missing=()
+for p in clang libclang-rt-dev libomp-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[sanitize] installing: ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [[ $trainer == ON ]]; then
+  bash "$here/tools/setup_torch.sh" >/dev/null
+  build_dir="${MELFORGE_SAN_BUILD_DIR:-$here/build-san-trainer}"
+  fuzz=OFF
+  # The trainer's sources are only compiled with GCC elsewhere: clang's warnings there are not errors.
+  werror=OFF
+else
+  build_dir="${MELFORGE_SAN_BUILD_DIR:-$here/build-san}"
+  fuzz=ON
+  werror=ON
+fi
+fuzz_trainer=OFF
+if [[ $fuzz == ON ]] && bash "$here/tools/setup_torch.sh" --venv >/dev/null 2>&1 &&
+   [[ -e "$(bash "$here/tools/setup_torch.sh" --venv)/.melforge-complete" ]]; then
+  fuzz_trainer=ON
+fi
+
+start=$SECONDS
+# -O1 -g1 (asserts on): full line tables for the sanitizers' stack traces at a fraction of -O2 -g's compile time.
+cmake -S "$here" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DMELFORGE_SANITIZE=ON -DMELFORGE_CUDA=OFF -DMELFORGE_TRAINER="$trainer" \
+  -DMELFORGE_FUZZ="$fuzz" -DMELFORGE_FUZZ_TRAINER="$fuzz_trainer" -DMELFORGE_WERROR="$werror" >/dev/null
+cmake --build "$build_dir" -j"$jobs"
+echo "[sanitize] build: $((SECONDS - start)) s"
+
+start=$SECONDS
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/tools/lsan.supp:print_suppressions=0}"
+# Excluded: the builder's peak-RSS bound (tests/test_reliability_resources.cpp) measures the process's RSS, which
+# ASan's shadow memory, redzones and quarantine inflate past the bound (96 MiB against 80 MiB); the release build
+# runs it (tools/test.sh).
+ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" --timeout 1200 -E 'stays within --max-ram' "$@"
+echo "[sanitize] tests: $((SECONDS - start)) s"
