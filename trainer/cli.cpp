@@ -2,10 +2,16 @@
 
 #include <ATen/Context.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <boost/program_options.hpp>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -102,17 +108,103 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
       << shape_text(y.logits.sizes()) << ", detection " << shape_text(y.detection.sizes()) << "\n";
 }
 
-/// `train`: the result's paths and figures on `out`, the log on `err`.
-void run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
-  const TrainResult r = train(config, err);
+/// The stop signal (SIGINT or SIGTERM) `train` received, 0 while none came. Written by the signal handler.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+/// Writes `text` to stderr from a signal handler (write(2) only).
+void signal_safe_print(const char* text, std::size_t size) {
+  if (::write(STDERR_FILENO, text, size) < 0) return;
+}
+
+/// First SIGINT/SIGTERM: asks `train` to stop at its next batch or epoch end. Second one: quits at once with
+/// 128 + signal (checkpoints are written atomically, so the last complete one stays).
+void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0) {
+    static const char quit[] = "\nmelforge-train: second signal: quitting now (the last checkpoint is kept)\n";
+    signal_safe_print(quit, sizeof quit - 1);
+    ::_exit(128 + sig);
+  }
+  static const char stop[] =
+      "\nmelforge-train: stopping at the next batch or epoch end (send the signal again to quit at once)\n";
+  signal_safe_print(stop, sizeof stop - 1);
+}
+
+/// Routes SIGINT and SIGTERM to on_stop_signal for its lifetime and restores the previous handlers after. A signal
+/// that was ignored when the command started (e.g. SIGINT of a background job) stays ignored.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
+      struct sigaction current {};
+      installed_[i] = ::sigaction(kSignals[i], nullptr, &current) == 0 && current.sa_handler != SIG_IGN;
+      if (!installed_[i]) continue;
+      struct sigaction action {};
+      action.sa_handler = on_stop_signal;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;
+      installed_[i] = ::sigaction(kSignals[i], &action, &previous_[i]) == 0;
+    }
+  }
+  ~StopSignals() {
+    for (std::size_t i = 0; i < std::size(kSignals); ++i)
+      if (installed_[i]) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM};
+  struct sigaction previous_[2] {};
+  bool installed_[2] = {false, false};
+};
+
+/// Thrown by the batch hook to leave an epoch after a stop signal.
+struct StopRequested {
+  /// The epoch (0-based) that was left unfinished.
+  int64_t epoch;
+};
+
+std::string signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : std::to_string(sig); }
+
+/// `train`: the result's paths and figures on `out`, the log on `err`. SIGINT or SIGTERM stops the run at the next
+/// training batch (the unfinished epoch is dropped; the last completed one is checkpointed already) or, during
+/// validation and the checkpoint writes, after the epoch is checkpointed; the exit code is then 128 + signal.
+int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
+  const StopSignals signals;
+  TrainHooks hooks;
+  hooks.on_batch = [](int64_t epoch, Batch&) {
+    if (g_stop_signal.load() != 0) throw StopRequested{epoch};
+  };
+  hooks.on_epoch_end = [](int64_t) { return g_stop_signal.load() == 0; };
+  const std::filesystem::path run = config.train.resume.empty() ? config.train.out : config.train.resume;
+  const auto stopped = [&](const std::string& where) {
+    const int sig = g_stop_signal.load();
+    err << "melforge-train: interrupted by " << signal_name(sig) << " " << where << "\n";
+    return 128 + sig;
+  };
+  TrainResult r;
+  try {
+    r = train(config, err, hooks);
+  } catch (const StopRequested& s) {
+    const std::string resume = "continue with 'melforge-train train --resume " + run.string() + "'";
+    return stopped("during epoch " + std::to_string(s.epoch + 1) + ", which is dropped; " +
+                   (s.epoch > 0 ? "the checkpoints of epoch " + std::to_string(s.epoch) + " are kept; " + resume
+                                : "no epoch was completed"));
+  }
   out << "run folder: " << r.run_dir.string() << "\n";
-  if (r.interrupted) return;
+  if (r.interrupted)
+    return stopped("after epoch " + std::to_string(r.epochs_done) + " (checkpointed); continue with "
+                   "'melforge-train train --resume " + r.run_dir.string() + "'");
   out << "best epoch: " << r.best_epoch << " of " << r.epochs_done << (r.early_stopped ? " (early stop)" : "")
       << "\n";
   if (r.test)
     out << format("test: accuracy %.4f, macro-F1 %.4f; file accuracy %.4f, file macro-F1 %.4f\n",
                   r.test->segment.accuracy, r.test->segment.macro_f1, r.test->file.accuracy, r.test->file.macro_f1);
   out << "report: " << (r.run_dir / "report.json").string() << "\n";
+  if (g_stop_signal.load() != 0) return stopped("during the final evaluation (the run is complete)");
+  return kExitOk;
 }
 
 /// `bench` registers the groups of `train` that matter to one step, without the run-folder flags.
@@ -152,6 +244,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   PredictOptions predict;
   ExportOptions export_opts;
   BenchOptions bench;
+  int exit_code = kExitOk;
   std::map<std::string, Command> commands = {
       {"inspect",
        {"check a dataset folder, build the model for it and run it on one file",
@@ -165,7 +258,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
         [&](po::options_description& d, po::positional_options_description&) { add_options(d, train_config); },
         [&](std::ostream& o, std::ostream& e) {
           train_config.validate();
-          run_train(train_config, o, e);
+          exit_code = run_train(train_config, o, e);
         }}},
       {"eval",
        {"evaluate a checkpoint on a split of a dataset folder",
@@ -231,7 +324,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   }
   po::notify(vm);
   command.run(out, err);
-  return kExitOk;
+  return exit_code;
 }
 
 }  // namespace

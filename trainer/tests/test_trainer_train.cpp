@@ -21,6 +21,8 @@ using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
+using test::read_lines;
+using test::require_same_tensors;
 using test::tiny_config;
 
 namespace {
@@ -29,25 +31,6 @@ nlohmann::json read_json(const fs::path& p) {
   std::ifstream f(p);
   REQUIRE(f);
   return nlohmann::json::parse(f);
-}
-
-std::vector<nlohmann::json> read_lines(const fs::path& p) {
-  std::ifstream f(p);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-/// Every tensor of `a` equals the one of the same name in `b`, bit for bit.
-void require_same_tensors(const trainer::TensorMap& a, const trainer::TensorMap& b, const std::string& what) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [name, t] : a) {
-    INFO(what << " " << name);
-    REQUIRE(b.count(name) == 1);
-    CHECK(at::equal(t, b.at(name)));
-  }
 }
 
 int64_t data_files_of_test(const fs::path& data) {

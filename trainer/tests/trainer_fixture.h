@@ -1,11 +1,17 @@
 #pragma once
 // Tiny datasets built through the builder library, for the trainer's tests.
+#include <ATen/ops/equal.h>
+
+#include <catch2/catch.hpp>
+
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <string>
 
 #include "build_fixture.h"
 #include "pipeline.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace melforge::test {
@@ -58,6 +64,26 @@ inline trainer::TrainConfig tiny_config(const std::filesystem::path& data, const
   const char* level = std::getenv("MELFORGE_TEST_LOG_LEVEL");
   c.runtime.log_level = level ? level : "warn";
   return c;
+}
+
+/// The JSON objects of a JSON-lines file (empty lines skipped).
+inline std::vector<nlohmann::json> read_lines(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+/// Every tensor of `a` equals the one of the same name in `b`, bit for bit.
+inline void require_same_tensors(const trainer::TensorMap& a, const trainer::TensorMap& b, const std::string& what) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, t] : a) {
+    INFO(what << " " << name);
+    REQUIRE(b.count(name) == 1);
+    CHECK(at::equal(t, b.at(name)));
+  }
 }
 
 }  // namespace melforge::test

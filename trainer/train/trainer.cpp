@@ -951,8 +951,8 @@ TrainResult Run::run() {
       ScopedStage stage(times_, "checkpoint");
       append_line(run_dir_ / "metrics.jsonl", line.dump());
       const Checkpoint c = make_checkpoint();
-      save_checkpoint(c, run_dir_ / "checkpoints" / "last.pt");
       if (improved) save_checkpoint(c, run_dir_ / "checkpoints" / "best.pt");
+      save_checkpoint(c, run_dir_ / "checkpoints" / "last.pt");
     }
     log_.info(fmt("epoch %lld/%lld: lr %.3g, train loss %.4f acc %.4f | val loss %.4f acc %.4f macro-F1 %.4f, "
                   "files %.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
