@@ -246,6 +246,19 @@ double mel_bytes(const Split& s) {
   return bytes;
 }
 
+/// Whether spectrograms of `need` float32 bytes are streamed under `stream` (`auto`: when they do not fit
+/// `ram_budget_bytes`, -1: MemAvailable). Throws Error naming `what` and `detail` when `off` and they do not fit.
+bool streams(const StreamOptions& stream, double need, const std::string& what, const std::string& detail,
+             int64_t ram_budget_bytes) {
+  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
+  const bool fits = budget < 0 || need <= static_cast<double>(budget);
+  if (stream.stream == "off" && !fits)
+    throw Error(what + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) + " MiB as float32 in RAM" +
+                detail + " but only " + std::to_string(budget >> 20) +
+                " MiB are available; use --stream on (or auto) to stream it from the files");
+  return stream.stream == "on" || (stream.stream == "auto" && !fits);
+}
+
 }  // namespace
 
 Split read_split(const fs::path& path, const std::string& expected_split, bool load_mel) {
@@ -323,14 +336,7 @@ Split load_split(const fs::path& path, const std::string& expected_split, const 
                  int64_t ram_budget_bytes) {
   stream.validate();
   Split s = read_split(path, expected_split, /*load_mel=*/false);
-  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
-  const double need = mel_bytes(s);
-  const bool fits = budget < 0 || need <= static_cast<double>(budget);
-  if (stream.stream == "off" && !fits)
-    throw Error(path.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
-                " MiB as float32 in RAM but only " + std::to_string(budget >> 20) +
-                " MiB are available; use --stream on (or auto) to stream it from the file");
-  if (stream.stream == "on" || (stream.stream == "auto" && !fits))
+  if (streams(stream, mel_bytes(s), path.string(), "", ram_budget_bytes))
     s.reader = std::make_shared<const MelReader>(path, stream.h5_cache << 20);
   else
     read_mel(s);
@@ -432,14 +438,8 @@ Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_byte
 Dataset load_dataset(const fs::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes) {
   stream.validate();
   Dataset d = read_metadata(dir);
-  const int64_t budget = ram_budget_bytes >= 0 ? ram_budget_bytes : available_memory_bytes();
   const auto [need, sizes] = dataset_mel_bytes(d);
-  const bool fits = budget < 0 || need <= static_cast<double>(budget);
-  if (stream.stream == "off" && !fits)
-    throw Error("dataset " + dir.string() + " needs " + std::to_string(static_cast<int64_t>(need / (1 << 20))) +
-                " MiB as float32 in RAM (" + sizes + ") but only " + std::to_string(budget >> 20) +
-                " MiB are available; use --stream on (or auto) to stream it from the files");
-  if (stream.stream == "on" || (stream.stream == "auto" && !fits)) {
+  if (streams(stream, need, "dataset " + dir.string(), " (" + sizes + ")", ram_budget_bytes)) {
     const int64_t cache = stream.h5_cache << 20;
     for (Split* s : {&d.train, &d.val, &d.test}) s->reader = std::make_shared<const MelReader>(s->path, cache);
     return d;
