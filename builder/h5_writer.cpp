@@ -20,7 +20,6 @@ namespace {
 
 constexpr int64_t kAutoChunkBytes = int64_t{1} << 20;
 constexpr int64_t kMaxChunkBytes = int64_t{1} << 31;
-constexpr int kChunksPerThreadPerBatch = 4;
 
 /// HDF5's H5Z_shuffle (forward): byte j of element i goes to dst[j * n + i]; trailing bytes that do not form an
 /// element are copied as they are; nothing changes for 1-byte elements or a single element.
@@ -67,6 +66,72 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+int64_t chunk_files(int64_t file_bytes, int files_per_chunk) {
+  return files_per_chunk > 0 ? files_per_chunk : std::max<int64_t>(1, kAutoChunkBytes / file_bytes);
+}
+
+struct ChunkCompressor::Impl {
+  int level = 0;
+  bool shuffled = false;
+  int64_t elem_bytes = 0;
+  int threads = 1;
+  std::string where;
+  std::vector<std::vector<unsigned char>> outputs;
+  std::vector<size_t> output_sizes;
+  std::vector<std::vector<unsigned char>> scratch;
+  /// One libdeflate compressor per worker thread, made on first use at the configured level.
+  std::vector<std::unique_ptr<libdeflate_compressor, decltype(&libdeflate_free_compressor)>> compressors;
+
+  void compress(const unsigned char* const* sources, int64_t count, size_t chunk) {
+    if (outputs.size() < static_cast<size_t>(count)) outputs.resize(static_cast<size_t>(count));
+    output_sizes.assign(static_cast<size_t>(count), 0);
+    const int workers = static_cast<int>(std::min<int64_t>(threads, count));
+    if (shuffled && scratch.size() < static_cast<size_t>(workers)) scratch.resize(static_cast<size_t>(workers));
+    while (compressors.size() < static_cast<size_t>(workers)) {
+      libdeflate_compressor* c = libdeflate_alloc_compressor(level);
+      if (c == nullptr) throw IoError(where + ": cannot allocate a deflate compressor");
+      compressors.emplace_back(c, &libdeflate_free_compressor);
+    }
+    parallel_ranges(count, workers, [&](int t, int64_t begin, int64_t end) {
+      libdeflate_compressor* compressor = compressors[static_cast<size_t>(t)].get();
+      const size_t bound = libdeflate_zlib_compress_bound(compressor, chunk);
+      for (int64_t i = begin; i < end; ++i) {
+        const unsigned char* src = sources[i];
+        if (shuffled) {
+          std::vector<unsigned char>& tmp = scratch[static_cast<size_t>(t)];
+          tmp.resize(chunk);
+          shuffle_bytes(src, tmp.data(), chunk, static_cast<size_t>(elem_bytes));
+          src = tmp.data();
+        }
+        std::vector<unsigned char>& out = outputs[static_cast<size_t>(i)];
+        out.resize(bound);
+        const size_t out_size = libdeflate_zlib_compress(compressor, src, chunk, out.data(), out.size());
+        if (out_size == 0) throw IoError(where + ": deflate of a chunk failed");
+        output_sizes[static_cast<size_t>(i)] = out_size;
+      }
+    });
+  }
+};
+
+ChunkCompressor::ChunkCompressor(int level, bool shuffle, int64_t elem_bytes, int threads, std::string where)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->level = level;
+  impl_->shuffled = shuffle;
+  impl_->elem_bytes = elem_bytes;
+  impl_->threads = std::max(1, threads);
+  impl_->where = std::move(where);
+}
+
+ChunkCompressor::~ChunkCompressor() = default;
+
+void ChunkCompressor::compress(const unsigned char* const* sources, int64_t count, size_t chunk_bytes) {
+  impl_->compress(sources, count, chunk_bytes);
+}
+
+const unsigned char* ChunkCompressor::output(int64_t i) const { return impl_->outputs[static_cast<size_t>(i)].data(); }
+
+size_t ChunkCompressor::output_size(int64_t i) const { return impl_->output_sizes[static_cast<size_t>(i)]; }
+
 struct SplitWriter::Impl {
   enum class State { open, finished, failed };
 
@@ -83,19 +148,15 @@ struct SplitWriter::Impl {
   bool filtered = false;
   bool shuffled = false;
 
-  std::vector<unsigned char> pending;
-  int64_t pending_files = 0;
+  std::unique_ptr<ChunkCutter> cutter;
   int64_t chunks_written = 0;
   int64_t files = 0;
   std::vector<int32_t> labels;
   std::vector<std::string> paths;
   std::vector<int32_t> num_valid_long;
 
-  std::vector<std::vector<unsigned char>> outputs;
-  std::vector<size_t> output_sizes;
-  std::vector<std::vector<unsigned char>> scratch;
-  /// One libdeflate compressor per worker thread, made on first use at the configured level.
-  std::vector<std::unique_ptr<libdeflate_compressor, decltype(&libdeflate_free_compressor)>> compressors;
+  /// Shuffle + deflate of whole chunks; null when compression_level is 0.
+  std::unique_ptr<ChunkCompressor> compressor;
 
   double compress_s = 0;
   double write_s = 0;
@@ -112,8 +173,7 @@ struct SplitWriter::Impl {
       throw InvalidArgument("HDF5 writer: one file's spectrograms " + shape_string(config.file_shape) + " take " +
                             std::to_string(file_bytes) + " bytes, more than the 2 GiB chunk limit");
     }
-    files_per_chunk = config.files_per_chunk > 0 ? config.files_per_chunk
-                                                 : std::max<int64_t>(1, kAutoChunkBytes / file_bytes);
+    files_per_chunk = chunk_files(file_bytes, config.files_per_chunk);
     chunk_bytes = files_per_chunk * file_bytes;
     if (chunk_bytes > kMaxChunkBytes) {
       throw InvalidArgument("HDF5 writer: files_per_chunk " + std::to_string(files_per_chunk) + " gives chunks of " +
@@ -122,6 +182,10 @@ struct SplitWriter::Impl {
     threads = resolve_threads(config.threads);
     filtered = config.compression_level > 0;
     shuffled = filtered && config.shuffle;
+    if (filtered) {
+      compressor = std::make_unique<ChunkCompressor>(config.compression_level, shuffled, elem_bytes, threads,
+                                                     partial_path.string());
+    }
     create();
   }
 
@@ -155,30 +219,14 @@ struct SplitWriter::Impl {
     const Stopwatch watch;
     try {
       file = h5::create_file(partial_path);
-      h5::Datatype f16;
-      hid_t type = H5T_NATIVE_FLOAT;
-      if (config.dtype == mel::DType::float16) {
-        f16 = h5::float16_type();
-        type = f16.id();
-      }
-      h5::ChunkedSpec spec;
-      spec.dims = {0};
-      spec.max_dims = {-1};
-      spec.chunk = {files_per_chunk};
-      for (int64_t d : config.file_shape) {
-        spec.dims.push_back(d);
-        spec.max_dims.push_back(d);
-        spec.chunk.push_back(d);
-      }
-      spec.shuffle = shuffled;
-      spec.deflate_level = config.compression_level;
-      mel = h5::create_chunked_dataset(file, "mel", type, spec);
+      mel = create_mel_dataset(file, config.file_shape, config.dtype, files_per_chunk, shuffled,
+                               config.compression_level);
     } catch (...) {
       fail();
       throw;
     }
     write_s += watch.seconds();
-    pending.resize(static_cast<size_t>(chunk_bytes));
+    cutter = std::make_unique<ChunkCutter>(files_per_chunk, file_bytes);
   }
 
   void fail() noexcept {
@@ -223,9 +271,9 @@ struct SplitWriter::Impl {
       for (int64_t i = 0; i < count; ++i) {
         std::vector<int64_t> offset(5, 0);
         offset[0] = chunks_written * files_per_chunk;
-        const void* data = filtered ? static_cast<const void*>(outputs[static_cast<size_t>(i)].data())
+        const void* data = filtered ? static_cast<const void*>(compressor->output(i))
                                     : static_cast<const void*>(sources[static_cast<size_t>(first + i)]);
-        const size_t size = filtered ? output_sizes[static_cast<size_t>(i)] : chunk;
+        const size_t size = filtered ? compressor->output_size(i) : chunk;
         h5::write_chunk(mel, offset, data, size, 0);
         ++chunks_written;
         bytes += static_cast<int64_t>(size);
@@ -236,34 +284,7 @@ struct SplitWriter::Impl {
 
   void compress_batch(const unsigned char* const* sources, int64_t count) {
     const Stopwatch watch;
-    const auto chunk = static_cast<size_t>(chunk_bytes);
-    if (outputs.size() < static_cast<size_t>(count)) outputs.resize(static_cast<size_t>(count));
-    output_sizes.assign(static_cast<size_t>(count), 0);
-    const int workers = static_cast<int>(std::min<int64_t>(threads, count));
-    if (shuffled && scratch.size() < static_cast<size_t>(workers)) scratch.resize(static_cast<size_t>(workers));
-    while (compressors.size() < static_cast<size_t>(workers)) {
-      libdeflate_compressor* c = libdeflate_alloc_compressor(config.compression_level);
-      if (c == nullptr) throw IoError(partial_path.string() + ": cannot allocate a deflate compressor");
-      compressors.emplace_back(c, &libdeflate_free_compressor);
-    }
-    parallel_ranges(count, workers, [&](int t, int64_t begin, int64_t end) {
-      libdeflate_compressor* compressor = compressors[static_cast<size_t>(t)].get();
-      const size_t bound = libdeflate_zlib_compress_bound(compressor, chunk);
-      for (int64_t i = begin; i < end; ++i) {
-        const unsigned char* src = sources[i];
-        if (shuffled) {
-          std::vector<unsigned char>& tmp = scratch[static_cast<size_t>(t)];
-          tmp.resize(chunk);
-          shuffle_bytes(src, tmp.data(), chunk, static_cast<size_t>(elem_bytes));
-          src = tmp.data();
-        }
-        std::vector<unsigned char>& out = outputs[static_cast<size_t>(i)];
-        out.resize(bound);
-        const size_t out_size = libdeflate_zlib_compress(compressor, src, chunk, out.data(), out.size());
-        if (out_size == 0) throw IoError(partial_path.string() + ": deflate of a chunk failed");
-        output_sizes[static_cast<size_t>(i)] = out_size;
-      }
-    });
+    compressor->compress(sources, count, static_cast<size_t>(chunk_bytes));
     compress_s += watch.seconds();
   }
 
@@ -282,29 +303,9 @@ struct SplitWriter::Impl {
     if (n == 0) return;
     if (data == nullptr) throw InvalidArgument(config.final_path.string() + ": append() got no spectrogram data");
     try {
-      const auto* src = static_cast<const unsigned char*>(data);
-      int64_t remaining = n;
-      std::vector<const unsigned char*> sources;
-      if (pending_files > 0) {
-        const int64_t k = std::min(files_per_chunk - pending_files, remaining);
-        std::memcpy(pending.data() + pending_files * file_bytes, src, static_cast<size_t>(k * file_bytes));
-        pending_files += k;
-        src += k * file_bytes;
-        remaining -= k;
-        if (pending_files == files_per_chunk) sources.push_back(pending.data());
-      }
-      while (remaining >= files_per_chunk) {
-        sources.push_back(src);
-        src += chunk_bytes;
-        remaining -= files_per_chunk;
-      }
+      const std::vector<const unsigned char*> sources = cutter->append(static_cast<const unsigned char*>(data), n);
       extend(files + n);
       compress_and_write(sources);
-      if (pending_files == files_per_chunk) pending_files = 0;
-      if (remaining > 0) {
-        std::memcpy(pending.data(), src, static_cast<size_t>(remaining * file_bytes));
-        pending_files = remaining;
-      }
     } catch (...) {
       fail();
       throw;
@@ -344,12 +345,7 @@ struct SplitWriter::Impl {
   void finish() {
     require_open();
     try {
-      if (pending_files > 0) {
-        std::memset(pending.data() + pending_files * file_bytes, 0,
-                    static_cast<size_t>(chunk_bytes - pending_files * file_bytes));
-        compress_and_write({pending.data()});
-        pending_files = 0;
-      }
+      if (const unsigned char* last = cutter->flush()) compress_and_write({last});
       const Stopwatch watch;
       write_metadata();
       h5::silence_errors();
@@ -375,6 +371,67 @@ SplitWriter::SplitWriter(SplitWriterConfig config) : impl_(std::make_unique<Impl
 
 SplitWriter::~SplitWriter() {
   if (impl_ && impl_->state == Impl::State::open) impl_->fail();
+}
+
+h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,
+                               int64_t files_per_chunk, bool shuffle, int level) {
+  h5::Datatype f16;
+  hid_t type = H5T_NATIVE_FLOAT;
+  if (dtype == mel::DType::float16) {
+    f16 = h5::float16_type();
+    type = f16.id();
+  }
+  h5::ChunkedSpec spec;
+  spec.dims = {0};
+  spec.max_dims = {-1};
+  spec.chunk = {files_per_chunk};
+  for (int64_t d : file_shape) {
+    spec.dims.push_back(d);
+    spec.max_dims.push_back(d);
+    spec.chunk.push_back(d);
+  }
+  spec.shuffle = level > 0 && shuffle;
+  spec.deflate_level = level;
+  return h5::create_chunked_dataset(file, "mel", type, spec);
+}
+
+ChunkCutter::ChunkCutter(int64_t files_per_chunk, int64_t file_bytes)
+    : files_per_chunk_(files_per_chunk), file_bytes_(file_bytes) {
+  if (files_per_chunk < 1 || file_bytes < 1)
+    throw InvalidArgument("ChunkCutter: files per chunk and bytes per file must be >= 1");
+  for (auto& b : buffers_) b.resize(static_cast<size_t>(files_per_chunk * file_bytes));
+}
+
+std::vector<const unsigned char*> ChunkCutter::append(const unsigned char* src, int64_t n) {
+  std::vector<const unsigned char*> chunks;
+  if (n <= 0) return chunks;
+  if (pending_ > 0) {
+    const int64_t k = std::min(files_per_chunk_ - pending_, n);
+    std::memcpy(buffers_[current_].data() + pending_ * file_bytes_, src, static_cast<size_t>(k * file_bytes_));
+    pending_ += k;
+    src += k * file_bytes_;
+    n -= k;
+    if (pending_ == files_per_chunk_) {
+      chunks.push_back(buffers_[current_].data());
+      current_ ^= 1;
+      pending_ = 0;
+    }
+  }
+  for (; n >= files_per_chunk_; n -= files_per_chunk_, src += files_per_chunk_ * file_bytes_) chunks.push_back(src);
+  if (n > 0) {
+    std::memcpy(buffers_[current_].data(), src, static_cast<size_t>(n * file_bytes_));
+    pending_ = n;
+  }
+  return chunks;
+}
+
+const unsigned char* ChunkCutter::flush() {
+  if (pending_ == 0) return nullptr;
+  std::vector<unsigned char>& b = buffers_[current_];
+  std::memset(b.data() + pending_ * file_bytes_, 0, b.size() - static_cast<size_t>(pending_ * file_bytes_));
+  current_ ^= 1;
+  pending_ = 0;
+  return b.data();
 }
 
 void SplitWriter::append(const void* mel, const std::vector<FileRecord>& records) { impl_->append(mel, records); }

@@ -1,5 +1,6 @@
 #pragma once
 /// Writes one split's HDF5 file: parallel-compressed chunks written with HDF5's direct chunk write.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "mel/mel_args.h"
+#include "melforge/common/h5.h"
 
 namespace melforge::builder {
 
@@ -55,6 +57,69 @@ struct SplitWriterConfig {
 
 /// Schema version written to every file's `schema_version` attribute.
 inline constexpr int64_t kSchemaVersion = 1;
+
+/// Files per HDF5 chunk that SplitWriter uses for files of `file_bytes` bytes each: `files_per_chunk` when > 0, else
+/// as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over 2 GiB. Exposed for melforge-build bench,
+/// so that it cuts chunks exactly as a build does.
+int64_t chunk_files(int64_t file_bytes, int files_per_chunk);
+
+/// Creates the empty, extensible `mel` dataset of a split file as SplitWriter does: [0, file_shape...] of float16 or
+/// float32, chunks of `files_per_chunk` whole files, with the shuffle filter when `shuffle` and deflate at `level`
+/// (0: no filters).
+h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,
+                               int64_t files_per_chunk, bool shuffle, int level);
+
+/// Cuts a stream of files, `file_bytes` bytes each, into whole chunks of `files_per_chunk` files, as SplitWriter
+/// stores them. Files of a chunk that is not yet full are copied and kept until the next call.
+class ChunkCutter {
+ public:
+  /// `files_per_chunk` >= 1 files of `file_bytes` >= 1 bytes per chunk.
+  ChunkCutter(int64_t files_per_chunk, int64_t file_bytes);
+  /// Appends the `n` files at `src` and returns the chunks that are now complete, in order: the kept chunk when these
+  /// files fill it, then the whole chunks inside `src`. The pointers stay valid until the next append() or flush(),
+  /// and those into `src` as long as `src` does.
+  std::vector<const unsigned char*> append(const unsigned char* src, int64_t n);
+  /// The kept chunk, zero-padded after its files, or nullptr when no files are kept; valid until the next call.
+  const unsigned char* flush();
+  /// Files kept for the next chunk.
+  int64_t pending_files() const { return pending_; }
+
+ private:
+  int64_t files_per_chunk_;
+  int64_t file_bytes_;
+  std::array<std::vector<unsigned char>, 2> buffers_;
+  int current_ = 0;
+  int64_t pending_ = 0;
+};
+
+/// Whole chunks SplitWriter compresses per worker thread before it writes them (one compress-then-write round).
+inline constexpr int kChunksPerThreadPerBatch = 4;
+
+/// The compressor of SplitWriter: each chunk goes through HDF5's shuffle filter (when enabled) and then zlib-wrapped
+/// deflate (libdeflate) at the configured level, which is what HDF5's deflate filter decodes. Chunks are compressed
+/// in parallel, one libdeflate compressor per worker thread, made on first use. SplitWriter compresses every chunk
+/// through this class; melforge-build bench uses it to time compression alone.
+class ChunkCompressor {
+ public:
+  /// `level` 1..9; `shuffle`: apply the shuffle filter to elements of `elem_bytes` bytes; up to `threads` (>= 1)
+  /// workers; `where` names the output file in error messages.
+  ChunkCompressor(int level, bool shuffle, int64_t elem_bytes, int threads, std::string where);
+  ~ChunkCompressor();
+  ChunkCompressor(const ChunkCompressor&) = delete;
+  ChunkCompressor& operator=(const ChunkCompressor&) = delete;
+
+  /// Compresses `count` chunks of `chunk_bytes` bytes each (chunk i starts at sources[i]) on min(threads, count)
+  /// threads. The results stay valid until the next call. Throws IoError when deflate fails.
+  void compress(const unsigned char* const* sources, int64_t count, size_t chunk_bytes);
+  /// Compressed bytes of chunk `i` of the last compress() call.
+  const unsigned char* output(int64_t i) const;
+  /// Size in bytes of output(i).
+  size_t output_size(int64_t i) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// Writes one split. Files are appended in order; the file appears at final_path only after finish() succeeds.
 /// If the writer is destroyed before finish(), the partial file is removed.

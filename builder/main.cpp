@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "bench.h"
 #include "build_options.h"
 #include "melforge/common/errors.h"
 #include "pipeline.h"
@@ -55,9 +56,9 @@ void handle_stop_signals() {
   }).detach();
 }
 
-int run(int argc, char** argv) {
-  melforge::builder::BuildConfig config;
-  std::string config_file;
+/// The option groups of a build (--config, input/output/running, decode, mel, segmentation) bound to `config` and
+/// `config_file`, added to `all`.
+void add_build_groups(po::options_description& all, melforge::builder::BuildConfig& config, std::string& config_file) {
   po::options_description general("General");
   general.add_options()("help,h", "show this help and exit")(
       "config", po::value<std::string>(&config_file),
@@ -69,15 +70,17 @@ int run(int argc, char** argv) {
   melforge::mel::add_options(mel, config.mel);
   po::options_description seg("Segmentation");
   melforge::segment::add_options(seg, config.segment);
-  po::options_description all("melforge-build: audio corpus -> HDF5 log-mel dataset\n\n"
-                              "Usage: melforge-build --input DIR|--manifest CSV --output DIR [options]");
   all.add(general).add(build).add(mel).add(seg);
+}
 
+/// Parses the command line and then the --config file (the command line wins) into the variables bound by `all`.
+/// Returns false after printing the help when --help was given.
+bool parse(int argc, char** argv, const po::options_description& all) {
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, all), vm);
   if (vm.count("help")) {
     std::cout << all << "\n";
-    return 0;
+    return false;
   }
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
@@ -88,6 +91,37 @@ int run(int argc, char** argv) {
     }
   }
   po::notify(vm);
+  return true;
+}
+
+/// `melforge-build bench ...`: the build's flags plus the bench's; prints the stage table.
+int run_bench(int argc, char** argv) {
+  melforge::builder::BuildConfig config;
+  melforge::builder::BenchOptions bench;
+  std::string config_file;
+  po::options_description all(
+      "melforge-build bench: time each stage of a build (scan, probe, decode, mel, compress, HDF5 write) on its own,\n"
+      "then a whole build, on a sample of your corpus; the median of --repeats runs is reported\n\n"
+      "Usage: melforge-build bench --input DIR|--manifest CSV [build options] [bench options]\n"
+      "(--output is not needed: the HDF5 files and the end-to-end build go to a scratch folder that is removed)");
+  po::options_description bench_group("Bench");
+  melforge::builder::add_options(bench_group, bench);
+  add_build_groups(all, config, config_file);
+  all.add(bench_group);
+  if (!parse(argc, argv, all)) return 0;
+  melforge::builder::run_bench(config, bench, std::cout, std::cerr);
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "bench") == 0) return run_bench(argc - 1, argv + 1);
+  melforge::builder::BuildConfig config;
+  std::string config_file;
+  po::options_description all("melforge-build: audio corpus -> HDF5 log-mel dataset\n\n"
+                              "Usage: melforge-build --input DIR|--manifest CSV --output DIR [options]\n"
+                              "       melforge-build bench --help   (time each stage on your own corpus)");
+  add_build_groups(all, config, config_file);
+  if (!parse(argc, argv, all)) return 0;
 
   const auto result = melforge::builder::run_build(config);
   const auto& r = result.report;

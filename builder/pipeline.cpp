@@ -41,17 +41,6 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
-/// Throws Interrupted if request_stop() was called.
-void check_stop() {
-  const int sig = g_stop_signal.load(std::memory_order_relaxed);
-  if (sig == 0) return;
-  const std::string name = sig == SIGINT    ? "SIGINT"
-                           : sig == SIGTERM ? "SIGTERM"
-                           : sig > 0        ? "signal " + std::to_string(sig)
-                                            : "a stop request";
-  throw Interrupted("interrupted by " + name, std::max(sig, 0));
-}
-
 /// The output folder of a running build: created if needed, locked with an exclusive flock on
 /// OUT/.melforge-build.lock for the life of the object. Unless commit() is called, the destructor removes the staging
 /// folder (while still holding the lock) and then an output folder this object created, if it is left empty.
@@ -237,14 +226,33 @@ void skip(std::vector<SkippedFile>& skipped, bool strict, SkippedFile f) {
   skipped.push_back(std::move(f));
 }
 
-/// Per-file bytes a batch holds: the arena slice, the output spectrograms and their compressed copy.
+/// batch_file_bytes of `f`.
 int64_t batch_bytes(const PlannedFile& f, int64_t out_bytes_per_file) {
-  return f.plan.arena_samples * static_cast<int64_t>(sizeof(float)) + 2 * out_bytes_per_file;
+  return batch_file_bytes(f.plan.arena_samples, out_bytes_per_file);
 }
 
 }  // namespace
 
+int64_t batch_file_bytes(int64_t arena_samples, int64_t out_bytes_per_file) {
+  return arena_samples * static_cast<int64_t>(sizeof(float)) + 2 * out_bytes_per_file;
+}
+
+int64_t batch_budget(int64_t max_ram, int threads, int64_t largest_decode) {
+  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * largest_decode;
+  return std::min(std::max<int64_t>(max_ram - reserve, 1), kPipelineBatchBytes);
+}
+
 void request_stop(int signal) { g_stop_signal.store(signal > 0 ? signal : -1, std::memory_order_relaxed); }
+
+void check_stop() {
+  const int sig = g_stop_signal.load(std::memory_order_relaxed);
+  if (sig == 0) return;
+  const std::string name = sig == SIGINT    ? "SIGINT"
+                           : sig == SIGTERM ? "SIGTERM"
+                           : sig > 0        ? "signal " + std::to_string(sig)
+                                            : "a stop request";
+  throw Interrupted("interrupted by " + name, std::max(sig, 0));
+}
 
 BuildResult run_build(const BuildConfig& config) {
   config.validate();
@@ -348,8 +356,7 @@ BuildResult run_build(const BuildConfig& config) {
   int64_t largest_decode = 0;
   for (const auto& f : usable)
     largest_decode = std::max(largest_decode, audio::decode_bytes(f.info, decode_options, f.plan.arena_samples));
-  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * largest_decode;
-  const int64_t budget = std::max<int64_t>(max_ram - reserve, 1);
+  const int64_t budget = batch_budget(max_ram, threads, largest_decode);
 
   std::vector<std::map<std::string, int64_t>> counts(kSplitNames.size());
   for (auto& c : counts)

@@ -643,3 +643,41 @@ TEST_CASE("h5py reads the written files", "[h5_writer][python]") {
   CHECK(h5::read_attribute_double(f, "x") == 0.25);
   CHECK(h5::read_attribute_string(f, "s") == "héllo");
 }
+
+TEST_CASE("ChunkCutter cuts any sequence of appends into the chunks of the concatenated files", "[h5_writer]") {
+  const int64_t per_chunk = GENERATE(1, 2, 3, 5);
+  const int64_t file_bytes = GENERATE(1, 7);
+  const uint32_t seed = GENERATE(1u, 2u, 3u);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> count(0, 3 * per_chunk + 1);
+  std::vector<unsigned char> all;
+  std::vector<std::vector<unsigned char>> got;
+  builder::ChunkCutter cutter(per_chunk, file_bytes);
+  std::vector<std::vector<unsigned char>> keep_alive;
+  for (int call = 0; call < 12; ++call) {
+    const int64_t n = count(rng);
+    std::vector<unsigned char> files(static_cast<std::size_t>(n * file_bytes));
+    for (auto& b : files) b = static_cast<unsigned char>(rng());
+    all.insert(all.end(), files.begin(), files.end());
+    for (const unsigned char* c : cutter.append(files.data(), n))
+      got.emplace_back(c, c + per_chunk * file_bytes);
+    CHECK(cutter.pending_files() == static_cast<int64_t>(all.size()) / file_bytes % per_chunk);
+    keep_alive.push_back(std::move(files));
+  }
+  if (const unsigned char* last = cutter.flush()) got.emplace_back(last, last + per_chunk * file_bytes);
+  CHECK(cutter.flush() == nullptr);
+  const auto chunk = static_cast<std::size_t>(per_chunk * file_bytes);
+  std::vector<std::vector<unsigned char>> want;
+  for (std::size_t at = 0; at < all.size(); at += chunk) {
+    std::vector<unsigned char> c(chunk, 0);
+    std::copy(all.begin() + static_cast<std::ptrdiff_t>(at),
+              all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), at + chunk)), c.begin());
+    want.push_back(std::move(c));
+  }
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("chunk " << i);
+    CHECK(got[i] == want[i]);
+  }
+  CHECK_THROWS_AS(builder::ChunkCutter(0, 4), InvalidArgument);
+}

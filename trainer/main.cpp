@@ -2,5 +2,9 @@
 #include <iostream>
 
 #include "cli.h"
+#include "options.h"
 
-int main(int argc, char** argv) { return melforge::trainer::run_cli(argc, argv, std::cout, std::cerr); }
+int main(int argc, char** argv) {
+  melforge::trainer::configure_allocator();
+  return melforge::trainer::run_cli(argc, argv, std::cout, std::cerr);
+}

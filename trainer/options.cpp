@@ -4,7 +4,10 @@
 #include <torch/cuda.h>
 
 #include <boost/program_options.hpp>
+#include <malloc.h>
+
 #include <cstdlib>
+#include <limits>
 
 #include "melforge/common/errors.h"
 #include "melforge/common/options.h"
@@ -106,6 +109,15 @@ c10::Device RuntimeOptions::resolve_device() const {
   if (device == "cuda" && !cuda) throw InvalidArgument("--device cuda: no CUDA device is available");
   if (device == "cuda" || (device == "auto" && cuda)) return c10::Device(c10::kCUDA, 0);
   return c10::Device(c10::kCPU);
+}
+
+bool configure_allocator() {
+  const char* keep = std::getenv("MELFORGE_MALLOC");
+  if (keep != nullptr && std::string(keep) == "default") return false;
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_MAX_", "MALLOC_TOP_PAD_",
+                           "GLIBC_TUNABLES"})
+    if (std::getenv(name) != nullptr) return false;
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
 }
 
 void RuntimeOptions::apply_threads() const {

@@ -91,6 +91,16 @@ struct RuntimeOptions {
   void apply_threads() const;
 };
 
+/// Tunes glibc's allocator for LibTorch's pattern of large, short-lived tensors, unless the environment already sets
+/// it (any MALLOC_*_ variable, or MELFORGE_MALLOC=default to keep glibc's defaults). By default glibc serves
+/// allocations above a threshold with mmap and returns them to the kernel when freed, and trims the heap's free top,
+/// so every training step or evaluation pass maps its activations afresh and the kernel zeroes each page again
+/// (measured: 1.19M page faults in a 100-step `bench`, 12 % of the step in the kernel). After this call no
+/// allocation uses mmap (M_MMAP_MAX 0) and the heap keeps its free memory (M_TRIM_THRESHOLD 2 GiB), so freed
+/// memory is reused: peak RSS stays about the same, and memory is not returned to the kernel before the process
+/// ends. Returns true when it changed the settings. Call it once, first thing in main.
+bool configure_allocator();
+
 /// Registers --device --threads --log-level.
 void add_options(boost::program_options::options_description& desc, RuntimeOptions& opts);
 

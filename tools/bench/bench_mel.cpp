@@ -6,7 +6,9 @@
 //           log, float16), the call the builder makes;
 //   fft:    only fftwf_execute_dft_r2c, with a plan of the engine's block size, over frames that were framed and
 //           windowed beforehand (a pool of --fft-pool-segments segments, cycled), so framing is not counted.
-// Timings are medians over --repeats runs after one warmup run. --dump-audio and --dump-mel write the signal and the
+// The two sides run alternately, engine then FFT, --repeats times after one warmup pair, and the ratio reported is
+// the median of the per-pair ratios, so that a change in the machine's speed during the run (other tenants of a
+// virtual machine) moves both sides alike. Timings are medians over the repeats. --dump-audio and --dump-mel write the signal and the
 // float32 spectrograms of the first segments, so that tools/bench/py_mel.py runs torch on the very same samples and
 // checks that it computes the same values.
 #include <fftw3.h>
@@ -65,6 +67,8 @@ struct Options {
   int64_t dump_segments = 64;
   /// JSON results file, empty: none.
   std::string out;
+  /// both (alternately, for the ratio), engine or fft (one side alone, for profiling).
+  std::string only = "both";
 };
 
 double median(std::vector<double> v) {
@@ -143,13 +147,6 @@ int run(const Options& o) {
     write_raw(o.dump_mel, m.data(), m.size() * sizeof(float));
   }
 
-  std::vector<double> engine_s;
-  for (int r = 0; r <= o.repeats; ++r) {
-    Stopwatch w;
-    engine->compute(signal.data(), offsets, out.data());
-    if (r > 0) engine_s.push_back(w.seconds());
-  }
-
   const int block = cpu_block_frames(n_frames, n_fft);
   const int64_t pool = std::max<int64_t>(1, std::min(o.fft_pool_segments, o.segments));
   std::vector<float> window(static_cast<std::size_t>(n_fft));
@@ -167,9 +164,7 @@ int run(const Options& o) {
                                                         nullptr, 1, n_freqs, FFTW_ESTIMATE)
                               : nullptr;
   if (plan == nullptr || (tail && plan_tail == nullptr)) throw melforge::Error("FFTW planning failed");
-  std::vector<double> fft_s;
-  for (int r = 0; r <= o.repeats; ++r) {
-    Stopwatch w;
+  const auto run_fft = [&] {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t s = 0; s < o.segments; ++s) {
       fftwf_complex* spec = spectra[static_cast<std::size_t>(omp_get_thread_num())];
@@ -178,14 +173,39 @@ int run(const Options& o) {
       for (; t + block <= n_frames; t += block) fftwf_execute_dft_r2c(plan, seg + t * n_fft, spec);
       if (tail) fftwf_execute_dft_r2c(plan_tail, seg + t * n_fft, spec);
     }
-    if (r > 0) fft_s.push_back(w.seconds());
+  };
+
+  const bool do_engine = o.only != "fft", do_fft = o.only != "engine";
+  std::vector<double> engine_s, fft_s, ratios;
+  for (int r = 0; r <= o.repeats; ++r) {
+    double e = 0, f = 0;
+    if (do_engine) {
+      Stopwatch w;
+      engine->compute(signal.data(), offsets, out.data());
+      e = w.seconds();
+    }
+    if (do_fft) {
+      Stopwatch w;
+      run_fft();
+      f = w.seconds();
+    }
+    if (r == 0) continue;
+    if (do_engine) engine_s.push_back(e);
+    if (do_fft) fft_s.push_back(f);
+    if (do_engine && do_fft) ratios.push_back(e / f);
   }
   fftwf_destroy_plan(plan);
   if (plan_tail) fftwf_destroy_plan(plan_tail);
   for (auto* s : spectra) fftwf_free(s);
   fftwf_free(frames);
+  if (!do_engine || !do_fft) {
+    const std::vector<double>& t = do_engine ? engine_s : fft_s;
+    std::printf("%s alone (%d thread(s)): %lld segments: %.4f s median\n", o.only.c_str(), threads,
+                static_cast<long long>(o.segments), median(t));
+    return 0;
+  }
 
-  const double es = median(engine_s), fs = median(fft_s);
+  const double es = median(engine_s), fs = median(fft_s), ratio = median(ratios);
   const double nf = static_cast<double>(o.segments) * n_frames;
   nlohmann::json j = {
       {"device", o.device},
@@ -203,13 +223,15 @@ int run(const Options& o) {
       {"engine", {{"seconds", engine_s}, {"median_s", es}, {"segments_per_s", o.segments / es},
                   {"frames_per_s", nf / es}}},
       {"fft", {{"seconds", fft_s}, {"median_s", fs}, {"segments_per_s", o.segments / fs}, {"frames_per_s", nf / fs}}},
-      {"engine_over_fft", es / fs}};
+      {"engine_over_fft_each_run", ratios},
+      {"engine_over_fft", ratio}};
   std::printf("mel engine (%s, %d thread(s)): %lld segments of %d frames: %.4f s, %.0f segments/s, %.0f frames/s\n",
               engine->name().c_str(), threads, static_cast<long long>(o.segments), n_frames, es, o.segments / es,
               nf / es);
   std::printf("bare FFTW r2c (block %d, same frames):              %.4f s, %.0f segments/s, %.0f frames/s\n", block,
               fs, o.segments / fs, nf / fs);
-  std::printf("engine / bare FFT time: %.2f\n", es / fs);
+  std::printf("engine / bare FFT time: %.2f (median of the %zu per-run ratios, engine and FFT run alternately)\n",
+              ratio, ratios.size());
   if (!o.out.empty()) {
     std::ofstream f(o.out);
     f << j.dump(2) << "\n";
@@ -236,7 +258,8 @@ int main(int argc, char** argv) {
       "dump-audio", po::value(&o.dump_audio), "write the float32 signal here")(
       "dump-mel", po::value(&o.dump_mel), "write float32 spectrograms of the first --dump-segments here")(
       "dump-segments", po::value(&o.dump_segments)->default_value(o.dump_segments), "segments --dump-mel writes")(
-      "out", po::value(&o.out), "write JSON results here");
+      "out", po::value(&o.out), "write JSON results here")(
+      "only", po::value(&o.only)->default_value(o.only), "both, engine or fft: time one side alone (for a profiler)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -247,6 +270,8 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (o.segments < 1 || o.repeats < 1 || o.segment_samples < 1) throw melforge::InvalidArgument("counts must be >= 1");
     if (o.device != "cpu" && o.device != "cuda") throw melforge::InvalidArgument("--device must be cpu or cuda");
+    if (o.only != "both" && o.only != "engine" && o.only != "fft")
+      throw melforge::InvalidArgument("--only must be both, engine or fft");
     return run(o);
   } catch (const melforge::InvalidArgument& e) {
     std::cerr << "melforge-bench-mel: " << e.what() << "\n";
