@@ -163,10 +163,14 @@ std::vector<Attribute> dataset_attributes(const BuildConfig& c, int num_long, in
 
 /// Runs writer tasks in order on one background thread, so that compressing and writing one batch overlaps the
 /// decoding and mel computation of the next. At most one task is in flight: post() waits for the previous one.
+/// With `background` false (--threads 1, so that a build uses one core) post() runs the task itself, at once.
 class WriteQueue {
  public:
-  WriteQueue() : thread_([this] { loop(); }) {}
+  explicit WriteQueue(bool background) {
+    if (background) thread_ = std::thread([this] { loop(); });
+  }
   ~WriteQueue() {
+    if (!thread_.joinable()) return;
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
@@ -177,9 +181,13 @@ class WriteQueue {
   WriteQueue(const WriteQueue&) = delete;
   WriteQueue& operator=(const WriteQueue&) = delete;
 
-  /// Waits for the previous task (rethrowing its error), then starts `task`.
+  /// Waits for the previous task (rethrowing its error), then starts `task` (runs it, without a background thread).
   void post(std::function<void()> task) {
     wait();
+    if (!thread_.joinable()) {
+      task();
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       task_ = std::move(task);
@@ -374,7 +382,7 @@ BuildResult run_build(const BuildConfig& config) {
   const featurize::BatchLayout batch_layout{num_long, num_short, L, S};
   std::vector<fs::path> staged;
   std::vector<std::unique_ptr<SplitWriter>> writers;
-  WriteQueue write_queue;
+  WriteQueue write_queue(threads > 1);
 
   for (std::size_t split = 0; split < kSplitNames.size(); ++split) {
     std::vector<const PlannedFile*> files;

@@ -199,6 +199,16 @@ def main():
     row("builder time / (cat files + raw HDF5 write)", mt, floor, "s", mt / floor, "(physical limit)", None,
         f"cat {med(cats):.3f} s (page cache), raw write {raw:.3f} s")
 
+    # melforge-build's own bench mode: each stage alone on the same corpus, then a whole build
+    run([A.build_bin, "bench", "--config", INI, "--input", c1, "--threads", 2, "--device", "cpu", "--repeats", R,
+         "--bench-files", 0, "--quiet", "--scratch", WORK, "--bench-out", os.path.join(WORK, "build_bench.json")])
+    bb = json.load(open(os.path.join(WORK, "build_bench.json")))
+    st = bb["stages"]
+    row("melforge-build bench: sum of stage medians / end to end, 2 threads", bb["sum_of_stages_s"],
+        st["end_to_end"]["median_s"], "s", bb["overlap"], "(overlap; > 1: stages overlap)", None,
+        "; ".join(f"{k} {st[k]['median_s']:.3f}" for k in ("decode", "mel", "compress", "write")) + " s")
+    extra["build_bench"] = bb
+
     # 3. HDF5 write: parallel-compressed vs h5py gzip, same level and chunks
     h5 = {}
     for th in (2, 1):
@@ -254,22 +264,39 @@ def main():
         f"{med([x['rss_self'] for x in py_runs]) / 2**20:.0f} + {med([x['rss_worker'] for x in py_runs]) / 2**20:.0f}")
     extra["trainer"] = {"melforge": mf_runs, "python": py_runs}
 
-    # model step on tensors in place, and evaluation
+    # model step on tensors in place (both sides alternately, R times, 200 steps after 20 warmup steps), and
+    # melforge-train with glibc's default allocator (MELFORGE_MALLOC=default: the version before configure_allocator)
+    steps, warm = (30, 5) if quick else (200, 20)
+    default_malloc = dict(os.environ, MELFORGE_MALLOC="default")
     for th in (2, 1):
-        out, _, _ = run([A.train_bin, "bench", "--data", ds, "--steps", 30, "--threads", th, "--device", "cpu",
-                         "--positive-class", "seven", "--out", os.path.join(WORK, f"tb{th}.json"),
-                         "--log-level", "warn"])
-        tb = json.load(open(os.path.join(WORK, f"tb{th}.json")))
-        run([py, os.path.join(HERE, "py_trainer.py"), "bench-step", "--data", ds, "--steps", 30, "--threads", th,
-             "--out", os.path.join(WORK, f"pb{th}.json")])
-        pb = json.load(open(os.path.join(WORK, f"pb{th}.json")))
-        row(f"training step on a batch in place, {th} thread(s)", tb["train_step"]["samples_per_s"],
-            pb["samples_per_s"], "samples/s", tb["train_step"]["samples_per_s"] / pb["samples_per_s"],
-            "(same ATen kernels)", None)
+        tbs, pbs, tds = [], [], []
+        for r in range(R):
+            run([A.train_bin, "bench", "--data", ds, "--steps", steps, "--warmup-steps", warm, "--threads", th,
+                 "--device", "cpu", "--positive-class", "seven", "--out", os.path.join(WORK, f"tb{th}.json"),
+                 "--log-level", "warn"])
+            tbs.append(json.load(open(os.path.join(WORK, f"tb{th}.json"))))
+            run([py, os.path.join(HERE, "py_trainer.py"), "bench-step", "--data", ds, "--steps", steps,
+                 "--warmup-steps", warm, "--threads", th, "--out", os.path.join(WORK, f"pb{th}.json")])
+            pbs.append(json.load(open(os.path.join(WORK, f"pb{th}.json"))))
+            run([A.train_bin, "bench", "--data", ds, "--steps", steps, "--warmup-steps", warm, "--threads", th,
+                 "--device", "cpu", "--positive-class", "seven", "--out", os.path.join(WORK, f"td{th}.json"),
+                 "--log-level", "warn"], env=default_malloc)
+            tds.append(json.load(open(os.path.join(WORK, f"td{th}.json"))))
+        t_step = med([x["train_step"]["samples_per_s"] for x in tbs])
+        p_step = med([x["samples_per_s"] for x in pbs])
+        d_step = med([x["train_step"]["samples_per_s"] for x in tds])
+        row(f"training step on a batch in place, {th} thread(s)", t_step, p_step, "samples/s", t_step / p_step,
+            "(same ATen kernels)", None, f"{steps} steps after {warm} warmup, {R} runs alternating")
+        row(f"training step, melforge-train tuned allocator vs glibc default, {th} thread(s)", t_step, d_step,
+            "samples/s", t_step / d_step, "(before/after)", None, "2nd column: MELFORGE_MALLOC=default")
         if th == 2:
-            row("trainer samples/s / its own step on tensors in place", ms, tb["train_step"]["samples_per_s"],
-                "samples/s", ms / tb["train_step"]["samples_per_s"], "(physical limit)", None)
-        extra[f"trainer_bench_{th}"] = {"melforge": tb, "python": pb}
+            t_eval = med([x["evaluation"]["files_per_s"] for x in tbs])
+            d_eval = med([x["evaluation"]["files_per_s"] for x in tds])
+            row("evaluation (bench, val), tuned allocator vs glibc default, 2 threads", t_eval, d_eval, "files/s",
+                t_eval / d_eval, "(before/after)", None, "2nd column: MELFORGE_MALLOC=default")
+            row("trainer samples/s / its own step on tensors in place", ms, t_step,
+                "samples/s", ms / t_step, "(physical limit)", None)
+        extra[f"trainer_bench_{th}"] = {"melforge": tbs, "python": pbs, "melforge_glibc_default_malloc": tds}
 
     ck = os.path.join(WORK, "run-mf", "checkpoints", "best.pt")
     me, pe_s, pe_b = [], [], []
