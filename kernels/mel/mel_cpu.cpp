@@ -1,6 +1,8 @@
 // The CPU log-mel engine. Each segment is cut into blocks of frames; a block is framed and windowed into a per-thread
 // buffer, transformed by one batched FFTW r2c call (plans made once, executed with the new-array functions), then
-// turned into power, sparse mel, log and the output type, written as [n_mels][n_frames] columns of the segment.
+// turned into power (transposed to bin-major, [n_freqs][block]), sparse mel, log and the output type,
+// written as [n_mels][n_frames] columns of the segment. Frames that reach into the padding are windowed from a
+// per-thread copy of the padded samples they cover, so that every frame is windowed by the same vector loop.
 // Work items are (segment, block) pairs, split in contiguous ranges over the threads, each with its own scratch.
 //
 // Plans use FFTW_ESTIMATE: the algorithm FFTW picks does not depend on timings, so a configuration gives bitwise the
@@ -35,7 +37,7 @@
 // Both use the same IEEE operations in the same order (no FMA: neither target has it, and ISO C++ mode does not
 // contract), so they give bitwise the same results.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MELFORGE_NO_CLONES)
-#define MELFORGE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#define MELFORGE_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MELFORGE_SIMD_CLONES
 #endif
@@ -68,6 +70,8 @@ struct FftwBuffer {
 
 /// One thread's working memory, reused for every block.
 struct Scratch {
+  /// [(block - 1) * hop + n_fft] padded samples under a block's edge frames (indexed from the block's first sample).
+  std::vector<float> padded;
   /// [block][n_fft] windowed frames.
   FftwBuffer<float> frames;
   /// [block][n_freqs] spectra.
@@ -76,8 +80,9 @@ struct Scratch {
   FftwBuffer<float> power;
   /// [n_mels][block] mel energies.
   FftwBuffer<float> mel;
-  Scratch(int block, int n_fft, int n_freqs, int n_mels)
-      : frames(static_cast<std::size_t>(block) * n_fft),
+  Scratch(int block, int n_fft, int hop, int n_freqs, int n_mels)
+      : padded(static_cast<std::size_t>(block - 1) * hop + n_fft),
+        frames(static_cast<std::size_t>(block) * n_fft),
         spectrum(static_cast<std::size_t>(block) * n_freqs),
         power(static_cast<std::size_t>(n_freqs) * block),
         mel(static_cast<std::size_t>(n_mels) * block) {}
@@ -189,6 +194,18 @@ MELFORGE_SIMD_CLONES void window_copy(const float* __restrict src, const float* 
   for (int j = 0; j < n; ++j) dst[j] = src[j] * w[j];
 }
 
+/// dst[f] = |bin[f * stride]|^power for f < n: one bin of n spectra `stride` complex values apart.
+MELFORGE_SIMD_CLONES void power_row(const fftwf_complex* __restrict bin, int stride, float power, float* __restrict dst,
+                                    int n) {
+  if (power == 2.0f) {
+    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * stride][0], bin[f * stride][1], 2.0f);
+  } else if (power == 1.0f) {
+    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * stride][0], bin[f * stride][1], 1.0f);
+  } else {
+    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * stride][0], bin[f * stride][1], power);
+  }
+}
+
 /// acc[f] += w * row[f] for f < n.
 MELFORGE_SIMD_CLONES void accumulate(float* __restrict acc, const float* __restrict row, float w, int n) {
   for (int f = 0; f < n; ++f) acc[f] += w * row[f];
@@ -232,7 +249,7 @@ class CpuMelEngine final : public MelEngine {
     }
 
     scratch_.reserve(static_cast<std::size_t>(threads_));
-    for (int t = 0; t < threads_; ++t) scratch_.emplace_back(block_, n_fft_, layout_.n_freqs, layout_.n_mels);
+    for (int t = 0; t < threads_; ++t) scratch_.emplace_back(block_, n_fft_, hop_, layout_.n_freqs, layout_.n_mels);
     Scratch& s = scratch_.front();
     plan_block_ = R2cPlan(n_fft_, block_, s.frames.data, s.spectrum.data);
     const int tail = layout_.n_frames % block_;
@@ -274,20 +291,35 @@ class CpuMelEngine final : public MelEngine {
   const MelLayout& layout() const override { return layout_; }
 
  private:
-  /// Frames `count` frames starting at frame `t0` of segment `x` into s.frames.
+  /// Frames `count` frames starting at frame `t0` of segment `x` into s.frames. Frames inside [0, len) read `x`;
+  /// frames that reach into the padding read s.padded, filled with padded_sample's values over just their samples.
   void frame_block(const float* x, int t0, int count, Scratch& s) const {
     const int64_t len = layout_.segment_samples;
-    const float* w = window_.data();
+    const int64_t first = static_cast<int64_t>(t0) * hop_ - pad_;
+    const auto start = [&](int f) { return first + static_cast<int64_t>(f) * hop_; };
+    const auto inside = [&](int f) { return start(f) >= 0 && start(f) + n_fft_ <= len; };
+    int head = 0;
+    while (head < count && !inside(head)) ++head;
+    int tail = count;
+    while (tail > head && !inside(tail - 1)) --tail;
+    if (head > 0) fill_padded(x, first, start(0), start(head - 1) + n_fft_, s);
+    if (tail < count) fill_padded(x, first, start(tail), start(count - 1) + n_fft_, s);
     for (int f = 0; f < count; ++f) {
-      float* dst = s.frames.data + static_cast<std::size_t>(f) * n_fft_;
-      const int64_t first = static_cast<int64_t>(t0 + f) * hop_;
-      const int64_t start = first - pad_;
-      if (start >= 0 && start + n_fft_ <= len) {
-        window_copy(x + start, w, dst, n_fft_);
-      } else {
-        for (int j = 0; j < n_fft_; ++j) dst[j] = padded_sample(x, len, first + j, pad_, reflect_) * w[j];
-      }
+      const float* src = inside(f) ? x + start(f) : s.padded.data() + (start(f) - first);
+      window_copy(src, window_.data(), s.frames.data + static_cast<std::size_t>(f) * n_fft_, n_fft_);
     }
+  }
+
+  /// Writes the padded sample at each segment position p in [p0, p1) (padded_sample's value: x[p] inside [0, len),
+  /// the reflection or zero outside) to s.padded[p - first], where `first` is the block's first sample position.
+  void fill_padded(const float* x, int64_t first, int64_t p0, int64_t p1, Scratch& s) const {
+    const int64_t len = layout_.segment_samples;
+    const int64_t lo = std::clamp<int64_t>(p0, 0, len);
+    const int64_t hi = std::clamp<int64_t>(p1, lo, len);
+    float* d = s.padded.data();
+    for (int64_t p = p0; p < std::min(lo, p1); ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect_);
+    std::copy(x + lo, x + hi, d + (lo - first));
+    for (int64_t p = std::max(hi, p0); p < p1; ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect_);
   }
 
   /// Mel energies [n_mels][block] of the `count` spectra in s.spectrum: |X|^power transposed to [n_freqs][block],
@@ -299,17 +331,8 @@ class CpuMelEngine final : public MelEngine {
     const float power = config_.mel.power;
     const std::size_t stride = static_cast<std::size_t>(block_);
     float* pt = s.power.data;
-    const fftwf_complex* spec = s.spectrum.data;
     for (int k = 0; k < n_freqs; ++k) {
-      float* row = pt + static_cast<std::size_t>(k) * stride;
-      const fftwf_complex* bin = spec + k;
-      if (power == 2.0f) {
-        for (int f = 0; f < count; ++f) row[f] = spectral_power(bin[f * n_freqs][0], bin[f * n_freqs][1], 2.0f);
-      } else if (power == 1.0f) {
-        for (int f = 0; f < count; ++f) row[f] = spectral_power(bin[f * n_freqs][0], bin[f * n_freqs][1], 1.0f);
-      } else {
-        for (int f = 0; f < count; ++f) row[f] = spectral_power(bin[f * n_freqs][0], bin[f * n_freqs][1], power);
-      }
+      power_row(s.spectrum.data + k, n_freqs, power, pt + static_cast<std::size_t>(k) * stride, count);
     }
     for (int m = 0; m < fb.n_mels; ++m) {
       float* acc = s.mel.data + static_cast<std::size_t>(m) * stride;
