@@ -34,10 +34,11 @@
 #include "mel/mel_math.h"
 
 // The element-wise loops are compiled twice, for AVX2 and for the baseline, and the loader picks one for the CPU.
-// Both use the same IEEE operations in the same order (no FMA: neither target has it, and ISO C++ mode does not
-// contract), so they give bitwise the same results.
+// Both use the same IEEE operations in the same order, so they give bitwise the same results. No clone may target an
+// ISA with FMA (avx512f, x86-64-v3/v4, fma): GCC contracts a * b + c into an FMA in C++ mode by default
+// (-ffp-contract=fast), which rounds once instead of twice and would make the spectrograms depend on the CPU.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MELFORGE_NO_CLONES)
-#define MELFORGE_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MELFORGE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MELFORGE_SIMD_CLONES
 #endif
