@@ -279,6 +279,44 @@ TEST_CASE("CPU log stage agrees with log_compress", "[mel_cpu]") {
   CHECK(std::isnan(special[1]));
 }
 
+TEST_CASE("CPU power stage: the AVX2 tiles equal the scalar path and spectral_power bit for bit", "[mel_cpu]") {
+  const int count = GENERATE(1, 7, 8, 9, 16, 32, 33);
+  const int n_freqs = GENERATE(1, 5, 8, 9, 65, 257);
+  const float power = GENERATE(2.0f, 1.0f, 1.5f);
+  const int64_t stride = count + GENERATE(0, 3);
+  CAPTURE(count, n_freqs, power, stride);
+  std::mt19937 rng(static_cast<uint32_t>(count * 1000 + n_freqs));
+  std::normal_distribution<float> value(0.0f, 30.0f);
+  std::vector<float> spectrum(static_cast<std::size_t>(2 * count * n_freqs));
+  for (float& v : spectrum) v = value(rng);
+  spectrum[0] = 0.0f;
+  spectrum.back() = std::numeric_limits<float>::denorm_min();
+  const float sentinel = -1.0f;
+  std::vector<float> tiled(static_cast<std::size_t>(n_freqs * stride), sentinel);
+  std::vector<float> scalar = tiled;
+  const bool used_tiles = cpu_power_transposed(spectrum.data(), count, n_freqs, power, tiled.data(), stride, true);
+  CHECK_FALSE(cpu_power_transposed(spectrum.data(), count, n_freqs, power, scalar.data(), stride, false));
+  if (power != 2.0f || count < 8 || n_freqs < 8) CHECK_FALSE(used_tiles);
+#if defined(__x86_64__)
+  if (power == 2.0f && count >= 8 && n_freqs >= 8 && __builtin_cpu_supports("avx2")) CHECK(used_tiles);
+#endif
+  for (int k = 0; k < n_freqs; ++k) {
+    for (int64_t f = 0; f < stride; ++f) {
+      const std::size_t i = static_cast<std::size_t>(k * stride + f);
+      CAPTURE(k, f, used_tiles);
+      if (f >= count) {
+        REQUIRE(tiled[i] == sentinel);
+        REQUIRE(scalar[i] == sentinel);
+        continue;
+      }
+      const std::size_t x = 2 * static_cast<std::size_t>(f * n_freqs + k);
+      const float want = spectral_power(spectrum[x], spectrum[x + 1], power);
+      REQUIRE(std::bit_cast<uint32_t>(scalar[i]) == std::bit_cast<uint32_t>(want));
+      REQUIRE(std::bit_cast<uint32_t>(tiled[i]) == std::bit_cast<uint32_t>(want));
+    }
+  }
+}
+
 TEST_CASE("CPU engine reports its layout, name and time, and rejects bad configurations", "[mel_cpu]") {
   MelArgs a;
   const EngineConfig config = make_config(a, 16000, DType::float16);

@@ -39,8 +39,11 @@
 // (-ffp-contract=fast), which rounds once instead of twice and would make the spectrograms depend on the CPU.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MELFORGE_NO_CLONES)
 #define MELFORGE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#define MELFORGE_AVX2_TILES 1
+#include <immintrin.h>
 #else
 #define MELFORGE_SIMD_CLONES
+#define MELFORGE_AVX2_TILES 0
 #endif
 
 namespace melforge::mel {
@@ -196,20 +199,77 @@ MELFORGE_SIMD_CLONES void window_copy(const float* __restrict src, const float* 
 }
 
 /// dst[f] = |bin[f * stride]|^power for f < n: one bin of n spectra `stride` complex values apart.
-MELFORGE_SIMD_CLONES void power_row(const fftwf_complex* __restrict bin, int stride, float power, float* __restrict dst,
+MELFORGE_SIMD_CLONES void power_row(const float* __restrict bin, int stride, float power, float* __restrict dst,
                                     int n) {
+  const std::size_t step = 2 * static_cast<std::size_t>(stride);
   if (power == 2.0f) {
-    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * stride][0], bin[f * stride][1], 2.0f);
+    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * step], bin[f * step + 1], 2.0f);
   } else if (power == 1.0f) {
-    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * stride][0], bin[f * stride][1], 1.0f);
+    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * step], bin[f * step + 1], 1.0f);
   } else {
-    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * stride][0], bin[f * stride][1], power);
+    for (int f = 0; f < n; ++f) dst[f] = spectral_power(bin[f * step], bin[f * step + 1], power);
   }
 }
 
-/// acc[f] += w * row[f] for f < n.
-MELFORGE_SIMD_CLONES void accumulate(float* __restrict acc, const float* __restrict row, float w, int n) {
-  for (int f = 0; f < n; ++f) acc[f] += w * row[f];
+#if MELFORGE_AVX2_TILES
+/// |X|^2 of an 8 x 8 tile, transposed: pt[i * stride + j] = |X_j[i]|^2 for frames j and bins i in [0, 8), where
+/// X_j[i] is the (re, im) pair at spec + 2 * (j * n_freqs + i). Each power is re * re + im * im rounded as spectral_power rounds it (two products, one sum, no FMA), so the
+/// tile equals power_row's values bit for bit. Loads 8 bins of each frame, squares them as one vector (bins in the
+/// order 0 1 4 5 2 3 6 7 that the de-interleave leaves) and transposes the 8 x 8 block in registers.
+__attribute__((target("avx2"))) void power_tile(const float* spec, int n_freqs, float* pt, std::size_t stride) {
+  __m256 p[8];
+  for (int j = 0; j < 8; ++j) {
+    const float* src = spec + 2 * static_cast<std::size_t>(j) * n_freqs;
+    const __m256 a = _mm256_loadu_ps(src);
+    const __m256 b = _mm256_loadu_ps(src + 8);
+    const __m256 re = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 im = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    p[j] = _mm256_add_ps(_mm256_mul_ps(re, re), _mm256_mul_ps(im, im));
+  }
+  const __m256 t0 = _mm256_unpacklo_ps(p[0], p[1]), t1 = _mm256_unpackhi_ps(p[0], p[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(p[2], p[3]), t3 = _mm256_unpackhi_ps(p[2], p[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(p[4], p[5]), t5 = _mm256_unpackhi_ps(p[4], p[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(p[6], p[7]), t7 = _mm256_unpackhi_ps(p[6], p[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 column[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                            _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                            _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                            _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+  constexpr int kBin[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+  for (int c = 0; c < 8; ++c) _mm256_storeu_ps(pt + static_cast<std::size_t>(kBin[c]) * stride, column[c]);
+}
+
+/// Whether this CPU runs power_tile.
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#else
+bool cpu_has_avx2() { return false; }
+#endif
+
+/// mel[m * stride + f] = sum over the bins k of band m, in increasing order, of w(m, k) * power[k * stride + f], for
+/// every band m and frame f < n: the sparse filterbank applied to `n` power columns at once. One call per block, so
+/// that the dispatch to the SIMD clone and the loop set-up are paid once rather than once per (band, bin).
+MELFORGE_SIMD_CLONES void apply_filterbank(const Filterbank& fb, const float* __restrict power, std::size_t stride,
+                                           int n, float* __restrict mel) {
+  for (int m = 0; m < fb.n_mels; ++m) {
+    float* acc = mel + static_cast<std::size_t>(m) * stride;
+    for (int f = 0; f < n; ++f) acc[f] = 0.0f;
+    const float* wts = fb.weights.data() + fb.offset[m];
+    for (int k = fb.begin[m]; k < fb.end[m]; ++k) {
+      const float w = wts[k - fb.begin[m]];
+      const float* row = power + static_cast<std::size_t>(k) * stride;
+      for (int f = 0; f < n; ++f) acc[f] += w * row[f];
+    }
+  }
 }
 
 /// Stores the `count` values of one mel row as float or as half bits.
@@ -327,23 +387,8 @@ class CpuMelEngine final : public MelEngine {
   /// then for each band the weighted sum of its bins, accumulated over all frames at once (the loop over frames is
   /// contiguous and vectorises). Each energy is the sum over its bins in increasing order, as in the filterbank.
   void mel_block(int count, Scratch& s) const {
-    const Filterbank& fb = *fb_;
-    const int n_freqs = layout_.n_freqs;
-    const float power = config_.mel.power;
-    const std::size_t stride = static_cast<std::size_t>(block_);
-    float* pt = s.power.data;
-    for (int k = 0; k < n_freqs; ++k) {
-      power_row(s.spectrum.data + k, n_freqs, power, pt + static_cast<std::size_t>(k) * stride, count);
-    }
-    for (int m = 0; m < fb.n_mels; ++m) {
-      float* acc = s.mel.data + static_cast<std::size_t>(m) * stride;
-      std::fill(acc, acc + count, 0.0f);
-      const float* wts = fb.weights.data() + fb.offset[m];
-      for (int k = fb.begin[m]; k < fb.end[m]; ++k) {
-        const float w = wts[k - fb.begin[m]];
-        accumulate(acc, pt + static_cast<std::size_t>(k) * stride, w, count);
-      }
-    }
+    cpu_power_transposed(s.spectrum.data[0], count, layout_.n_freqs, config_.mel.power, s.power.data, block_);
+    apply_filterbank(*fb_, s.power.data, static_cast<std::size_t>(block_), count, s.mel.data);
   }
 
   /// Computes block `block` of segment `x` into the segment's output `out` ([n_mels][n_frames]).
@@ -354,10 +399,17 @@ class CpuMelEngine final : public MelEngine {
     frame_block(x, t0, count, s);
     (count == block_ ? plan_block_ : plan_tail_).execute(s.frames.data, s.spectrum.data);
     mel_block(count, s);
-    for (int m = 0; m < layout_.n_mels; ++m) {
-      float* row = s.mel.data + static_cast<std::size_t>(m) * block_;
-      log_.apply(row, count);
-      store_row(row, count, out + static_cast<std::size_t>(m) * layout_.n_frames + t0);
+    const int n_mels = layout_.n_mels;
+    const auto row = [&](int m) { return s.mel.data + static_cast<std::size_t>(m) * block_; };
+    if (count == block_) {
+      log_.apply(s.mel.data, static_cast<int64_t>(n_mels) * count);
+    } else {
+      for (int m = 0; m < n_mels; ++m) log_.apply(row(m), count);
+    }
+    if (count == layout_.n_frames) {
+      store_row(s.mel.data, n_mels * count, out);
+    } else {
+      for (int m = 0; m < n_mels; ++m) store_row(row(m), count, out + static_cast<std::size_t>(m) * layout_.n_frames + t0);
     }
   }
 
@@ -381,6 +433,31 @@ class CpuMelEngine final : public MelEngine {
 };
 
 }  // namespace
+
+bool cpu_power_transposed(const float* spectrum, int count, int n_freqs, float power, float* out, int64_t stride,
+                          bool tiles) {
+  const auto row = [&](int k) { return out + static_cast<std::size_t>(k) * static_cast<std::size_t>(stride); };
+  int tiled_bins = 0, tiled_frames = 0;
+#if MELFORGE_AVX2_TILES
+  if (tiles && power == 2.0f && cpu_has_avx2()) {
+    tiled_bins = n_freqs / 8 * 8;
+    tiled_frames = count / 8 * 8;
+    for (int f0 = 0; f0 < tiled_frames; f0 += 8) {
+      for (int k0 = 0; k0 < tiled_bins; k0 += 8) {
+        power_tile(spectrum + 2 * (static_cast<std::size_t>(f0) * n_freqs + k0), n_freqs, row(k0) + f0,
+                   static_cast<std::size_t>(stride));
+      }
+    }
+  }
+#else
+  (void)tiles;
+#endif
+  for (int k = 0; k < n_freqs; ++k) {
+    const int f0 = k < tiled_bins ? tiled_frames : 0;
+    power_row(spectrum + 2 * (static_cast<std::size_t>(f0) * n_freqs + k), n_freqs, power, row(k) + f0, count - f0);
+  }
+  return tiled_frames > 0 && tiled_bins > 0;
+}
 
 int cpu_block_frames(int n_frames, int n_fft) {
   constexpr int kBlockFloats = 32768;

@@ -15,4 +15,12 @@ int cpu_block_frames(int n_frames, int n_fft);
 /// Infinity and NaN pass through.
 void cpu_log_compress(float* values, int64_t count, const MelArgs& args);
 
+/// The CPU engine's power stage: out[k * stride + f] = |X_f[k]|^power for frames f < count and bins k < n_freqs,
+/// where spectrum holds `count` spectra of n_freqs interleaved (re, im) float pairs one after another (FFTW's r2c
+/// output, [count][n_freqs][2]) and stride >= count. With `tiles` (and power 2 on a CPU with AVX2) the bins are
+/// squared and transposed in 8 x 8 register tiles; the values are bitwise those of spectral_power (mel_math.h) either
+/// way. Returns whether tiles were used.
+bool cpu_power_transposed(const float* spectrum, int count, int n_freqs, float power, float* out, int64_t stride,
+                          bool tiles = true);
+
 }  // namespace melforge::mel
