@@ -328,6 +328,11 @@ def main():
             mfe / pf >= 5 if seq else None,
             f"process wall {med([x['wall_s'] for x in me]):.2f} s vs {med([x['wall_s'] for x in lst]):.2f} s; "
             f"file accuracy {me[0]['file_acc']:.4f} vs {lst[0]['file_acc']:.4f}")
+    t_eval = med([x["evaluation"]["files_per_s"] for x in extra["trainer_bench_2"]["melforge"]])
+    pf_seq = med([x["files_per_s"] for x in pe_s])
+    row("forward pass alone (melforge-train bench: evaluation of val on tensors in place, 2 threads) vs Python "
+        "sequential", t_eval, pf_seq, "files/s", t_eval / pf_seq, "(physical limit)", None,
+        "no evaluator of this model on this CPU can pass the forward pass alone")
     extra["eval"] = {"melforge": me, "python_sequential": pe_s, "python_batched": pe_b}
 
     # 5. scaling: builder against corpus size and threads (one run each)
