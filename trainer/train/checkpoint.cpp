@@ -4,10 +4,14 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/GradMode.h>
 #include <fcntl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -194,6 +198,34 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path) {
   write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 
+namespace {
+
+/// A checkpoint's bytes for PyTorchStreamReader, every read bounded by their size. torch::jit::pickle_load's own
+/// VectorReader copies whatever range the zip reader asks for: on a truncated file that ran past the end of its
+/// buffer (AddressSanitizer, test_trainer_checkpoint). A short read here makes the zip reader fail with an error.
+class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(std::vector<char> bytes) : bytes_(std::move(bytes)) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - static_cast<size_t>(pos));
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+/// torch::jit::pickle_load (a torch.save archive's "data" pickle and its tensors), reading through BoundedReader.
+c10::IValue bounded_pickle_load(std::vector<char> bytes) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(std::move(bytes)));
+  return torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt, std::nullopt, reader);
+}
+
+}  // namespace
+
 Checkpoint load_checkpoint(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot open checkpoint '" + path.string() + "': " + errno_text());
@@ -201,7 +233,7 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
   if (in.bad()) throw IoError("cannot read checkpoint '" + path.string() + "'");
   c10::IValue root;
   try {
-    root = torch::jit::pickle_load(bytes);
+    root = bounded_pickle_load(std::move(bytes));
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
