@@ -39,7 +39,11 @@ class OutputFolder {
   std::filesystem::path install(const std::vector<std::filesystem::path>& staged);
 
  private:
+  /// Takes the exclusive flock on the lock file, retrying when the file was replaced meanwhile. Throws IoError
+  /// naming the holder's pid when another run holds it.
   void lock();
+  /// Writes our pid into the lock file for the message of a refused second run. Failures (a full disk) are ignored:
+  /// the pid is informational and the flock alone is the lock.
   void write_pid() const;
 
   std::filesystem::path folder_;

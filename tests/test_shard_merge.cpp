@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -172,6 +173,25 @@ TEST_CASE("a sharded build plus merge holds the same data, in the same order, as
   CHECK_FALSE(fs::exists(d / "run/merged/.melforge-build.lock"));
 }
 
+TEST_CASE("shards and splits without files merge like an unsharded build", "[shard][e2e]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 1, 1);
+  auto config = test::tone_build_config(d / "in", d / "single");
+  config.build.split = "1,0,0";
+  builder::run_build(config);
+  const auto dirs = test::build_shards(config, d / "run", 3);
+  CHECK(read_split(dirs[0] / "train.h5").dims[0] == 0);
+  const bool copy = GENERATE(false, true);
+  test::merge_shards(dirs, d / "run/merged", copy);
+  for (const std::string split : {"train", "val", "test"})
+    require_same_split(d / "run/merged" / (split + ".h5"), d / "single" / (split + ".h5"));
+  const auto f = h5::open_file(d / "run/merged/train.h5");
+  const auto mel = h5::open_dataset(f, "mel");
+  CHECK(h5::virtual_sources(mel).size() == (copy ? 0u : 2u));
+  const auto v = h5::open_file(d / "run/merged/val.h5");
+  CHECK_FALSE(h5::is_virtual(h5::open_dataset(v, "mel")));
+}
+
 TEST_CASE("a merged folder moved together with its shards still reads; a missing shard is an error", "[shard][e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 6);
@@ -214,21 +234,20 @@ TEST_CASE("merge refuses shards that do not form one complete series, naming the
              Catch::Contains("copy-of-2/build_report.json: shard 2/3 is given twice"));
   CHECK_THAT(run_merge_error({three[0], three[0], three[2]}, out), Catch::Contains("is given twice"));
 
-  auto other_mels = config;
-  other_mels.mel.n_mels = 24;
-  other_mels.build.shard = "2/3";
-  other_mels.build.output = d / "mels24";
-  builder::run_build(other_mels);
-  CHECK_THAT(run_merge_error({three[0], d / "mels24", three[2]}, out),
+  const auto other_shard_2 = [&](const std::string& name, const std::function<void(builder::BuildConfig&)>& change) {
+    auto c = config;
+    change(c);
+    c.build.shard = "2/3";
+    c.build.output = d / name;
+    builder::run_build(c);
+    return std::vector<fs::path>{three[0], d / name, three[2]};
+  };
+  CHECK_THAT(run_merge_error(other_shard_2("mels24", [](auto& c) { c.mel.n_mels = 24; }), out),
              Catch::Contains("mels24/train.h5: attribute 'n_mels' is 24 but 32 in"));
-
-  auto other_seed = config;
-  other_seed.build.seed = 7;
-  other_seed.build.shard = "2/3";
-  other_seed.build.output = d / "seed7";
-  builder::run_build(other_seed);
-  CHECK_THAT(run_merge_error({three[0], d / "seed7", three[2]}, out),
+  CHECK_THAT(run_merge_error(other_shard_2("seed7", [](auto& c) { c.build.seed = 7; }), out),
              Catch::Contains("seed7/build_report.json: built from a different corpus, seed or split"));
+  CHECK_THAT(run_merge_error(other_shard_2("ratios", [](auto& c) { c.build.split = "0.5,0.3,0.2"; }), out),
+             Catch::Contains("ratios/build_report.json: built from a different corpus, seed or split"));
 
   auto unsharded = config;
   unsharded.build.output = d / "unsharded";

@@ -155,6 +155,20 @@ std::vector<std::string> read_string_values(const Datatype& file_type, const Dat
   return out;
 }
 
+/// The creation property list of `dataset`.
+PropList creation_plist(const Dataset& dataset) {
+  silence_errors();
+  return PropList(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
+                  dataset.name());
+}
+
+/// The storage layout recorded in the creation property list `dcpl` (contiguous, chunked, virtual, ...).
+H5D_layout_t layout_of(const PropList& dcpl) {
+  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
+  if (layout < 0) throw_io(dcpl.name() + ": cannot get its layout");
+  return layout;
+}
+
 /// Opens `name` in `parent` and checks that it is 1-D; returns it and its length.
 std::pair<Dataset, size_t> open_1d(Ref parent, const std::string& name) {
   Dataset ds = open_dataset(parent, name);
@@ -347,11 +361,8 @@ Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cach
 }
 
 std::vector<int64_t> chunk_dims(const Dataset& dataset) {
-  silence_errors();
-  PropList dcpl(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
-                dataset.name());
-  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
-  if (layout < 0) throw_io(dataset.name() + ": cannot get its layout");
+  const PropList dcpl = creation_plist(dataset);
+  const H5D_layout_t layout = layout_of(dcpl);
   if (layout == H5D_VIRTUAL) {
     const std::vector<VirtualSource> sources = virtual_sources(dataset);
     if (sources.empty()) return {};
@@ -579,9 +590,7 @@ std::vector<float> read_float(const Dataset& dataset) {
 }
 
 Filters filters(const Dataset& dataset) {
-  silence_errors();
-  PropList dcpl(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
-                dataset.name());
+  const PropList dcpl = creation_plist(dataset);
   Filters out;
   const int n = H5Pget_nfilters(dcpl.id());
   check(n, dataset.name() + ": cannot count its filters");
@@ -600,11 +609,8 @@ Filters filters(const Dataset& dataset) {
 }
 
 bool is_virtual(const Dataset& dataset) {
-  silence_errors();
-  PropList dcpl(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
-                dataset.name());
-  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
-  if (layout < 0) throw_io(dataset.name() + ": cannot get its layout");
+  const PropList dcpl = creation_plist(dataset);
+  const H5D_layout_t layout = layout_of(dcpl);
   return layout == H5D_VIRTUAL;
 }
 
@@ -642,11 +648,8 @@ Dataset create_virtual_dataset(Ref parent, const std::string& name, hid_t type, 
 }
 
 std::vector<VirtualSource> virtual_sources(const Dataset& dataset) {
-  silence_errors();
-  PropList dcpl(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
-                dataset.name());
-  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
-  if (layout < 0) throw_io(dataset.name() + ": cannot get its layout");
+  const PropList dcpl = creation_plist(dataset);
+  const H5D_layout_t layout = layout_of(dcpl);
   if (layout != H5D_VIRTUAL) return {};
   size_t count = 0;
   check(H5Pget_virtual_count(dcpl.id(), &count), dataset.name() + ": cannot count its mappings");
