@@ -89,7 +89,7 @@ TEST_CASE("shard_range deals 0..n-1 into N contiguous, ordered ranges that cover
   CHECK(builder::shard_range(n, builder::ShardSpec{}) == std::pair<int64_t, int64_t>{0, n});
 }
 
-TEST_CASE("--shard accepts K/N with 1 <= K <= N and rejects everything else", "[shard]") {
+TEST_CASE("parse_shard accepts K/N with 1 <= K <= N and rejects everything else", "[shard]") {
   CHECK(builder::parse_shard("1/3").index == 1);
   CHECK(builder::parse_shard("3/3").count == 3);
   CHECK(builder::parse_shard("1/1").sharded());
@@ -192,7 +192,7 @@ TEST_CASE("shards and splits without files merge like an unsharded build", "[sha
   CHECK_FALSE(h5::is_virtual(h5::open_dataset(v, "mel")));
 }
 
-TEST_CASE("a merged folder moved together with its shards still reads; a missing shard is an error", "[shard][e2e]") {
+TEST_CASE("a merged folder moved together with its shards still reads, and a missing shard is an error", "[shard][e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 6);
   const auto config = test::tone_build_config(d / "in", d / "single");
