@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "output_folder.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -79,6 +80,32 @@ std::vector<std::string> BuildOptions::extension_list() const {
   return out;
 }
 
+std::string ShardSpec::text() const {
+  return sharded() ? std::to_string(index) + "/" + std::to_string(count) : std::string();
+}
+
+ShardSpec parse_shard(const std::string& text) {
+  if (text.empty()) return {};
+  const auto number = [](const std::string& part) {
+    if (part.empty() || part.size() > 6 || part.find_first_not_of("0123456789") != std::string::npos) return -1L;
+    const long v = std::stol(part);
+    return v > 100000 ? -1L : v;
+  };
+  const std::size_t slash = text.find('/');
+  const long k = slash == std::string::npos ? -1 : number(text.substr(0, slash));
+  const long n = slash == std::string::npos ? -1 : number(text.substr(slash + 1));
+  if (k < 1 || n < 1 || k > n)
+    throw InvalidArgument("--shard: '" + text + "' must be K/N with 1 <= K <= N (e.g. 1/3, 2/3, 3/3: shards are "
+                          "numbered from 1)");
+  return {static_cast<int>(k), static_cast<int>(n)};
+}
+
+std::pair<int64_t, int64_t> shard_range(int64_t n, const ShardSpec& spec) {
+  if (!spec.sharded()) return {0, n};
+  const auto cut = [&](int64_t k) { return n / spec.count * k + n % spec.count * k / spec.count; };
+  return {cut(spec.index - 1), cut(spec.index)};
+}
+
 void BuildOptions::validate() const {
   if (input.empty() == manifest.empty()) throw InvalidArgument("give exactly one of --input DIR or --manifest CSV");
   std::error_code ec;
@@ -86,17 +113,8 @@ void BuildOptions::validate() const {
     throw InvalidArgument("--input: '" + input.string() + "' is not a folder");
   if (!manifest.empty() && !fs::is_regular_file(manifest, ec))
     throw InvalidArgument("--manifest: '" + manifest.string() + "' is not a readable file");
-  if (output.empty()) throw InvalidArgument("--output DIR is required");
-  if (fs::exists(output, ec)) {
-    if (!fs::is_directory(output, ec)) throw InvalidArgument("--output: '" + output.string() + "' is not a folder");
-    if (!overwrite) {
-      for (fs::directory_iterator it(output, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (name != kLockFileName && name != kStagingName)
-          throw InvalidArgument("--output: '" + output.string() + "' exists and is not empty (use --overwrite)");
-      }
-    }
-  }
+  check_output_folder(output, overwrite, "--output");
+  shard_spec();
   split_ratios();
   max_ram_bytes();
   if (threads < 0) throw InvalidArgument("--threads must be >= 0 (0: all cores)");
@@ -130,7 +148,10 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("extensions", po::value<std::string>(&o.extensions)->default_value(o.extensions),
      "file extensions scanned as audio in --input folders")
     ("device-batch", po::value<int64_t>(&o.device_batch)->default_value(o.device_batch),
-     "CUDA engine: segments per device batch");
+     "CUDA engine: segments per device batch")
+    ("shard", po::value<std::string>(&o.shard),
+     "K/N: build only shard K of N (1..N) of the corpus into --output; join the N folders with "
+     "`melforge-build merge`");
 }
 
 void BuildConfig::validate() const {

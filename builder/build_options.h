@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "audio/decode.h"
@@ -23,6 +24,28 @@ inline const std::vector<std::string> kSplitNames = {"train", "val", "test"};
 inline constexpr const char* kLockFileName = ".melforge-build.lock";
 /// Name of the staging folder inside the output folder where a build writes its HDF5 files before moving them.
 inline constexpr const char* kStagingName = ".partial";
+
+/// Which part of the corpus a sharded build processes: shard `index` of `count`, 1-based as in `--shard K/N`
+/// (coreutils `split -n K/N` counts the same way). count 0: not sharded, the whole corpus.
+struct ShardSpec {
+  /// 1..count; 0 when not sharded.
+  int index = 0;
+  /// Number of shards; 0 when not sharded.
+  int count = 0;
+  /// True for a `--shard K/N` build (also `1/1`).
+  bool sharded() const { return count > 0; }
+  /// "K/N", or "" when not sharded.
+  std::string text() const;
+};
+
+/// Parses `--shard K/N`: integers with 1 <= K <= N <= 100000; "" gives an unsharded spec. Throws InvalidArgument
+/// naming the flag and the value otherwise ("0/3", "4/3", "x", "1/0").
+ShardSpec parse_shard(const std::string& text);
+
+/// The half-open range [first, last) of the items 0..n-1 that shard `spec` owns: contiguous, in order, the shards'
+/// ranges cover 0..n-1 once, sizes differ by at most one ([0, n) when not sharded). The builder applies it to the
+/// scanned audio files (sorted by path) and, separately, to the entries the scan skipped.
+std::pair<int64_t, int64_t> shard_range(int64_t n, const ShardSpec& spec);
 
 /// Output and running options of the build (the mel, segment and decode options are separate structs).
 struct BuildOptions {
@@ -60,11 +83,15 @@ struct BuildOptions {
   std::string extensions = "wav,flac,ogg,oga,aif,aiff,aifc,au,snd,caf,w64,rf64,mp3,opus";
   /// CUDA engine: segments per device batch.
   int64_t device_batch = 4096;
+  /// `K/N`: process only shard K of N (1-based) of the corpus into `output`; "" builds the whole corpus.
+  std::string shard;
 
   /// Parsed `split`: three ratios (a missing test ratio is 0). Throws InvalidArgument.
   std::vector<double> split_ratios() const;
   /// Parsed `max_ram` in bytes. Throws InvalidArgument.
   int64_t max_ram_bytes() const;
+  /// Parsed `shard`. Throws InvalidArgument.
+  ShardSpec shard_spec() const { return parse_shard(shard); }
   /// Parsed `extensions`, lower case, without dots.
   std::vector<std::string> extension_list() const;
   /// Checks every field and the folders (input exists; output absent, empty or --overwrite, where the lock file
@@ -73,7 +100,7 @@ struct BuildOptions {
 };
 
 /// Registers --input --manifest --output --split --seed --device --threads --max-ram --strict --overwrite --quiet
-/// --dtype --compression-level --shuffle --files-per-chunk --extensions --device-batch.
+/// --dtype --compression-level --shuffle --files-per-chunk --extensions --device-batch --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// Everything melforge-build is configured with.

@@ -6,8 +6,6 @@
 #include <cstring>
 #include <set>
 #include <system_error>
-#include <type_traits>
-#include <variant>
 
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
@@ -319,27 +317,7 @@ struct SplitWriter::Impl {
   }
 
   void write_metadata() {
-    h5::write_int32(file, "label", labels);
-    h5::write_strings(file, "path", paths);
-    h5::write_int32(file, "num_valid_long", num_valid_long);
-    h5::write_strings(file, "class_names", config.class_names);
-    h5::write_attribute_int64(file, "schema_version", kSchemaVersion);
-    h5::write_attribute_string(file, "split", config.split);
-    h5::write_attribute_string(file, "melforge_version", MELFORGE_VERSION);
-    for (const Attribute& a : config.attributes) {
-      std::visit(
-          [&](const auto& v) {
-            using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, int64_t>) {
-              h5::write_attribute_int64(file, a.name, v);
-            } else if constexpr (std::is_same_v<T, double>) {
-              h5::write_attribute_double(file, a.name, v);
-            } else {
-              h5::write_attribute_string(file, a.name, v);
-            }
-          },
-          a.value);
-    }
+    write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, num_valid_long);
   }
 
   void finish() {
@@ -371,6 +349,19 @@ SplitWriter::SplitWriter(SplitWriterConfig config) : impl_(std::make_unique<Impl
 
 SplitWriter::~SplitWriter() {
   if (impl_ && impl_->state == Impl::State::open) impl_->fail();
+}
+
+void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
+                          const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
+                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long) {
+  h5::write_int32(file, "label", labels);
+  h5::write_strings(file, "path", paths);
+  h5::write_int32(file, "num_valid_long", num_valid_long);
+  h5::write_strings(file, "class_names", class_names);
+  h5::write_attribute_int64(file, "schema_version", kSchemaVersion);
+  h5::write_attribute_string(file, "split", split);
+  h5::write_attribute_string(file, "melforge_version", MELFORGE_VERSION);
+  for (const Attribute& a : attributes) h5::write_attribute(file, a.name, a.value);
 }
 
 h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,

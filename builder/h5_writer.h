@@ -18,7 +18,7 @@ struct Attribute {
   /// Attribute name (e.g. "n_fft").
   std::string name;
   /// Value; int64 is stored as H5T_NATIVE_INT64, double as H5T_NATIVE_DOUBLE, strings as variable-length UTF-8.
-  std::variant<int64_t, double, std::string> value;
+  h5::AttributeValue value;
 };
 
 /// Per-file metadata stored beside the spectrograms.
@@ -68,6 +68,13 @@ int64_t chunk_files(int64_t file_bytes, int files_per_chunk);
 /// (0: no filters).
 h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,
                                int64_t files_per_chunk, bool shuffle, int level);
+
+/// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path`, `num_valid_long` (one
+/// entry per file, in dataset order), `class_names`, and the root attributes schema_version, `split`,
+/// melforge_version and then `attributes`. SplitWriter::finish and melforge-build merge call it.
+void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
+                          const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
+                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long);
 
 /// Cuts a stream of files, `file_bytes` bytes each, into whole chunks of `files_per_chunk` files, as SplitWriter
 /// stores them. Files of a chunk that is not yet full are copied and kept until the next call.

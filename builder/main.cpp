@@ -12,6 +12,8 @@
 #include "bench.h"
 #include "build_options.h"
 #include "melforge/common/errors.h"
+#include "merge.h"
+#include "output_folder.h"
 #include "pipeline.h"
 
 namespace po = boost::program_options;
@@ -113,12 +115,46 @@ int run_bench(int argc, char** argv) {
   return 0;
 }
 
+/// `melforge-build merge --output DIR [--copy] SHARD_DIR...`: joins a --shard K/N series; prints a summary.
+int run_merge(int argc, char** argv) {
+  melforge::builder::MergeOptions options;
+  po::options_description all(
+      "melforge-build merge: join the output folders of `melforge-build --shard K/N` (K = 1..N) into one dataset\n"
+      "whose train.h5, val.h5 and test.h5 hold the files in the order of an unsharded build. By default `mel` is an\n"
+      "HDF5 virtual dataset over the shard files, stored by paths relative to --output: keep the shard folders\n"
+      "beside the merged folder (move them together). --copy writes self-contained files instead.\n\n"
+      "Usage: melforge-build merge --output DIR [--copy] [--overwrite] SHARD_DIR...");
+  all.add_options()("help,h", "show this help and exit");
+  melforge::builder::add_options(all, options);
+  po::positional_options_description positional;
+  positional.add("shards", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << all << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  const auto r = melforge::builder::run_merge(options);
+  std::printf("melforge-build merge: %d shards -> %s (%s)\n", r["merge"]["shard_count"].get<int>(),
+              options.output.string().c_str(), r["merge"]["mode"].get<std::string>().c_str());
+  for (const auto& split : melforge::builder::kSplitNames)
+    std::printf("  %-5s %lld files\n", split.c_str(), r["files"]["per_split"][split].get<long long>());
+  std::printf("%lld files written, %lld skipped (of %lld scanned); merged in %.2f s\nreport: %s\n",
+              r["files"]["written"].get<long long>(), r["files"]["skipped"].get<long long>(),
+              r["files"]["scanned"].get<long long>(), r["merge"]["seconds"].get<double>(),
+              (options.output / melforge::builder::kReportName).string().c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "bench") == 0) return run_bench(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "merge") == 0) return run_merge(argc - 1, argv + 1);
   melforge::builder::BuildConfig config;
   std::string config_file;
   po::options_description all("melforge-build: audio corpus -> HDF5 log-mel dataset\n\n"
                               "Usage: melforge-build --input DIR|--manifest CSV --output DIR [options]\n"
+                              "       melforge-build --shard K/N ... (one of N parts)   then   melforge-build merge --help\n"
                               "       melforge-build bench --help   (time each stage on your own corpus)");
   add_build_groups(all, config, config_file);
   if (!parse(argc, argv, all)) return 0;
@@ -138,7 +174,10 @@ int run(int argc, char** argv) {
                 r["throughput"]["files_per_s"].get<double>(), r["throughput"]["segments_per_s"].get<double>(),
                 r["throughput"]["audio_hours_per_s"].get<double>(),
                 static_cast<double>(r["peak_rss_bytes"].get<long long>()) / (1 << 20));
-    std::printf("report: %s\n", (config.build.output / "build_report.json").string().c_str());
+    if (r.contains("shard"))
+      std::printf("shard %d/%d: merge all %d shard folders with `melforge-build merge --output DIR SHARD_DIR...`\n",
+                  r["shard"]["index"].get<int>(), r["shard"]["count"].get<int>(), r["shard"]["count"].get<int>());
+    std::printf("report: %s\n", (config.build.output / melforge::builder::kReportName).string().c_str());
   }
   return 0;
 }

@@ -1,10 +1,5 @@
 #include "pipeline.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -27,6 +23,7 @@
 #include "melforge/common/parallel.h"
 #include "melforge/common/progress.h"
 #include "melforge/common/timing.h"
+#include "output_folder.h"
 #include "report.h"
 #include "scan.h"
 #include "split.h"
@@ -40,84 +37,6 @@ namespace {
 /// Signal number given to request_stop(), -1 for a request without one, 0 while none was made.
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
-
-/// The output folder of a running build: created if needed, locked with an exclusive flock on
-/// OUT/.melforge-build.lock for the life of the object. Unless commit() is called, the destructor removes the staging
-/// folder (while still holding the lock) and then an output folder this object created, if it is left empty.
-class OutputFolder {
- public:
-  explicit OutputFolder(const fs::path& folder) : folder_(folder), lock_path_(folder / kLockFileName) {
-    std::error_code ec;
-    created_ = fs::create_directories(folder_, ec);
-    if (ec) throw IoError("cannot create output folder '" + folder_.string() + "': " + ec.message());
-    try {
-      lock();
-    } catch (...) {
-      if (created_) fs::remove(folder_, ec);
-      throw;
-    }
-  }
-  ~OutputFolder() {
-    std::error_code ec;
-    if (!committed_) fs::remove_all(staging(), ec);
-    ::unlink(lock_path_.c_str());
-    ::close(fd_);
-    if (created_ && !committed_) fs::remove(folder_, ec);
-  }
-  OutputFolder(const OutputFolder&) = delete;
-  OutputFolder& operator=(const OutputFolder&) = delete;
-
-  /// OUT/.partial: where the split files are written before they are moved into OUT.
-  fs::path staging() const { return folder_ / kStagingName; }
-  /// The outputs are in place: keep them (the staging folder is then removed by the caller).
-  void commit() { committed_ = true; }
-
- private:
-  void lock() {
-    for (int attempt = 0;; ++attempt) {
-      fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd_ < 0) throw IoError("cannot create lock file '" + lock_path_.string() + "': " + std::strerror(errno));
-      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-        const int err = errno;
-        char pid[32] = {};
-        const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
-        std::string holder(pid, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-        while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
-        ::close(fd_);
-        fd_ = -1;
-        if (err == EWOULDBLOCK) {
-          throw IoError("output folder '" + folder_.string() + "' is in use by another melforge-build" +
-                        (holder.empty() ? "" : " (pid " + holder + ")") + " holding " + lock_path_.string() +
-                        "; wait for it to finish, or stop it, and run again");
-        }
-        throw IoError("cannot lock '" + lock_path_.string() + "': " + std::strerror(err));
-      }
-      struct stat held {};
-      struct stat named {};
-      if (::fstat(fd_, &held) == 0 && ::stat(lock_path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-          held.st_dev == named.st_dev)
-        break;
-      ::close(fd_);
-      fd_ = -1;
-      if (attempt == 100) throw IoError("cannot lock '" + lock_path_.string() + "': it keeps being replaced");
-    }
-    write_pid();
-  }
-
-  /// Writes our pid into the lock file for the message of a refused second build. Failures (a full disk) are
-  /// ignored: the pid is informational and the flock alone is the lock.
-  void write_pid() const {
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    [[maybe_unused]] const bool written =
-        ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
-  }
-
-  fs::path folder_;
-  fs::path lock_path_;
-  int fd_ = -1;
-  bool created_ = false;
-  bool committed_ = false;
-};
 
 /// A file that passed scan and probe, with its plan.
 struct PlannedFile {
@@ -234,6 +153,29 @@ void skip(std::vector<SkippedFile>& skipped, bool strict, SkippedFile f) {
   skipped.push_back(std::move(f));
 }
 
+/// FNV-1a (64 bit, hex) over every scanned audio file's path, label and split and every skipped entry's path, in
+/// scan order: shards of one build agree on it, shards of different corpora, seeds or split ratios do not.
+std::string corpus_fingerprint(const ScanResult& scan) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  const auto mix = [&h](const std::string& text) {
+    for (const unsigned char c : text) {
+      h ^= c;
+      h *= 0x100000001B3ULL;
+    }
+    h ^= 0xFF;
+    h *= 0x100000001B3ULL;
+  };
+  for (const auto& f : scan.files) {
+    mix(f.rel_path);
+    mix(f.label);
+    mix(std::to_string(f.split));
+  }
+  for (const auto& f : scan.skipped) mix(f.path);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 /// batch_file_bytes of `f`.
 int64_t batch_bytes(const PlannedFile& f, int64_t out_bytes_per_file) {
   return batch_file_bytes(f.plan.arena_samples, out_bytes_per_file);
@@ -283,8 +225,11 @@ BuildResult run_build(const BuildConfig& config) {
     ScopedStage stage(times, "scan");
     scan = bo.input.empty() ? scan_manifest(bo.manifest) : scan_folder(bo.input, bo.extension_list());
   }
-  const int64_t scanned = static_cast<int64_t>(scan.files.size() + scan.skipped.size());
-  for (auto& s : scan.skipped) skip(skipped, bo.strict, s);
+  const ShardSpec shard = bo.shard_spec();
+  const auto [file_first, file_last] = shard_range(static_cast<int64_t>(scan.files.size()), shard);
+  const auto [skip_first, skip_last] = shard_range(static_cast<int64_t>(scan.skipped.size()), shard);
+  const int64_t scanned = (file_last - file_first) + (skip_last - skip_first);
+  for (int64_t j = skip_first; j < skip_last; ++j) skip(skipped, bo.strict, scan.skipped[static_cast<size_t>(j)]);
   if (scan.files.empty()) throw InvalidArgument("no audio files found in " + (bo.input.empty() ? bo.manifest : bo.input).string());
 
   std::vector<std::string> class_names;
@@ -297,6 +242,8 @@ BuildResult run_build(const BuildConfig& config) {
   for (std::size_t i = 0; i < class_names.size(); ++i) class_index[class_names[i]] = static_cast<int32_t>(i);
   assign_splits(scan.files, ratios, bo.seed);
 
+  const bool probe_all = config.segment.num_long <= 0;
+  const auto probed = [&](int64_t i) { return probe_all || (i >= file_first && i < file_last); };
   std::vector<PlannedFile> planned(scan.files.size());
   std::vector<std::string> probe_error(scan.files.size());
   {
@@ -304,6 +251,10 @@ BuildResult run_build(const BuildConfig& config) {
     Progress progress("probe", static_cast<int64_t>(scan.files.size()), "files", bo.quiet);
     parallel_for(static_cast<int64_t>(scan.files.size()), threads, [&](int64_t i) {
       planned[i].input = &scan.files[i];
+      if (!probed(i)) {
+        progress.advance();
+        return;
+      }
       check_stop();
       try {
         planned[i].info = audio::probe(scan.files[i].path);
@@ -317,7 +268,7 @@ BuildResult run_build(const BuildConfig& config) {
 
   std::vector<int64_t> lengths;
   for (std::size_t i = 0; i < planned.size(); ++i)
-    if (probe_error[i].empty()) lengths.push_back(planned[i].frames);
+    if (probed(static_cast<int64_t>(i)) && probe_error[i].empty()) lengths.push_back(planned[i].frames);
   const int num_long = segment::resolve_num_long(lengths, config.segment, sr);
   const int num_short = config.segment.num_short(sr);
   const int64_t L = config.segment.long_samples(sr);
@@ -325,7 +276,7 @@ BuildResult run_build(const BuildConfig& config) {
 
   BuildStats stats;
   std::vector<PlannedFile> usable;
-  for (std::size_t i = 0; i < planned.size(); ++i) {
+  for (auto i = static_cast<std::size_t>(file_first); i < static_cast<std::size_t>(file_last); ++i) {
     const auto& in = scan.files[i];
     if (!probe_error[i].empty()) {
       skip(skipped, bo.strict, {in.rel_path, probe_error[i], "probe"});
@@ -355,11 +306,7 @@ BuildResult run_build(const BuildConfig& config) {
   const int64_t out_bytes_per_file = segs_per_file * layout.out_bytes_per_segment();
   const float silence = mel::silence_value(mel_args);
 
-  std::error_code ec;
-  const fs::path staging = output.staging();
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
-  if (ec) throw IoError("cannot create '" + staging.string() + "': " + ec.message());
+  const fs::path staging = output.fresh_staging();
 
   int64_t largest_decode = 0;
   for (const auto& f : usable)
@@ -400,6 +347,10 @@ BuildResult run_build(const BuildConfig& config) {
     wc.threads = threads;
     wc.class_names = class_names;
     wc.attributes = dataset_attributes(config, num_long, num_short, layout.n_frames);
+    if (shard.sharded()) {
+      wc.attributes.push_back({"shard_index", int64_t{shard.index}});
+      wc.attributes.push_back({"shard_count", int64_t{shard.count}});
+    }
     writers.push_back(std::make_unique<SplitWriter>(wc));
     SplitWriter& writer = *writers.back();
 
@@ -492,19 +443,7 @@ BuildResult run_build(const BuildConfig& config) {
   }
 
   check_stop();
-  const fs::path report_path = bo.output / "build_report.json";
-  fs::remove(report_path, ec);
-  if (ec) throw IoError("cannot remove the old '" + report_path.string() + "': " + ec.message());
-  for (const auto& p : staged) {
-    fs::remove(bo.output / p.filename(), ec);
-    if (ec) throw IoError("cannot remove the old '" + (bo.output / p.filename()).string() + "': " + ec.message());
-  }
-  for (const auto& p : staged) {
-    fs::rename(p, bo.output / p.filename(), ec);
-    if (ec) throw IoError("cannot move '" + p.string() + "' into '" + bo.output.string() + "': " + ec.message());
-  }
-  output.commit();
-  fs::remove_all(staging, ec);
+  const fs::path report_path = output.install(staged);
 
   const mel::EngineTimes et = engine->times();
   times.add("mel.h2d", et.h2d_s);
@@ -517,6 +456,14 @@ BuildResult run_build(const BuildConfig& config) {
                   num_long, num_short, layout, h5_bytes};
   BuildResult result;
   result.report = make_report(ri);
+  if (shard.sharded()) {
+    result.report["shard"] = {{"index", shard.index},
+                              {"count", shard.count},
+                              {"audio_files", {file_first, file_last}},
+                              {"scan_skipped", {skip_first, skip_last}},
+                              {"corpus_entries", scan.files.size() + scan.skipped.size()},
+                              {"corpus_fingerprint", corpus_fingerprint(scan)}};
+  }
   result.timing_table = times.table(total.seconds());
   write_json_atomically(report_path, result.report);
   return result;

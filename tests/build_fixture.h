@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "mel/mel_engine.h"
+#include "melforge/common/h5.h"
+#include "merge.h"
 #include "pipeline.h"
 
 namespace melforge::test {
@@ -71,6 +73,53 @@ inline builder::BuildConfig tone_build_config(const std::filesystem::path& in, c
   c.segment.long_seconds = 1.0;
   c.segment.short_seconds = 0.25;
   return c;
+}
+
+/// Everything a split file holds, read through melforge::h5 (mel as float32).
+struct SplitData {
+  std::vector<float> mel;
+  std::vector<int64_t> dims;
+  std::vector<int32_t> label;
+  std::vector<int32_t> valid;
+  std::vector<std::string> path;
+  std::vector<std::string> classes;
+};
+
+/// Reads a split file: mel, label, num_valid_long, path and class_names.
+inline SplitData read_split(const std::filesystem::path& file) {
+  auto f = h5::open_file(file);
+  auto ds = h5::open_dataset(f, "mel");
+  SplitData d;
+  d.dims = h5::dims(ds);
+  d.mel = h5::read_float(ds);
+  d.label = h5::read_int32(f, "label");
+  d.valid = h5::read_int32(f, "num_valid_long");
+  d.path = h5::read_strings(f, "path");
+  d.classes = h5::read_strings(f, "class_names");
+  return d;
+}
+
+/// Builds `config` as `shards` shards, shard K into `root`/shard-K, and returns the folders in order 1..N.
+inline std::vector<std::filesystem::path> build_shards(builder::BuildConfig config, const std::filesystem::path& root,
+                                                       int shards) {
+  std::vector<std::filesystem::path> dirs;
+  for (int k = 1; k <= shards; ++k) {
+    config.build.shard = std::to_string(k) + "/" + std::to_string(shards);
+    config.build.output = root / ("shard-" + std::to_string(k));
+    builder::run_build(config);
+    dirs.push_back(config.build.output);
+  }
+  return dirs;
+}
+
+/// Merges the shard folders `dirs` into `out` (virtual datasets, or self-contained with `copy`); returns the report.
+inline nlohmann::json merge_shards(const std::vector<std::filesystem::path>& dirs, const std::filesystem::path& out,
+                                   bool copy) {
+  builder::MergeOptions m;
+  m.shards = dirs;
+  m.output = out;
+  m.copy = copy;
+  return builder::run_merge(m);
 }
 
 }  // namespace melforge::test

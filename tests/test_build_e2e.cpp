@@ -16,32 +16,11 @@
 #include "test_util.h"
 
 using namespace melforge;
+using melforge::test::read_split;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct SplitData {
-  std::vector<float> mel;
-  std::vector<int64_t> dims;
-  std::vector<int32_t> label;
-  std::vector<int32_t> valid;
-  std::vector<std::string> path;
-  std::vector<std::string> classes;
-};
-
-SplitData read_split(const fs::path& file) {
-  auto f = h5::open_file(file);
-  auto ds = h5::open_dataset(f, "mel");
-  SplitData d;
-  d.dims = h5::dims(ds);
-  d.mel = h5::read_float(ds);
-  d.label = h5::read_int32(f, "label");
-  d.valid = h5::read_int32(f, "num_valid_long");
-  d.path = h5::read_strings(f, "path");
-  d.classes = h5::read_strings(f, "class_names");
-  return d;
-}
 
 int run_cli(const std::string& args) {
   const std::string cmd = std::string(MELFORGE_BUILD_EXE) + " " + args + " >/dev/null 2>&1";

@@ -51,7 +51,7 @@ TEST_CASE("splits are stratified by class with the requested ratios", "[split]")
   }
 }
 
-TEST_CASE("different seeds give different assignments; presplit files keep theirs", "[split]") {
+TEST_CASE("different seeds give different assignments, and presplit files keep theirs", "[split]") {
   auto a = corpus(2, 40);
   auto b = a;
   a[0].split = 2;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "melforge/common/errors.h"
 
@@ -151,6 +153,20 @@ std::vector<std::string> read_string_values(const Datatype& file_type, const Dat
   check(read(mem.id(), buf.data()), what + ": cannot read");
   for (size_t i = 0; i < n; ++i) out[i] = fixed_string(buf.data() + i * size, size, pad);
   return out;
+}
+
+/// The creation property list of `dataset`.
+PropList creation_plist(const Dataset& dataset) {
+  silence_errors();
+  return PropList(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
+                  dataset.name());
+}
+
+/// The storage layout recorded in the creation property list `dcpl` (contiguous, chunked, virtual, ...).
+H5D_layout_t layout_of(const PropList& dcpl) {
+  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
+  if (layout < 0) throw_io(dcpl.name() + ": cannot get its layout");
+  return layout;
 }
 
 /// Opens `name` in `parent` and checks that it is 1-D; returns it and its length.
@@ -345,11 +361,17 @@ Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cach
 }
 
 std::vector<int64_t> chunk_dims(const Dataset& dataset) {
-  silence_errors();
-  PropList dcpl(check_id(H5Dget_create_plist(dataset.id()), dataset.name() + ": cannot get its creation properties"),
-                dataset.name());
-  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
-  if (layout < 0) throw_io(dataset.name() + ": cannot get its layout");
+  const PropList dcpl = creation_plist(dataset);
+  const H5D_layout_t layout = layout_of(dcpl);
+  if (layout == H5D_VIRTUAL) {
+    const std::vector<VirtualSource> sources = virtual_sources(dataset);
+    if (sources.empty()) return {};
+    const File file = open_file(sources.front().file);
+    return chunk_dims(Dataset(check_id(H5Dopen2(file.id(), sources.front().dataset.c_str(), H5P_DEFAULT),
+                                       dataset.name() + ": cannot open its source " + sources.front().file.string() +
+                                           ":" + sources.front().dataset),
+                              sources.front().file.string() + ":" + sources.front().dataset));
+  }
   if (layout != H5D_CHUNKED) return {};
   const int rank = H5Pget_chunk(dcpl.id(), 0, nullptr);
   check(rank, dataset.name() + ": cannot get its chunk rank");
@@ -502,13 +524,30 @@ int64_t row_elements(const Dataset& dataset) {
   return n;
 }
 
-void read_float(const Dataset& dataset, int64_t begin, int64_t count, float* out) {
+void read_rows(const Dataset& dataset, int64_t begin, int64_t count, hid_t mem_type, void* out) {
   const std::vector<int64_t> d = dims(dataset);
   if (d.empty()) throw_format(dataset.name() + ": expected at least one dimension, found a scalar");
   if (begin < 0 || count < 0 || begin + count > d[0]) {
     throw InvalidArgument(dataset.name() + ": rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                           ") are outside the extent " + std::to_string(d[0]));
   }
+  int64_t n = count;
+  for (size_t i = 1; i < d.size(); ++i) n *= d[i];
+  if (n == 0) return;
+  std::vector<hsize_t> start(d.size(), 0), extent(d.begin(), d.end());
+  start[0] = static_cast<hsize_t>(begin);
+  extent[0] = static_cast<hsize_t>(count);
+  Dataspace file_space = dataset_space(dataset);
+  check(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
+        dataset.name() + ": cannot select rows");
+  Dataspace mem_space = simple_space({static_cast<hsize_t>(n)}, nullptr, dataset.name());
+  check(H5Dread(dataset.id(), mem_type, mem_space.id(), file_space.id(), H5P_DEFAULT, out),
+        dataset.name() + ": cannot read");
+}
+
+void read_float(const Dataset& dataset, int64_t begin, int64_t count, float* out) {
+  const std::vector<int64_t> d = dims(dataset);
+  if (d.empty()) throw_format(dataset.name() + ": expected at least one dimension, found a scalar");
   Datatype type = dataset_type(dataset);
   const size_t size = H5Tget_size(type.id());
   if (type_class(type) != H5T_FLOAT || (size != 2 && size != 4)) {
@@ -518,28 +557,17 @@ void read_float(const Dataset& dataset, int64_t begin, int64_t count, float* out
   int64_t row = 1;
   for (size_t i = 1; i < d.size(); ++i) row *= d[i];
   const int64_t n = count * row;
-  if (n == 0) return;
-
-  std::vector<hsize_t> start(d.size(), 0), extent(d.begin(), d.end());
-  start[0] = static_cast<hsize_t>(begin);
-  extent[0] = static_cast<hsize_t>(count);
-  Dataspace file_space = dataset_space(dataset);
-  check(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
-        dataset.name() + ": cannot select rows");
-  Dataspace mem_space = simple_space({static_cast<hsize_t>(n)}, nullptr, dataset.name());
 
   Datatype f16 = float16_type();
   const htri_t is_half = H5Tequal(type.id(), f16.id());
   check(is_half, dataset.name() + ": cannot compare types");
   if (is_half == 0) {
-    check(H5Dread(dataset.id(), H5T_NATIVE_FLOAT, mem_space.id(), file_space.id(), H5P_DEFAULT, out),
-          dataset.name() + ": cannot read");
+    read_rows(dataset, begin, count, H5T_NATIVE_FLOAT, out);
     return;
   }
   auto* bytes = reinterpret_cast<unsigned char*>(out);
   unsigned char* halves = bytes + 2 * n;
-  check(H5Dread(dataset.id(), f16.id(), mem_space.id(), file_space.id(), H5P_DEFAULT, halves),
-        dataset.name() + ": cannot read");
+  read_rows(dataset, begin, count, f16.id(), halves);
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, halves + 2 * i, sizeof h);
@@ -559,6 +587,155 @@ std::vector<float> read_float(const Dataset& dataset) {
   const std::vector<int64_t> d = dims(dataset);
   if (d.empty()) throw_format(dataset.name() + ": expected at least one dimension, found a scalar");
   return read_float(dataset, 0, d[0]);
+}
+
+Filters filters(const Dataset& dataset) {
+  const PropList dcpl = creation_plist(dataset);
+  Filters out;
+  const int n = H5Pget_nfilters(dcpl.id());
+  check(n, dataset.name() + ": cannot count its filters");
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0;
+    size_t nvalues = 4;
+    unsigned values[4] = {0, 0, 0, 0};
+    unsigned config = 0;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &nvalues, values, 0, nullptr,
+                                           &config);
+    if (id < 0) throw_io(dataset.name() + ": cannot get filter " + std::to_string(i));
+    if (id == H5Z_FILTER_SHUFFLE) out.shuffle = true;
+    if (id == H5Z_FILTER_DEFLATE) out.deflate_level = nvalues > 0 ? static_cast<int>(values[0]) : 0;
+  }
+  return out;
+}
+
+bool is_virtual(const Dataset& dataset) {
+  const PropList dcpl = creation_plist(dataset);
+  const H5D_layout_t layout = layout_of(dcpl);
+  return layout == H5D_VIRTUAL;
+}
+
+Dataset create_virtual_dataset(Ref parent, const std::string& name, hid_t type, const std::vector<int64_t>& dims,
+                               const std::vector<VirtualBlock>& blocks, double fill) {
+  silence_errors();
+  const std::string what = child_name(parent, name);
+  if (dims.empty()) throw InvalidArgument(what + ": a virtual dataset needs at least one dimension");
+  const std::vector<hsize_t> dims_h = to_hsize(dims, what);
+  Dataspace space = simple_space(dims_h, nullptr, what);
+  PropList dcpl = dataset_creation_plist(what);
+  std::vector<unsigned char> fill_value(std::max<size_t>(H5Tget_size(type), sizeof(double)), 0);
+  std::memcpy(fill_value.data(), &fill, sizeof fill);
+  check(H5Tconvert(H5T_NATIVE_DOUBLE, type, 1, fill_value.data(), nullptr, H5P_DEFAULT),
+        what + ": cannot convert the fill value");
+  check(H5Pset_fill_value(dcpl.id(), type, fill_value.data()), what + ": cannot set the fill value");
+  for (const VirtualBlock& b : blocks) {
+    if (b.count < 1 || b.first < 0 || b.first + b.count > dims[0])
+      throw InvalidArgument(what + ": block of rows [" + std::to_string(b.first) + ", " +
+                            std::to_string(b.first + b.count) + ") is empty or outside the extent " +
+                            std::to_string(dims[0]));
+    std::vector<hsize_t> start(dims.size(), 0), count = dims_h;
+    start[0] = static_cast<hsize_t>(b.first);
+    count[0] = static_cast<hsize_t>(b.count);
+    Dataspace vspace = simple_space(dims_h, nullptr, what);
+    check(H5Sselect_hyperslab(vspace.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+          what + ": cannot select a block");
+    Dataspace src_space = simple_space(count, nullptr, what);
+    check(H5Pset_virtual(dcpl.id(), vspace.id(), b.file.c_str(), b.dataset.c_str(), src_space.id()),
+          what + ": cannot map " + b.file + ":" + b.dataset);
+  }
+  return Dataset(check_id(H5Dcreate2(parent.id, name.c_str(), type, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT),
+                          what + ": cannot create the virtual dataset"),
+                 what);
+}
+
+std::vector<VirtualSource> virtual_sources(const Dataset& dataset) {
+  const PropList dcpl = creation_plist(dataset);
+  const H5D_layout_t layout = layout_of(dcpl);
+  if (layout != H5D_VIRTUAL) return {};
+  size_t count = 0;
+  check(H5Pget_virtual_count(dcpl.id(), &count), dataset.name() + ": cannot count its mappings");
+  const ssize_t own_len = H5Fget_name(dataset.id(), nullptr, 0);
+  if (own_len < 0) throw_io(dataset.name() + ": cannot get its file name");
+  std::string own(static_cast<size_t>(own_len) + 1, '\0');
+  if (H5Fget_name(dataset.id(), own.data(), own.size()) < 0) throw_io(dataset.name() + ": cannot get its file name");
+  own.resize(static_cast<size_t>(own_len));
+  const auto text = [&](auto get, size_t i) {
+    const ssize_t len = get(dcpl.id(), i, nullptr, 0);
+    if (len < 0) throw_io(dataset.name() + ": cannot get mapping " + std::to_string(i));
+    std::string out(static_cast<size_t>(len) + 1, '\0');
+    if (get(dcpl.id(), i, out.data(), out.size()) < 0)
+      throw_io(dataset.name() + ": cannot get mapping " + std::to_string(i));
+    out.resize(static_cast<size_t>(len));
+    return out;
+  };
+  std::vector<VirtualSource> out;
+  for (size_t i = 0; i < count; ++i) {
+    VirtualSource s;
+    s.stored_file = text(H5Pget_virtual_filename, i);
+    s.dataset = text(H5Pget_virtual_dsetname, i);
+    const std::filesystem::path stored(s.stored_file);
+    s.file = s.stored_file == "."      ? std::filesystem::path(own)
+             : stored.is_absolute()    ? stored
+                                       : std::filesystem::path(own).parent_path() / stored;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void check_virtual_sources(const Dataset& dataset) {
+  for (const VirtualSource& s : virtual_sources(dataset)) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(s.file, ec))
+      throw IoError(dataset.name() + ": its source file '" + s.stored_file + "' (" + s.file.string() +
+                    ") is missing; a merged dataset needs its shard folders beside it, where `melforge-build merge` "
+                    "found them");
+    const File file = open_file(s.file);
+    silence_errors();
+    const htri_t found = H5Lexists(file.id(), s.dataset.c_str(), H5P_DEFAULT);
+    if (found <= 0) throw IoError(dataset.name() + ": its source " + s.file.string() + " has no dataset " + s.dataset);
+  }
+}
+
+void write_attribute(Ref object, const std::string& name, const AttributeValue& value) {
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) write_attribute_int64(object, name, v);
+        else if constexpr (std::is_same_v<T, double>) write_attribute_double(object, name, v);
+        else write_attribute_string(object, name, v);
+      },
+      value);
+}
+
+std::map<std::string, AttributeValue> read_attributes(Ref object) {
+  silence_errors();
+  std::vector<std::string> names;
+  const auto collect = [](hid_t, const char* attr_name, const H5A_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(attr_name);
+    return 0;
+  };
+  hsize_t idx = 0;
+  check(H5Aiterate2(object.id, H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &names),
+        object.name + ": cannot list its attributes");
+  std::map<std::string, AttributeValue> out;
+  for (const std::string& name : names) {
+    Attribute attr = open_attribute(object, name);
+    const H5T_class_t c = type_class(attribute_type(attr));
+    if (c == H5T_INTEGER) out[name] = read_attribute_int64(object, name);
+    else if (c == H5T_FLOAT) out[name] = read_attribute_double(object, name);
+    else if (c == H5T_STRING) out[name] = read_attribute_string(object, name);
+    else throw_format(attr.name() + ": expected an integer, a float or a string");
+  }
+  return out;
+}
+
+std::string to_string(const AttributeValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&value)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", *d);
+    return buf;
+  }
+  return "'" + std::get<std::string>(value) + "'";
 }
 
 float half_to_float(uint16_t bits) {

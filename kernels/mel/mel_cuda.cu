@@ -234,7 +234,13 @@ void CudaMelEngine::init() {
   if (config_.device_batch < 1) {
     throw InvalidArgument("device_batch must be >= 1, got " + std::to_string(config_.device_batch));
   }
-  if (!cuda_available()) throw CudaError("no usable CUDA device (no driver, no device, or a failed device query)");
+  const int devices = cuda_device_count();
+  if (devices == 0) throw CudaError("no usable CUDA device (no driver, no device, or a failed device query)");
+  if (config_.cuda_device >= devices) {
+    throw InvalidArgument("CUDA device " + std::to_string(config_.cuda_device) + " does not exist (" +
+                          std::to_string(devices) + " found)");
+  }
+  if (config_.cuda_device >= 0) MELFORGE_CUDA_CHECK(cudaSetDevice(config_.cuda_device));
   runtime_ok_ = true;
   MELFORGE_CUDA_CHECK(cudaGetDevice(&device_));
 
@@ -485,14 +491,16 @@ void CudaMelEngine::release() noexcept {
 }  // namespace
 }  // namespace cuda
 
-bool cuda_available() {
+int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return std::max(count, 0);
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& config) {
   return std::make_unique<cuda::CudaMelEngine>(config);

@@ -6,6 +6,8 @@ namespace melforge::mel {
 
 bool cuda_available() { return false; }
 
+int cuda_device_count() { return 0; }
+
 std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& /*config*/) {
   throw CudaError("built without CUDA (MELFORGE_CUDA=OFF): the CUDA mel engine is not available");
 }

@@ -1,7 +1,10 @@
 #include "mel/mel_engine.h"
 
+#include <algorithm>
+#include <exception>
 #include <istream>
 #include <ostream>
+#include <thread>
 
 #include "melforge/common/errors.h"
 #include "mel/mel_math.h"
@@ -50,13 +53,105 @@ float silence_value(const MelArgs& args) {
   return log_compress(0.0f, static_cast<int>(args.log), args.power, args.amin, args.log_eps);
 }
 
-std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config) {
-  switch (device) {
-    case Device::cpu: return make_cpu_engine(config);
-    case Device::cuda: return make_cuda_engine(config);
-    case Device::auto_select: break;
+EnginePlan plan_engines(Device device, int cuda_devices) {
+  if (device == Device::cpu || (device == Device::auto_select && cuda_devices < 1)) return {false, 1};
+  return {true, std::max(cuda_devices, 1)};
+}
+
+std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t max_batch, int engines) {
+  std::vector<std::vector<DealtBatch>> out(static_cast<size_t>(std::max(engines, 1)));
+  if (count <= 0) return out;
+  const auto n = static_cast<int64_t>(out.size());
+  const int64_t batch = std::max<int64_t>(1, std::min(max_batch, (count + n - 1) / n));
+  for (int64_t b = 0; b * batch < count; ++b)
+    out[static_cast<size_t>(b % n)].push_back({b * batch, std::min(batch, count - b * batch)});
+  return out;
+}
+
+namespace {
+
+class MultiEngine final : public MelEngine {
+ public:
+  MultiEngine(std::vector<std::unique_ptr<MelEngine>> engines, int64_t deal)
+      : engines_(std::move(engines)), deal_(deal) {
+    if (engines_.empty()) throw InvalidArgument("a multi-device engine needs at least one engine");
+    if (deal_ < 1) throw InvalidArgument("a multi-device engine deals batches of at least 1 segment");
+    const MelLayout& l = engines_.front()->layout();
+    for (const auto& e : engines_) {
+      const MelLayout& o = e->layout();
+      if (o.n_frames != l.n_frames || o.n_mels != l.n_mels || o.segment_samples != l.segment_samples ||
+          o.out_elem_bytes != l.out_elem_bytes)
+        throw InvalidArgument("a multi-device engine needs engines of one layout");
+    }
+    name_ = engines_.front()->name() + " x" + std::to_string(engines_.size());
   }
-  return cuda_available() ? make_cuda_engine(config) : make_cpu_engine(config);
+
+  void compute(const float* base, std::span<const int64_t> offsets, void* out) override {
+    const auto dealt = deal_round_robin(static_cast<int64_t>(offsets.size()), deal_, static_cast<int>(engines_.size()));
+    const int64_t bytes_per_segment = layout().out_bytes_per_segment();
+    std::vector<std::exception_ptr> errors(engines_.size());
+    const auto run = [&](size_t e) {
+      try {
+        for (const DealtBatch& b : dealt[e])
+          engines_[e]->compute(base, offsets.subspan(static_cast<size_t>(b.first), static_cast<size_t>(b.count)),
+                               static_cast<char*>(out) + b.first * bytes_per_segment);
+      } catch (...) {
+        errors[e] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t e = 1; e < engines_.size(); ++e)
+      if (!dealt[e].empty()) threads.emplace_back(run, e);
+    run(0);
+    for (auto& t : threads) t.join();
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
+
+  std::string name() const override { return name_; }
+
+  EngineTimes times() const override {
+    EngineTimes sum;
+    for (const auto& e : engines_) {
+      const EngineTimes t = e->times();
+      sum.h2d_s += t.h2d_s;
+      sum.compute_s += t.compute_s;
+      sum.d2h_s += t.d2h_s;
+    }
+    return sum;
+  }
+
+  int64_t device_bytes() const override {
+    int64_t sum = 0;
+    for (const auto& e : engines_) sum += e->device_bytes();
+    return sum;
+  }
+
+  const MelLayout& layout() const override { return engines_.front()->layout(); }
+
+ private:
+  std::vector<std::unique_ptr<MelEngine>> engines_;
+  int64_t deal_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<MelEngine> make_multi_engine(std::vector<std::unique_ptr<MelEngine>> engines, int64_t deal) {
+  return std::make_unique<MultiEngine>(std::move(engines), deal);
+}
+
+std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config) {
+  const EnginePlan plan = plan_engines(device, device == Device::cpu ? 0 : cuda_device_count());
+  if (!plan.cuda) return make_cpu_engine(config);
+  if (plan.engines == 1) return make_cuda_engine(config);
+  std::vector<std::unique_ptr<MelEngine>> engines;
+  for (int d = 0; d < plan.engines; ++d) {
+    EngineConfig c = config;
+    c.cuda_device = d;
+    engines.push_back(make_cuda_engine(c));
+  }
+  return make_multi_engine(std::move(engines), config.device_batch);
 }
 
 }  // namespace melforge::mel

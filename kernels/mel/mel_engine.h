@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 #include <string>
 
 #include "mel_args.h"
@@ -30,6 +31,9 @@ struct EngineConfig {
   int threads = 0;
   /// CUDA engine: segments per device batch (the batch the cuFFT plan and the CUDA graph are built for).
   int64_t device_batch = 4096;
+  /// CUDA engine: index of the device to build on (0..cuda_device_count()-1); -1: the calling thread's current
+  /// device. make_engine sets it when it builds one engine per device.
+  int cuda_device = -1;
 };
 
 /// Shape and byte sizes derived from an EngineConfig. Every buffer of both engines and of the tests is sized here.
@@ -89,11 +93,46 @@ class MelEngine {
 /// Never throws; leaves no sticky CUDA error behind.
 bool cuda_available();
 
+/// Number of usable CUDA devices: 0 when built without CUDA, with no driver, no device, or a failed device query.
+/// Never throws; leaves no sticky CUDA error behind.
+int cuda_device_count();
+
+/// The engines make_engine builds for `device` when `cuda_devices` CUDA devices are usable: one CPU engine for cpu
+/// (and for auto without a device), else one CUDA engine per device (cuda with 0 devices: 1, whose construction
+/// then fails with CudaError).
+struct EnginePlan {
+  /// Use CUDA engines.
+  bool cuda = false;
+  /// Number of engines, >= 1.
+  int engines = 1;
+};
+/// See EnginePlan.
+EnginePlan plan_engines(Device device, int cuda_devices);
+
+/// Which part of a compute() call one engine of a MultiEngine gets: segments [first, first + count).
+struct DealtBatch {
+  /// First segment.
+  int64_t first = 0;
+  /// Segments, >= 1.
+  int64_t count = 0;
+};
+/// Deals `count` segments to `engines` engines: in consecutive batches of min(max_batch, ceil(count / engines))
+/// segments (at least 1), batch b to engine b % engines. Returns each engine's batches in order; engines without
+/// work get none. Every segment is in exactly one batch.
+std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t max_batch, int engines);
+
+/// An engine over several engines of the same configuration (one per CUDA device): compute() deals the segments
+/// with deal_round_robin (max_batch `deal`) and runs the engines concurrently, one host thread each, every engine
+/// writing its segments' slots of `out`; the result is what one engine computes. Takes ownership of `engines`
+/// (at least 1, equal layouts). Errors of any engine are rethrown after all have finished.
+std::unique_ptr<MelEngine> make_multi_engine(std::vector<std::unique_ptr<MelEngine>> engines, int64_t deal);
+
 /// Builds the CPU engine.
 std::unique_ptr<MelEngine> make_cpu_engine(const EngineConfig& config);
 /// Builds the CUDA engine. Throws CudaError when CUDA is unavailable or compiled out.
 std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& config);
-/// Builds the engine for `device` (auto: CUDA if available, else CPU).
+/// Builds the engines plan_engines(device, cuda_device_count()) names: one engine, or a MultiEngine over one CUDA
+/// engine per device (dealing batches of config.device_batch segments). auto: CUDA if available, else CPU.
 std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config);
 
 /// The value every output element takes for an all-zero segment: the log of zero energy (db: (20/power)*log10(amin),

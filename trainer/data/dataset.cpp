@@ -287,6 +287,7 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
   if (s.class_names.empty()) throw FormatError(where + ": class_names is empty");
 
   auto mel = h5::open_dataset(file, "mel");
+  h5::check_virtual_sources(mel);
   const auto dims = h5::dims(mel);
   std::vector<int64_t> expect = s.info.file_shape();
   if (dims.size() != 5 || !std::equal(expect.begin(), expect.end(), dims.begin() + 1)) {

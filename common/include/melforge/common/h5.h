@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace melforge::h5 {
@@ -170,7 +172,9 @@ struct ChunkCache {
 
 /// Opens the dataset `name` in `parent` with its own chunk cache; FormatError when there is no such link.
 Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cache);
-/// Chunk shape of a chunked dataset, one entry per dimension; empty when the layout is not chunked.
+/// Chunk shape of a chunked dataset, one entry per dimension; for a virtual dataset, the chunk shape of its first
+/// source dataset (see virtual_sources), so that readers pick the same block sizes as for the source files; empty
+/// when the layout is neither (contiguous, or a virtual dataset without mappings).
 std::vector<int64_t> chunk_dims(const Dataset& dataset);
 /// Current extent of `dataset`, one entry per dimension (empty for a scalar).
 std::vector<int64_t> dims(const Dataset& dataset);
@@ -180,6 +184,67 @@ void set_extent(const Dataset& dataset, const std::vector<int64_t>& new_dims);
 /// first element in every dimension; `filter_mask` 0 means every registered filter was applied.
 void write_chunk(const Dataset& dataset, const std::vector<int64_t>& offset, const void* data, size_t bytes,
                  uint32_t filter_mask = 0);
+
+/// The filters of a chunked dataset as melforge writes them.
+struct Filters {
+  /// HDF5's shuffle filter is registered.
+  bool shuffle = false;
+  /// Level of the deflate filter, 0 when there is none.
+  int deflate_level = 0;
+};
+/// The shuffle and deflate filters of `dataset` (none for a contiguous or virtual dataset).
+Filters filters(const Dataset& dataset);
+
+/// True when `dataset` is an HDF5 virtual dataset (VDS).
+bool is_virtual(const Dataset& dataset);
+
+/// One mapping of a virtual dataset built by create_virtual_dataset: rows [first, first + count) along dim 0 of the
+/// virtual dataset are the whole source dataset, of shape [count, dims[1:]...].
+struct VirtualBlock {
+  /// Source file name as stored: relative names are resolved by HDF5 against the virtual dataset's file's folder.
+  std::string file;
+  /// Path of the source dataset inside its file, e.g. "/mel".
+  std::string dataset;
+  /// First row of the block in the virtual dataset.
+  int64_t first = 0;
+  /// Rows of the block (>= 1).
+  int64_t count = 0;
+};
+
+/// Creates a fixed-size virtual dataset `name` of element type `type` and extent `dims` in `parent`, made of
+/// `blocks` (which must not overlap). Elements no block covers, or whose source cannot be opened when read, read as
+/// `fill` (converted to `type`). Object modification times are not stored.
+Dataset create_virtual_dataset(Ref parent, const std::string& name, hid_t type, const std::vector<int64_t>& dims,
+                               const std::vector<VirtualBlock>& blocks, double fill);
+
+/// A source of a virtual dataset as stored in it, and the file it resolves to.
+struct VirtualSource {
+  /// File name as stored ("." for the virtual dataset's own file).
+  std::string stored_file;
+  /// Resolved file: absolute names as stored, relative ones against the folder of the virtual dataset's file
+  /// (HDF5 1.10.8's own rule when HDF5_VDS_PREFIX is not set).
+  std::filesystem::path file;
+  /// Source dataset path inside the file.
+  std::string dataset;
+};
+
+/// The sources of a virtual dataset, in mapping order (empty for other layouts).
+std::vector<VirtualSource> virtual_sources(const Dataset& dataset);
+
+/// Checks that every source of a virtual dataset opens and holds its source dataset. HDF5 reads an unreachable
+/// source as fill values without an error, so a reader must call this first. Throws IoError naming the virtual
+/// dataset and the missing file or dataset. Does nothing for other layouts.
+void check_virtual_sources(const Dataset& dataset);
+
+/// A root or object attribute value: integers are read as int64, floating point values as double.
+using AttributeValue = std::variant<int64_t, double, std::string>;
+/// Writes a scalar attribute of the value's type (H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE or variable-length UTF-8),
+/// replacing one of the same name.
+void write_attribute(Ref object, const std::string& name, const AttributeValue& value);
+/// Every attribute of `object` by name. FormatError for an attribute that is not a scalar integer, float or string.
+std::map<std::string, AttributeValue> read_attributes(Ref object);
+/// The value as text for messages (strings quoted).
+std::string to_string(const AttributeValue& value);
 
 /// Writes a scalar int64 attribute (H5T_NATIVE_INT64) on `object`, replacing one of the same name.
 void write_attribute_int64(Ref object, const std::string& name, int64_t value);
@@ -207,6 +272,9 @@ std::vector<std::string> read_strings(Ref parent, const std::string& name);
 
 /// Elements per index of dim 0 of `dataset`: the product of its other dimensions (1 for a 1-D dataset).
 int64_t row_elements(const Dataset& dataset);
+/// Reads rows [begin, begin + count) along dim 0 of `dataset` into `out` as elements of `mem_type` (HDF5 converts),
+/// row-major. InvalidArgument when the range is outside the extent; FormatError for a scalar.
+void read_rows(const Dataset& dataset, int64_t begin, int64_t count, hid_t mem_type, void* out);
 /// Reads rows [begin, begin + count) along dim 0 of a float16 or float32 dataset into `out`, which holds
 /// count * row_elements(dataset) floats. FormatError when the element type is not a 2- or 4-byte float or the
 /// dataset is scalar; InvalidArgument when the range is outside the extent.

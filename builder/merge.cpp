@@ -1,0 +1,423 @@
+#include "merge.h"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include "build_options.h"
+#include "h5_writer.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
+#include "melforge/common/h5.h"
+#include "melforge/common/timing.h"
+#include "output_folder.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace melforge::builder {
+
+namespace {
+
+/// Root attributes of a split file that differ between the shards of one series, or that the merge rewrites.
+const std::set<std::string> kPerShardAttributes = {"shard_index", "shard_count", "schema_version", "split",
+                                                   "melforge_version"};
+
+/// Bytes of spectrograms the merge with --copy reads from a shard at a time.
+constexpr int64_t kCopyBatchBytes = int64_t{32} << 20;
+
+/// One shard folder and what its report says about it.
+struct Shard {
+  fs::path dir;
+  json report;
+  int index = 0;
+  int count = 0;
+  std::string fingerprint;
+  int64_t corpus_entries = 0;
+};
+
+/// One shard's file of one split, opened and checked on its own.
+struct ShardSplit {
+  fs::path path;
+  h5::File file;
+  h5::Dataset mel;
+  std::vector<int64_t> dims;
+  std::vector<int64_t> chunk;
+  h5::Filters filters;
+  std::map<std::string, h5::AttributeValue> attributes;
+  std::vector<std::string> class_names;
+  std::vector<int32_t> label;
+  std::vector<int32_t> num_valid_long;
+  std::vector<std::string> path_values;
+};
+
+Shard read_shard(const fs::path& dir) {
+  const fs::path report_path = dir / kReportName;
+  std::ifstream in(report_path);
+  if (!in)
+    throw FormatError(report_path.string() + ": missing: '" + dir.string() +
+                      "' is not the output folder of a finished `melforge-build --shard K/N`");
+  Shard s;
+  s.dir = dir;
+  try {
+    s.report = json::parse(in);
+  } catch (const json::exception& e) {
+    throw FormatError(report_path.string() + ": not valid JSON: " + e.what());
+  }
+  if (!s.report.contains("shard") || !s.report["shard"].is_object())
+    throw FormatError(report_path.string() + ": no \"shard\" entry: '" + dir.string() +
+                      "' was built without --shard K/N, so it cannot be merged");
+  try {
+    const json& sh = s.report.at("shard");
+    s.index = sh.at("index").get<int>();
+    s.count = sh.at("count").get<int>();
+    s.fingerprint = sh.at("corpus_fingerprint").get<std::string>();
+    s.corpus_entries = sh.at("corpus_entries").get<int64_t>();
+    (void)s.report.at("files").at("scanned").get<int64_t>();
+  } catch (const json::exception& e) {
+    throw FormatError(report_path.string() + ": malformed report: " + e.what());
+  }
+  if (s.count < 1 || s.index < 1 || s.index > s.count)
+    throw FormatError(report_path.string() + ": shard " + std::to_string(s.index) + "/" + std::to_string(s.count) +
+                      " is not a valid K/N");
+  return s;
+}
+
+/// Reads every shard's report and checks that together they are one complete series; returns them by index.
+std::vector<Shard> read_series(const std::vector<fs::path>& dirs) {
+  std::vector<Shard> shards;
+  for (const auto& d : dirs) shards.push_back(read_shard(d));
+  const Shard& first = shards.front();
+  std::map<int, const Shard*> by_index;
+  for (const Shard& s : shards) {
+    const std::string where = (s.dir / kReportName).string();
+    if (s.count != first.count)
+      throw FormatError(where + ": shard " + std::to_string(s.index) + "/" + std::to_string(s.count) + ", but " +
+                        (first.dir / kReportName).string() + " is shard " + std::to_string(first.index) + "/" +
+                        std::to_string(first.count) + ": all shards must come from one series with the same N");
+    if (const auto [it, inserted] = by_index.emplace(s.index, &s); !inserted)
+      throw FormatError(where + ": shard " + std::to_string(s.index) + "/" + std::to_string(s.count) +
+                        " is given twice (also " + it->second->dir.string() + ")");
+    if (s.fingerprint != first.fingerprint || s.corpus_entries != first.corpus_entries)
+      throw FormatError(where + ": built from a different corpus, seed or split than " +
+                        (first.dir / kReportName).string() + " (corpus fingerprint " + s.fingerprint + " of " +
+                        std::to_string(s.corpus_entries) + " entries vs " + first.fingerprint + " of " +
+                        std::to_string(first.corpus_entries) + ")");
+  }
+  std::string missing;
+  for (int k = 1; k <= first.count; ++k)
+    if (!by_index.contains(k)) missing += (missing.empty() ? "" : ", ") + std::to_string(k) + "/" + std::to_string(first.count);
+  if (!missing.empty())
+    throw FormatError("shard" + std::string(missing.find(',') == std::string::npos ? " " : "s ") + missing +
+                      " missing: merge needs all " + std::to_string(first.count) + " shard folders of the series");
+  std::vector<Shard> ordered;
+  for (const auto& [index, s] : by_index) ordered.push_back(*s);
+  int64_t scanned = 0;
+  for (const Shard& s : ordered) scanned += s.report["files"]["scanned"].get<int64_t>();
+  if (scanned != first.corpus_entries)
+    throw FormatError("the shards' reports account for " + std::to_string(scanned) + " scanned entries, but the "
+                      "corpus has " + std::to_string(first.corpus_entries) + ": the shard folders are inconsistent");
+  return ordered;
+}
+
+ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
+  ShardSplit s;
+  s.path = shard.dir / (split + ".h5");
+  std::error_code ec;
+  if (!fs::is_regular_file(s.path, ec)) throw FormatError(s.path.string() + ": missing");
+  const std::string where = s.path.string();
+  s.file = h5::open_file(s.path);
+  s.attributes = h5::read_attributes(s.file);
+  const auto attribute = [&](const std::string& name) {
+    const auto it = s.attributes.find(name);
+    if (it == s.attributes.end()) throw FormatError(where + ": attribute '" + name + "' is missing");
+    return it->second;
+  };
+  if (attribute("schema_version") != h5::AttributeValue{kSchemaVersion})
+    throw FormatError(where + ": schema_version " + h5::to_string(attribute("schema_version")) +
+                      ", this melforge-build merges version " + std::to_string(kSchemaVersion));
+  if (attribute("split") != h5::AttributeValue{split})
+    throw FormatError(where + ": its split attribute is " + h5::to_string(attribute("split")));
+  if (attribute("shard_index") != h5::AttributeValue{int64_t{shard.index}} ||
+      attribute("shard_count") != h5::AttributeValue{int64_t{shard.count}})
+    throw FormatError(where + ": shard " + h5::to_string(attribute("shard_index")) + "/" +
+                      h5::to_string(attribute("shard_count")) + ", but its build_report.json says " +
+                      std::to_string(shard.index) + "/" + std::to_string(shard.count));
+  s.mel = h5::open_dataset(s.file, "mel");
+  if (h5::is_virtual(s.mel)) throw FormatError(where + ": mel is a virtual dataset: a merged dataset is not a shard");
+  s.dims = h5::dims(s.mel);
+  if (s.dims.size() != 5) throw FormatError(where + ": mel has rank " + std::to_string(s.dims.size()) + ", not 5");
+  s.chunk = h5::chunk_dims(s.mel);
+  s.filters = h5::filters(s.mel);
+  s.class_names = h5::read_strings(s.file, "class_names");
+  s.label = h5::read_int32(s.file, "label");
+  s.num_valid_long = h5::read_int32(s.file, "num_valid_long");
+  s.path_values = h5::read_strings(s.file, "path");
+  const auto files = static_cast<size_t>(s.dims[0]);
+  if (s.label.size() != files || s.num_valid_long.size() != files || s.path_values.size() != files)
+    throw FormatError(where + ": label, num_valid_long and path do not all have one entry per file of mel (" +
+                      std::to_string(files) + ")");
+  return s;
+}
+
+std::string shape_text(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+/// Throws FormatError when `s` disagrees with `ref` (the same split of the first shard) on anything a merged file
+/// must have in common.
+void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
+  const std::string here = s.path.string();
+  const std::string there = ref.path.string();
+  for (const auto& [name, value] : ref.attributes) {
+    if (kPerShardAttributes.contains(name)) continue;
+    const auto it = s.attributes.find(name);
+    if (it == s.attributes.end()) throw FormatError(here + ": attribute '" + name + "' is missing (present in " + there + ")");
+    if (it->second != value)
+      throw FormatError(here + ": attribute '" + name + "' is " + h5::to_string(it->second) + " but " +
+                        h5::to_string(value) + " in " + there);
+  }
+  for (const auto& [name, value] : s.attributes)
+    if (!kPerShardAttributes.contains(name) && !ref.attributes.contains(name))
+      throw FormatError(here + ": attribute '" + name + "' is not in " + there);
+  if (s.attributes.at("melforge_version") != ref.attributes.at("melforge_version"))
+    throw FormatError(here + ": written by melforge " + h5::to_string(s.attributes.at("melforge_version")) +
+                      " but " + there + " by " + h5::to_string(ref.attributes.at("melforge_version")));
+  if (s.class_names != ref.class_names) throw FormatError(here + ": class_names differ from " + there);
+  const std::vector<int64_t> shape(s.dims.begin() + 1, s.dims.end());
+  const std::vector<int64_t> ref_shape(ref.dims.begin() + 1, ref.dims.end());
+  if (shape != ref_shape)
+    throw FormatError(here + ": one file's mel is " + shape_text(shape) + " but " + shape_text(ref_shape) + " in " + there);
+  const h5::Datatype t = h5::dataset_type(s.mel);
+  const h5::Datatype rt = h5::dataset_type(ref.mel);
+  if (H5Tequal(t.id(), rt.id()) <= 0) throw FormatError(here + ": mel's element type differs from " + there);
+  if (s.chunk != ref.chunk || s.filters.shuffle != ref.filters.shuffle ||
+      s.filters.deflate_level != ref.filters.deflate_level)
+    throw FormatError(here + ": mel is stored with chunks " + shape_text(s.chunk) + ", deflate " +
+                      std::to_string(s.filters.deflate_level) + ", shuffle " + (s.filters.shuffle ? "on" : "off") +
+                      " but " + there + " with " + shape_text(ref.chunk) + ", deflate " +
+                      std::to_string(ref.filters.deflate_level) + ", shuffle " + (ref.filters.shuffle ? "on" : "off"));
+}
+
+/// The root attributes of the merged file besides schema_version, split and melforge_version.
+std::vector<Attribute> merged_attributes(const ShardSplit& ref, int shard_count) {
+  std::vector<Attribute> out;
+  for (const auto& [name, value] : ref.attributes)
+    if (!kPerShardAttributes.contains(name)) out.push_back({name, value});
+  out.push_back({"merged_shards", int64_t{shard_count}});
+  return out;
+}
+
+/// The source file name stored in the virtual dataset: `file` relative to the merged output folder.
+std::string relative_source(const fs::path& file, const fs::path& output) {
+  return fs::weakly_canonical(file).lexically_relative(fs::weakly_canonical(output)).generic_string();
+}
+
+/// Writes one merged split file at `target`: the metadata concatenated in shard order, and mel either as a virtual
+/// dataset (one block per non-empty shard, source names relative to `output`) or copied through SplitWriter.
+/// Returns the compressed mel bytes written (0 for a virtual mel).
+int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& split, const fs::path& target,
+                    const fs::path& output, const MergeOptions& options) {
+  const ShardSplit& ref = parts.front();
+  const int shard_count = static_cast<int>(parts.size());
+  std::vector<int32_t> labels, valid;
+  std::vector<std::string> paths;
+  for (const ShardSplit& p : parts) {
+    labels.insert(labels.end(), p.label.begin(), p.label.end());
+    valid.insert(valid.end(), p.num_valid_long.begin(), p.num_valid_long.end());
+    paths.insert(paths.end(), p.path_values.begin(), p.path_values.end());
+  }
+  const std::vector<int64_t> file_shape(ref.dims.begin() + 1, ref.dims.end());
+  const mel::DType dtype = H5Tget_size(h5::dataset_type(ref.mel).id()) == 2 ? mel::DType::float16 : mel::DType::float32;
+  const int64_t files_per_chunk = ref.chunk.empty() ? 1 : ref.chunk[0];
+
+  if (options.copy) {
+    SplitWriterConfig wc;
+    wc.final_path = target;
+    wc.split = split;
+    wc.file_shape = file_shape;
+    wc.dtype = dtype;
+    wc.compression_level = ref.filters.deflate_level;
+    wc.shuffle = ref.filters.shuffle;
+    wc.files_per_chunk = static_cast<int>(files_per_chunk);
+    wc.threads = options.threads;
+    wc.class_names = ref.class_names;
+    wc.attributes = merged_attributes(ref, shard_count);
+    SplitWriter writer(wc);
+    int64_t file_bytes = dtype == mel::DType::float16 ? 2 : 4;
+    for (const int64_t d : file_shape) file_bytes *= d;
+    const int64_t step = std::max<int64_t>(1, kCopyBatchBytes / file_bytes);
+    h5::Datatype f16 = h5::float16_type();
+    const hid_t mem_type = dtype == mel::DType::float16 ? f16.id() : H5T_NATIVE_FLOAT;
+    std::vector<unsigned char> buffer;
+    for (const ShardSplit& p : parts) {
+      for (int64_t first = 0; first < p.dims[0]; first += step) {
+        const int64_t n = std::min(step, p.dims[0] - first);
+        buffer.resize(static_cast<size_t>(n * file_bytes));
+        h5::read_rows(p.mel, first, n, mem_type, buffer.data());
+        std::vector<FileRecord> records;
+        for (int64_t i = first; i < first + n; ++i) {
+          const auto k = static_cast<size_t>(i);
+          records.push_back({p.label[k], p.path_values[k], p.num_valid_long[k]});
+        }
+        writer.append(buffer.data(), records);
+      }
+    }
+    writer.finish();
+    return writer.bytes_written();
+  }
+
+  const fs::path partial = target.string() + ".partial";
+  try {
+    h5::File file = h5::create_file(partial);
+    const auto total = static_cast<int64_t>(labels.size());
+    if (total == 0) {
+      create_mel_dataset(file, file_shape, dtype, files_per_chunk, ref.filters.shuffle, ref.filters.deflate_level)
+          .close();
+    } else {
+      std::vector<h5::VirtualBlock> blocks;
+      int64_t first = 0;
+      for (const ShardSplit& p : parts) {
+        if (p.dims[0] > 0) blocks.push_back({relative_source(p.path, output), "/mel", first, p.dims[0]});
+        first += p.dims[0];
+      }
+      std::vector<int64_t> dims = file_shape;
+      dims.insert(dims.begin(), total);
+      const h5::Datatype type = h5::dataset_type(ref.mel);
+      h5::create_virtual_dataset(file, "mel", type.id(), dims, blocks, std::nan("")).close();
+    }
+    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, valid);
+    file.close();
+    std::error_code ec;
+    fs::rename(partial, target, ec);
+    if (ec) throw IoError("cannot rename " + partial.string() + " to " + target.string() + ": " + ec.message());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(partial, ec);
+    throw;
+  }
+  return 0;
+}
+
+/// Adds every number of `from` into `into`, recursively through objects (the count tables of the reports).
+void add_numbers(json& into, const json& from) {
+  for (const auto& [key, value] : from.items()) {
+    if (value.is_object()) {
+      add_numbers(into[key], value);
+    } else if (value.is_number_integer()) {
+      into[key] = (into.contains(key) ? into[key].get<int64_t>() : 0) + value.get<int64_t>();
+    } else if (value.is_number()) {
+      into[key] = (into.contains(key) ? into[key].get<double>() : 0.0) + value.get<double>();
+    }
+  }
+}
+
+json merged_report(const std::vector<Shard>& shards, const MergeOptions& options, int64_t mel_bytes, double seconds) {
+  const json& first = shards.front().report;
+  json r;
+  r["melforge_version"] = MELFORGE_VERSION;
+  r["engine"] = first.value("engine", "");
+  r["config"] = first.value("config", json::object());
+  r["config"]["output"] = options.output.string();
+  r["classes"] = first.value("classes", json::array());
+  json counts = json::object();
+  json files = json::object();
+  json totals = json::object();
+  json skipped = json::array();
+  json shard_list = json::array();
+  for (const Shard& s : shards) {
+    add_numbers(counts, s.report.value("counts", json::object()));
+    add_numbers(files, s.report.value("files", json::object()));
+    json t;
+    for (const char* key : {"segments", "audio_seconds", "dropped_seconds", "batches", "mel_bytes_compressed"})
+      t[key] = s.report.value(key, json(0));
+    add_numbers(totals, t);
+    for (const auto& e : s.report.value("skipped", json::array())) skipped.push_back(e);
+    shard_list.push_back({{"index", s.index},
+                          {"folder", relative_source(s.dir, options.output)},
+                          {"engine", s.report.value("engine", "")},
+                          {"total_s", s.report.value("total_s", 0.0)}});
+  }
+  r["counts"] = counts;
+  r["files"] = files;
+  r["skipped"] = skipped;
+  for (const auto& [key, value] : totals.items()) r[key] = value;
+  if (options.copy) r["mel_bytes_compressed"] = mel_bytes;
+  r["merge"] = {{"mode", options.copy ? "copy" : "virtual"},
+                {"shard_count", shards.front().count},
+                {"corpus_fingerprint", shards.front().fingerprint},
+                {"shards", shard_list},
+                {"seconds", seconds}};
+  r["total_s"] = seconds;
+  return r;
+}
+
+}  // namespace
+
+void MergeOptions::validate() const {
+  if (shards.empty())
+    throw InvalidArgument("give the shard folders to merge: melforge-build merge --output DIR SHARD_DIR...");
+  check_output_folder(output, overwrite, "--output");
+  if (threads < 0) throw InvalidArgument("--threads must be >= 0 (0: all cores)");
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(output, ec);
+  std::set<fs::path> seen;
+  for (const auto& d : shards) {
+    if (!fs::is_directory(d, ec)) throw InvalidArgument("shard folder '" + d.string() + "' is not a folder");
+    const fs::path c = fs::weakly_canonical(d, ec);
+    if (!seen.insert(c).second) throw InvalidArgument("shard folder '" + d.string() + "' is given twice");
+    if (c == out) throw InvalidArgument("--output '" + output.string() + "' is one of the shard folders");
+  }
+}
+
+void add_options(po::options_description& desc, MergeOptions& o) {
+  desc.add_options()
+    ("output", po::value<fs::path>(&o.output), "output folder for the merged train.h5, val.h5, test.h5")
+    ("copy", po::bool_switch(&o.copy),
+     "write self-contained files (spectrograms copied) instead of virtual datasets over the shard files")
+    ("overwrite", po::bool_switch(&o.overwrite), "replace existing outputs in --output")
+    ("threads", po::value<int>(&o.threads)->default_value(o.threads),
+     "threads that recompress with --copy (0: all cores)")
+    ("shards", po::value<std::vector<fs::path>>(&o.shards)->composing(),
+     "shard output folders (positional: SHARD_DIR...)");
+}
+
+json run_merge(const MergeOptions& options) {
+  options.validate();
+  const Stopwatch watch;
+  const std::vector<Shard> shards = read_series(options.shards);
+  std::vector<std::vector<ShardSplit>> splits;
+  for (const std::string& split : kSplitNames) {
+    std::vector<ShardSplit> parts;
+    for (const Shard& s : shards) {
+      parts.push_back(open_shard_split(s, split));
+      check_agrees(parts.back(), parts.front());
+    }
+    if (!splits.empty()) {
+      const ShardSplit& other = splits.front().front();
+      if (parts.front().class_names != other.class_names)
+        throw FormatError(parts.front().path.string() + ": class_names differ from " + other.path.string());
+    }
+    splits.push_back(std::move(parts));
+  }
+
+  OutputFolder output(options.output);
+  const fs::path staging = output.fresh_staging();
+  std::vector<fs::path> staged;
+  int64_t mel_bytes = 0;
+  for (size_t i = 0; i < kSplitNames.size(); ++i) {
+    staged.push_back(staging / (kSplitNames[i] + ".h5"));
+    mel_bytes += write_split(splits[i], kSplitNames[i], staged.back(), options.output, options);
+  }
+  splits.clear();
+  const fs::path report_path = output.install(staged);
+  json report = merged_report(shards, options, mel_bytes, watch.seconds());
+  write_json_atomically(report_path, report);
+  return report;
+}
+
+}  // namespace melforge::builder
