@@ -149,7 +149,7 @@ TEST_CASE("AdamW follows the naive AdamW over several steps", "[trainer][optim]"
   }
 }
 
-TEST_CASE("fused and foreach AdamW agree; auto picks fused on the CPU", "[trainer][optim]") {
+TEST_CASE("fused and foreach AdamW agree, and auto picks fused on the CPU", "[trainer][optim]") {
   const double wd = GENERATE(0.0, 0.05);
   std::vector<at::Tensor> a = make_params({{4, 6}, {6}, {3}}, 11);
   std::vector<at::Tensor> b = clone_params(a);
@@ -227,7 +227,7 @@ TEST_CASE("AdamW leaves parameters without a gradient untouched", "[trainer][opt
   CHECK(opt.state_dict().at("step.0").item<float>() == 3.0f);
 }
 
-TEST_CASE("AdamW with found_inf set changes nothing; grad_scale unscales inside the step", "[trainer][optim]") {
+TEST_CASE("AdamW with found_inf set changes nothing, and grad_scale unscales inside the step", "[trainer][optim]") {
   const std::string impl = GENERATE("fused", "foreach");
   const bool poison = GENERATE(false, true);
   CAPTURE(impl, poison);
