@@ -302,6 +302,12 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
       throw FormatError(where + ": " + name + " has shape " + shape_text(d) + " but mel has " +
                         std::to_string(files) + " files");
   }
+  constexpr int64_t kMetadataBytesPerFile = 64;
+  if (const int64_t available = available_memory_bytes(); available >= 0 && files > available / kMetadataBytesPerFile)
+    throw FormatError(where + ": mel, label, num_valid_long and path claim " + std::to_string(files) +
+                      " files, whose per-file metadata alone needs at least " +
+                      std::to_string(files / (int64_t{1} << 20) * kMetadataBytesPerFile) + " MiB, more than the " +
+                      std::to_string(available >> 20) + " MiB of memory available");
   const auto labels = h5::read_int32(file, "label");
   const auto valid = h5::read_int32(file, "num_valid_long");
   s.paths = h5::read_strings(file, "path");

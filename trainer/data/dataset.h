@@ -163,8 +163,10 @@ struct Split {
 /// Reads one split file and checks it on its own: schema version, the `split` attribute equal to `expected_split`,
 /// every parameter attribute present and well formed, `mel` of shape [F, num_long, num_short, n_mels, n_frames],
 /// `label`, `num_valid_long` and `path` of length F, labels within the class names, num_valid_long in
-/// [1, num_long]. With `load_mel` false the spectrograms are not read (`mel` stays undefined). Throws IoError when
-/// the file cannot be opened or read, FormatError when it is not a valid melforge dataset of a supported schema.
+/// [1, num_long], and F small enough that the per-file metadata (about 64 bytes a file) fits in MemAvailable,
+/// checked before any of it is read. With `load_mel` false the spectrograms are not read (`mel` stays undefined).
+/// Throws IoError when the file cannot be opened or read, FormatError when it is not a valid melforge dataset of a
+/// supported schema.
 Split read_split(const std::filesystem::path& path, const std::string& expected_split, bool load_mel = true);
 /// read_split without loading the spectrograms, then a MelReader with a chunk cache of `cache_bytes` attached:
 /// the split is streamed.

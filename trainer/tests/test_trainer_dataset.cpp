@@ -302,6 +302,48 @@ TEST_CASE("a split file that contradicts itself is refused", "[trainer][dataset]
   }
 }
 
+TEST_CASE("a split that consistently claims 2^40 files is refused before its per-file datasets are read",
+          "[trainer][dataset]") {
+  TempDir d;
+  builder::run_build(build(d, "out"));
+  const fs::path train = d / "out/train.h5";
+  {
+    auto f = h5::open_file(train, true);
+    std::vector<hsize_t> mel_dims;
+    {
+      auto mel = h5::open_dataset(f, "mel");
+      for (const int64_t x : h5::dims(mel)) mel_dims.push_back(static_cast<hsize_t>(x));
+    }
+    const hsize_t claim = hsize_t{1} << 40;
+    mel_dims[0] = claim;
+    std::vector<hsize_t> chunk = mel_dims;
+    chunk[0] = 1;
+    const auto replace = [&](const char* name, const std::vector<hsize_t>& shape, hid_t type, hid_t dcpl) {
+      REQUIRE(H5Ldelete(f.id(), name, H5P_DEFAULT) >= 0);
+      const hid_t space = H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr);
+      const hid_t ds = H5Dcreate2(f.id(), name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      REQUIRE(ds >= 0);
+      H5Dclose(ds);
+      H5Sclose(space);
+    };
+    const hid_t chunked = H5Pcreate(H5P_DATASET_CREATE);
+    REQUIRE(H5Pset_chunk(chunked, static_cast<int>(chunk.size()), chunk.data()) >= 0);
+    replace("mel", mel_dims, H5T_IEEE_F32LE, chunked);
+    H5Pclose(chunked);
+    replace("label", {claim}, H5T_STD_I32LE, H5P_DEFAULT);
+    replace("num_valid_long", {claim}, H5T_STD_I32LE, H5P_DEFAULT);
+    const hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    replace("path", {claim}, str, H5P_DEFAULT);
+    H5Tclose(str);
+  }
+  REQUIRE(fs::file_size(train) < (int64_t{64} << 20));
+  const std::string what = format_error([&] { trainer::read_split(train, "train", false); });
+  CHECK_THAT(what, Catch::Contains("claim 1099511627776 files") && Catch::Contains("MiB of memory available") &&
+                       Catch::Contains("train.h5"));
+  CHECK_THROWS_AS(trainer::load_dataset(d / "out", false), FormatError);
+}
+
 TEST_CASE("a dataset larger than the RAM budget is refused before anything is loaded", "[trainer][dataset]") {
   TempDir d;
   builder::run_build(build(d, "out"));
