@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "trainer_fixture.h"
+#include "venv_python.h"
 
 using namespace melforge;
 using melforge::test::TempDir;
@@ -234,7 +236,7 @@ TEST_CASE("a rank killed mid-epoch makes the other exit with an error naming the
   CHECK(after_kill < kTimeout + 10);
 }
 
-TEST_CASE("a 2-rank job killed after an epoch resumes with 2 ranks to the same weights; another size is refused",
+TEST_CASE("a 2-rank job killed after an epoch resumes with 2 ranks to the same weights and refuses other sizes",
           "[trainer][dist]") {
   const Reference& ref = reference();
   const fs::path root = shared().dir.path() / "resume";
@@ -279,57 +281,68 @@ TEST_CASE("a 2-rank job killed after an epoch resumes with 2 ranks to the same w
   CHECK(read_lines(run / "metrics.jsonl").size() == static_cast<std::size_t>(kEpochs));
 }
 
+TEST_CASE("torchrun --no-python starts the 2 ranks, which rendezvous at its agent's store",
+          "[trainer][dist][python]") {
+  const std::string python = test::venv_python();
+  if (python.empty()) {
+    WARN("skipped: the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
+    return;
+  }
+  const Reference& ref = reference();
+  const fs::path root = shared().dir.path() / "torchrun";
+  fs::create_directories(root);
+  std::vector<std::string> args = {python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                   "--no-python"};
+  const auto train = train_args(root / "run", kEpochs, kBatch);
+  args.insert(args.end(), train.begin(), train.end());
+  const auto r = test::run_child(args, root / "torchrun.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
+  CHECK(c.state.value("world_size", 0) == 2);
+  const auto [diff, scale] = max_difference(c.model, ref.weights);
+  INFO("max |torchrun - single| = " << diff << ", max |w| = " << scale);
+  CHECK(diff <= kWeightTolerance);
+}
+
 TEST_CASE("the job comes from the flags, else from torchrun's or Slurm's variables", "[trainer][dist]") {
-  const auto set = [](const char* k, const char* v) {
-    if (v)
-      ::setenv(k, v, 1);
-    else
+  /// resolve() of `o` with exactly the launcher variables of `env` set.
+  const auto resolve_with = [](const trainer::DistOptions& o, const std::map<std::string, std::string>& env) {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+                          "SLURM_NTASKS", "SLURM_LOCALID"})
       ::unsetenv(k);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    return o.resolve();
   };
-  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-                        "SLURM_NTASKS", "SLURM_LOCALID"})
-    set(k, nullptr);
   trainer::DistOptions o;
-  auto r = o.resolve();
-  CHECK(r.world_size == 1);
-  CHECK(r.rank == 0);
-  CHECK(r.master_addr == "127.0.0.1");
-  CHECK(r.master_port == 29500);
+  auto r = resolve_with(o, {});
+  CHECK((r.world_size == 1 && r.rank == 0 && r.local_rank == 0));
+  CHECK((r.master_addr == "127.0.0.1" && r.master_port == 29500));
 
-  set("SLURM_PROCID", "3");
-  set("SLURM_NTASKS", "8");
-  set("SLURM_LOCALID", "1");
-  r = o.resolve();
-  CHECK(r.rank == 3);
-  CHECK(r.world_size == 8);
-  CHECK(r.local_rank == 1);
+  const std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"},
+                                                    {"SLURM_LOCALID", "1"}};
+  r = resolve_with(o, slurm);
+  CHECK((r.rank == 3 && r.world_size == 8 && r.local_rank == 1));
 
-  set("RANK", "1");
-  set("WORLD_SIZE", "2");
-  set("LOCAL_RANK", "0");
-  set("MASTER_ADDR", "node7");
-  set("MASTER_PORT", "1234");
-  r = o.resolve();
-  CHECK(r.rank == 1);
-  CHECK(r.world_size == 2);
-  CHECK(r.local_rank == 0);
-  CHECK(r.master_addr == "node7");
-  CHECK(r.master_port == 1234);
+  std::map<std::string, std::string> torchrun = {{"RANK", "1"},          {"WORLD_SIZE", "2"},
+                                                 {"LOCAL_RANK", "0"},    {"MASTER_ADDR", "node7"},
+                                                 {"MASTER_PORT", "1234"}};
+  torchrun.insert(slurm.begin(), slurm.end());
+  r = resolve_with(o, torchrun);
+  CHECK((r.rank == 1 && r.world_size == 2 && r.local_rank == 0));
+  CHECK((r.master_addr == "node7" && r.master_port == 1234));
 
   o.rank = 0;
   o.master_port = 4321;
-  r = o.resolve();
-  CHECK(r.rank == 0);
-  CHECK(r.master_port == 4321);
+  r = resolve_with(o, torchrun);
+  CHECK((r.rank == 0 && r.master_port == 4321));
 
-  set("RANK", "2");
   o.rank = -1;
-  CHECK_THROWS_AS(o.resolve(), InvalidArgument);
-  set("RANK", "x");
-  CHECK_THROWS_AS(o.resolve(), InvalidArgument);
-  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-                        "SLURM_NTASKS", "SLURM_LOCALID"})
-    set(k, nullptr);
+  torchrun["RANK"] = "2";
+  CHECK_THROWS_AS(resolve_with(o, torchrun), InvalidArgument);
+  torchrun["RANK"] = "x";
+  CHECK_THROWS_AS(resolve_with(o, torchrun), InvalidArgument);
+  resolve_with(o, {});
 
   trainer::DistOptions bad;
   bad.backend = "mpi";

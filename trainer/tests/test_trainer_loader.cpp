@@ -276,7 +276,8 @@ TEST_CASE("data-parallel shards: the ranks' k-th batches together are one proces
   LoaderOptions rank_opts = one_opts;
   rank_opts.batch_size = batch;
   std::vector<std::unique_ptr<BatchLoader>> ranks;
-  for (int64_t r = 0; r < world; ++r) ranks.push_back(std::make_unique<BatchLoader>(split, rank_opts, 11, at::kCPU, r, world));
+  for (int64_t r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<BatchLoader>(split, rank_opts, 11, at::kCPU, r, world));
   const int64_t n = one.segments();
   const int64_t tail = n % (batch * world);
   const int64_t expected_batches = n / (batch * world) + (tail >= world ? 1 : 0);
@@ -303,7 +304,7 @@ TEST_CASE("data-parallel shards: the ranks' k-th batches together are one proces
   }
 }
 
-TEST_CASE("a loader's rank must lie in [0, world)", "[trainer][loader][dist]") {
+TEST_CASE("a loader refuses a rank outside its world", "[trainer][loader][dist]") {
   const Split split = make_split(kValid);
   CHECK_THROWS_AS(BatchLoader(split, LoaderOptions{}, 1, at::kCPU, 2, 2), InvalidArgument);
   CHECK_THROWS_AS(BatchLoader(split, LoaderOptions{}, 1, at::kCPU, 0, 0), InvalidArgument);

@@ -289,7 +289,8 @@ std::string to_hex(const at::Tensor& bytes) {
 at::Tensor from_hex(const std::string& s) {
   at::Tensor t = at::empty({static_cast<int64_t>(s.size() / 2)}, at::kByte);
   auto* p = t.data_ptr<uint8_t>();
-  for (std::size_t i = 0; i + 1 < s.size(); i += 2) p[i / 2] = static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16));
+  for (std::size_t i = 0; i + 1 < s.size(); i += 2)
+    p[i / 2] = static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16));
   return t;
 }
 
@@ -798,7 +799,8 @@ void Run::restore_rank_rng(const Checkpoint& c) {
                       " ranks");
   const auto& mine = all[static_cast<std::size_t>(rank_)];
   set_rng_state(from_hex(mine.at("cpu").get<std::string>()));
-  if (mine.contains("cuda") && s_.device.is_cuda()) set_rng_state(from_hex(mine.at("cuda").get<std::string>()), s_.device);
+  if (mine.contains("cuda") && s_.device.is_cuda())
+    set_rng_state(from_hex(mine.at("cuda").get<std::string>()), s_.device);
 }
 
 Metrics Run::train_epoch(int64_t epoch, double& lr, double& wait_s, double& seconds) {
@@ -1013,7 +1015,8 @@ TrainResult Run::run() {
   s_.pos_weight_tensor = at::full({1}, s_.pos_weight, at::TensorOptions().dtype(at::kFloat).device(s_.device));
 
   setup_model();
-  if (world_ > 1 && rank_ > 0 && !resume_from_) at::manual_seed(mix_seed(cfg_.model.seed, static_cast<uint64_t>(rank_)));
+  if (world_ > 1 && rank_ > 0 && !resume_from_)
+    at::manual_seed(mix_seed(cfg_.model.seed, static_cast<uint64_t>(rank_)));
   if (resume_from_) restore(*resume_from_);
   if (group_) sync_model();
   const Checkpoint first = make_checkpoint();
