@@ -115,7 +115,7 @@ std::pair<double, double> max_difference(const trainer::TensorMap& a, const trai
   return {diff, scale};
 }
 
-/// The single-process reference: batch 2B (B = kBatch), trained once, in this process.
+/// The single-process reference: batch 2B (B = kBatch), run once per set of extra flags.
 constexpr int kBatch = 7;
 constexpr int kEpochs = 3;
 
@@ -123,9 +123,10 @@ struct Reference {
   fs::path run;
   trainer::TensorMap weights;
   std::vector<nlohmann::json> metrics;
-  Reference() {
-    run = shared().dir.path() / "single";
-    const auto r = test::run_child(train_args(run, kEpochs, 2 * kBatch), shared().dir.path() / "single.log");
+  Reference(const std::string& name, const std::vector<std::string>& extra) {
+    run = shared().dir.path() / name;
+    const auto r = test::run_child(with(train_args(run, kEpochs, 2 * kBatch), extra),
+                                   shared().dir.path() / (name + ".log"));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     weights = trainer::load_checkpoint(run / "checkpoints" / "last.pt").model;
@@ -134,9 +135,12 @@ struct Reference {
 };
 
 Reference& reference() {
-  static Reference r;
+  static Reference r("single", {});
   return r;
 }
+
+/// Gradient accumulation over 2 micro-batches and clipping at a norm the gradients exceed.
+const std::vector<std::string> kAccumulateClip = {"--accumulate", "2", "--clip-norm", "0.5"};
 
 /// Tolerance of the weight comparison, absolute (the weights are of order 0.01 to 1). The two runs differ only in
 /// the order of the gradient sums (the all-reduce adds the two ranks' halves; the single process sums all 2B
@@ -199,6 +203,32 @@ TEST_CASE("2 Gloo ranks with batch B end with the weights of 1 process with batc
     INFO("max |single B - single 2B| = " << other << ", max |w| = " << scale_b);
     CHECK(other > 100 * kWeightTolerance);
   }
+}
+
+TEST_CASE("with --accumulate 2 and --clip-norm 2 Gloo ranks still end with the weights of 1 process",
+          "[trainer][dist]") {
+  static Reference ref("single-accumulate", kAccumulateClip);
+  const fs::path root = shared().dir.path() / "ddp-accumulate";
+  fs::create_directories(root);
+  const int port = free_port();
+  const auto results = run_ranks(
+      {with(with(with(train_args(root / "run", kEpochs, kBatch), rank_flags(0, 2, port)), kSmallBuckets),
+            kAccumulateClip),
+       with(with(with(train_args(root / "run", kEpochs, kBatch), rank_flags(1, 2, port)), kSmallBuckets),
+            kAccumulateClip)},
+      root);
+  for (const auto& r : results) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
+  CHECK(c.step == ref.metrics.back()["step"].get<int64_t>());
+  const auto [diff, scale] = max_difference(c.model, ref.weights);
+  INFO("max |ddp - single| = " << diff << ", max |w| = " << scale);
+  CHECK(diff <= kWeightTolerance);
+  const auto [moved, plain_scale] = max_difference(c.model, reference().weights);
+  INFO("max |accumulate+clip - plain| = " << moved << ", max |w| = " << plain_scale);
+  CHECK(moved > 100 * kWeightTolerance);
 }
 
 TEST_CASE("a rank killed mid-epoch makes the other exit with an error naming the failure, without hanging",
