@@ -11,6 +11,7 @@
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
@@ -43,6 +44,12 @@ int env_int(std::initializer_list<const char*> names, int fallback) {
     if (v != nullptr && *v != '\0') return env_int(n, fallback);
   }
   return fallback;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
@@ -132,7 +139,7 @@ struct ProcessGroup::Impl {
       throw;
     } catch (const std::exception& e) {
       throw DistError("rank " + std::to_string(rank) + " of " + std::to_string(size) + ": " + op + " failed (" +
-                      backend_name + ", --dist-timeout " + std::to_string(static_cast<long long>(timeout_s)) +
+                      backend_name + ", --dist-timeout " + seconds_text(timeout_s) +
                       " s): another rank died, hung or cannot be reached: " + reason(e));
     }
   }

@@ -277,6 +277,7 @@ void set_rng_state(const at::Tensor& state, at::Device device = at::kCPU) {
   gen.set_state(state);
 }
 
+/// A uint8 tensor as lowercase hex, and back (a generator state in a checkpoint's JSON).
 std::string to_hex(const at::Tensor& bytes) {
   static const char digits[] = "0123456789abcdef";
   const at::Tensor b = bytes.to(at::kCPU).contiguous();
@@ -294,6 +295,8 @@ at::Tensor from_hex(const std::string& s) {
   return t;
 }
 
+/// The seed of rank `rank`'s generator (dropout, SpecAugment): `seed` mixed with the rank (splitmix64), so that
+/// the ranks of a job do not draw the same masks.
 uint64_t mix_seed(uint64_t seed, uint64_t rank) {
   uint64_t x = seed ^ (rank * 0x9e3779b97f4a7c15ULL);
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -745,8 +748,7 @@ Checkpoint Run::make_checkpoint() const {
   return c;
 }
 
-/// Joins the data-parallel job: one rank per CUDA device (LOCAL_RANK), the process group, and per-rank random
-/// draws (dropout, SpecAugment) for ranks > 0, so that the ranks do not repeat each other's masks.
+/// Joins the data-parallel job: on CUDA the device of LOCAL_RANK, then the process group (rendezvous included).
 void Run::join_job(const DistOptions& dist) {
   if (cfg_.train.cuda_graph && s_.device.is_cuda())
     throw InvalidArgument("--cuda-graph cannot be combined with data-parallel training (the gradient all-reduce "
