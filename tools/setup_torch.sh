@@ -56,6 +56,12 @@ elif [[ $# -gt 0 ]]; then
   exit 2
 fi
 
+# Gloo's headers: LibTorch's ProcessGroupGloo.hpp (data-parallel training) includes them and the wheel lacks them.
+if [[ ! -f /usr/include/gloo/context.h ]]; then
+  log "installing libgloo-dev (Gloo's headers for c10d)"
+  apt_install libgloo-dev
+fi
+
 prefix_of() { "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)'; }
 
 if [[ -f "$marker" && "$(head -n1 "$marker")" == "$spec" ]] && prefix="$(prefix_of 2>/dev/null)"; then

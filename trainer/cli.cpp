@@ -193,6 +193,11 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
                    (s.epoch > 0 ? "the checkpoints of epoch " + std::to_string(s.epoch) + " are kept; " + resume
                                 : "no epoch was completed"));
   }
+  if (r.rank != 0 && !r.interrupted) {
+    out << "rank " << r.rank << ": trained " << r.epochs_done << " epochs; rank 0 writes the run folder "
+        << r.run_dir.string() << "\n";
+    return g_stop_signal.load() != 0 ? stopped("after the last epoch (the run is complete)") : kExitOk;
+  }
   out << "run folder: " << r.run_dir.string() << "\n";
   if (r.interrupted)
     return stopped("after epoch " + std::to_string(r.epochs_done) + " (checkpointed); continue with "

@@ -101,9 +101,12 @@ void add_options(po::options_description& desc, LoaderOptions& opts) {
       "streamed splits: float32 spectrograms per shuffle window (up to three windows are held in RAM)");
 }
 
-BatchLoader::BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device)
-    : split_(split), opts_(opts), seed_(seed), device_(device) {
+BatchLoader::BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device,
+                         int64_t rank, int64_t world)
+    : split_(split), opts_(opts), seed_(seed), device_(device), rank_(rank), world_(world) {
   opts_.validate();
+  if (world < 1 || rank < 0 || rank >= world)
+    throw InvalidArgument("BatchLoader: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) + ")");
   if (!split.has_mel())
     throw InvalidArgument("BatchLoader: split '" + split.name + "' has no spectrograms (neither loaded nor streamed)");
   if (!split.streamed() && (!split.mel.device().is_cpu() || split.mel.dim() != 5))
@@ -163,9 +166,15 @@ BatchLoader::~BatchLoader() {
 }
 
 int64_t BatchLoader::batches_per_epoch() const {
-  const int64_t n = segments(), b = opts_.batch_size;
-  if (opts_.drop_last) return n >= b ? n / b : 0;
-  return (n + b - 1) / b;
+  const int64_t n = segments(), g = opts_.batch_size * world_;
+  if (opts_.drop_last || n % g < world_) return n / g;
+  return n / g + 1;
+}
+
+std::pair<int64_t, int64_t> BatchLoader::slice_of(int64_t batch) const {
+  const int64_t g = opts_.batch_size * world_, first = batch * g, n = std::min(g, segments() - first);
+  const int64_t begin = first + rank_ * n / world_, end = first + (rank_ + 1) * n / world_;
+  return {begin, end - begin};
 }
 
 int64_t BatchLoader::resident_bytes() const {
@@ -224,9 +233,15 @@ at::Tensor BatchLoader::epoch_order(int64_t epoch) const { return plan(epoch).or
 
 std::vector<int64_t> BatchLoader::window_bounds(int64_t epoch) const { return plan(epoch).bounds; }
 
+int64_t BatchLoader::global_size_of(int64_t batch, int64_t local) const {
+  if (world_ == 1) return local;
+  const int64_t g = opts_.batch_size * world_;
+  return std::min(g, segments() - batch * g);
+}
+
 at::Tensor BatchLoader::positions_of(int64_t batch) const {
-  const int64_t start = batch * opts_.batch_size;
-  return order_.narrow(0, start, std::min(opts_.batch_size, segments() - start));
+  const auto [start, n] = slice_of(batch);
+  return order_.narrow(0, start, n);
 }
 
 at::Tensor BatchLoader::read_window(const std::vector<int64_t>& blocks) const {
@@ -246,6 +261,7 @@ at::Tensor BatchLoader::read_window(const std::vector<int64_t>& blocks) const {
 Batch BatchLoader::deliver(at::Tensor x, at::Tensor y, int64_t index) const {
   Batch b;
   b.index = index;
+  b.global_size = global_size_of(index, y.size(0));
   if (device_.is_cpu()) {
     b.x = std::move(x);
     b.y = std::move(y);
@@ -260,6 +276,7 @@ Batch BatchLoader::gather(const at::Tensor& positions, int64_t index) const {
   if (device_resident()) {
     Batch b;
     b.index = index;
+    b.global_size = global_size_of(index, positions.size(0));
     const at::Tensor p = positions.to(device_);
     b.x = resident_mel_.index_select(0, p);
     b.y = resident_label_.index_select(0, p);
@@ -317,7 +334,7 @@ void BatchLoader::read_ahead(int64_t id) {
 
 Batch BatchLoader::gather_batch(int64_t batch) {
   if (!split_.streamed() || device_resident()) return gather(positions_of(batch), batch);
-  const int64_t first = batch * opts_.batch_size, n = std::min(opts_.batch_size, segments() - first);
+  const auto [first, n] = slice_of(batch);
   const auto host = at::TensorOptions().pinned_memory(device_.is_cuda());
   at::Tensor x = at::empty({n, split_.info.n_mels, split_.info.n_frames}, host.dtype(at::kFloat));
   at::Tensor y = at::empty({n}, host.dtype(at::kLong));
@@ -390,9 +407,11 @@ std::optional<Batch> BatchLoader::next() {
   if (next_batch_ >= batches_per_epoch()) return std::nullopt;
   const double t0 = now_s();
   if (device_resident()) {
-    const int64_t start = next_batch_ * opts_.batch_size;
-    const at::Tensor p = order_device_.narrow(0, start, std::min(opts_.batch_size, segments() - start));
-    Batch b{resident_mel_.index_select(0, p), resident_label_.index_select(0, p), next_batch_++};
+    const auto [start, n] = slice_of(next_batch_);
+    const at::Tensor p = order_device_.narrow(0, start, n);
+    Batch b{resident_mel_.index_select(0, p), resident_label_.index_select(0, p), next_batch_,
+            global_size_of(next_batch_, n)};
+    ++next_batch_;
     wait_seconds_ += now_s() - t0;
     return b;
   }

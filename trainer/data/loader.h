@@ -66,6 +66,8 @@ struct Batch {
   at::Tensor y;
   /// Index of the batch within its epoch, 0-based.
   int64_t index = 0;
+  /// Samples of the global batch this one is a slice of (all ranks together); B when there is one rank.
+  int64_t global_size = 0;
 };
 
 /// The batch source of one split. Methods are called from one thread (the training loop); the prefetch thread is
@@ -73,9 +75,14 @@ struct Batch {
 class BatchLoader {
  public:
   /// Indexes the valid short segments of `split` (its `mel` loaded on the CPU, or streamed). `seed` fixes every
-  /// epoch's order; `device` is where batches are delivered. Throws InvalidArgument for bad options or a split
-  /// without spectrograms, FormatError when the split has no valid segment.
-  BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device);
+  /// epoch's order; `device` is where batches are delivered. With `world` > 1 the loader is rank `rank`'s shard of
+  /// a data-parallel job: every rank draws the same permutation, global batch k is its positions
+  /// [k * B * world, (k + 1) * B * world), and rank r gets the r-th of `world` contiguous, near-equal slices of it
+  /// (B each, except in a smaller last batch), so the ranks' k-th batches together are exactly one process's k-th
+  /// batch of size B * world. Throws InvalidArgument for bad options, a rank outside [0, world) or a split without
+  /// spectrograms, FormatError when the split has no valid segment.
+  BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device, int64_t rank = 0,
+              int64_t world = 1);
   /// Stops the prefetch thread (stop()).
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
@@ -83,8 +90,11 @@ class BatchLoader {
 
   /// Number of valid short segments (N).
   int64_t segments() const { return segment_index_.size(0); }
-  /// Batches per epoch: ceil(N / batch_size), or floor with drop_last (at least 1 when N >= batch_size).
+  /// Batches per epoch: ceil(N / G), or floor with drop_last, for the global batch G = batch_size * world. With
+  /// world > 1 a last global batch of fewer than `world` samples is dropped too (a rank would get none).
   int64_t batches_per_epoch() const;
+  /// Rank `rank`'s slice of global batch `batch`: its first position in the epoch's order, and its size.
+  std::pair<int64_t, int64_t> slice_of(int64_t batch) const;
   /// Whether the split lives on the device (the --gpu-mem budget held it).
   bool device_resident() const { return resident_mel_.defined(); }
   /// Bytes a device-resident copy of the valid segments takes (N * n_mels * n_frames * 4).
@@ -143,11 +153,13 @@ class BatchLoader {
   Batch deliver(at::Tensor x, at::Tensor y, int64_t index) const;
   void produce();
   at::Tensor positions_of(int64_t batch) const;
+  int64_t global_size_of(int64_t batch, int64_t local) const;
 
   const Split& split_;
   LoaderOptions opts_;
   uint64_t seed_;
   at::Device device_;
+  int64_t rank_ = 0, world_ = 1;
   at::Tensor flat_mel_;        // [F * L * S, M, T] view of split.mel (CPU)
   at::Tensor segment_index_;   // int64 [N]
   at::Tensor segment_label_;   // int64 [N]

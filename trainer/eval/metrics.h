@@ -66,6 +66,10 @@ class MetricAccumulator {
   Metrics finish() const;
   /// Back to zero.
   void reset();
+  /// The accumulator's counts, sharing its storage: confusion int64 [C * C], detection confusion int64 [4] and the
+  /// summed loss, double []. Summing them in place over the processes of a data-parallel job makes finish() give
+  /// the job's metrics.
+  std::vector<at::Tensor> counts() const { return {confusion_, det_confusion_, loss_sum_}; }
 
  private:
   int64_t num_classes_, positive_class_;

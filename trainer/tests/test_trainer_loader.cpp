@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -258,4 +260,52 @@ TEST_CASE("a split within the --gpu-mem budget is sampled on the device", "[trai
     CHECK(at::equal(h[i].y, d[i].y.cpu()));
     CHECK(at::equal(h[i].x, p[i].x.cpu()));
   }
+}
+
+TEST_CASE("data-parallel shards: the ranks' k-th batches together are one process's k-th global batch",
+          "[trainer][loader][dist]") {
+  const int64_t world = GENERATE(2, 3);
+  const int64_t batch = GENERATE(1, 5, 8, 17);
+  const int64_t prefetch = GENERATE(0, 2);
+  CAPTURE(world, batch, prefetch);
+  const Split split = make_split(kValid);
+  LoaderOptions one_opts;
+  one_opts.batch_size = batch * world;
+  one_opts.prefetch = prefetch;
+  BatchLoader one(split, one_opts, 11, at::kCPU);
+  LoaderOptions rank_opts = one_opts;
+  rank_opts.batch_size = batch;
+  std::vector<std::unique_ptr<BatchLoader>> ranks;
+  for (int64_t r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<BatchLoader>(split, rank_opts, 11, at::kCPU, r, world));
+  const int64_t n = one.segments();
+  const int64_t tail = n % (batch * world);
+  const int64_t expected_batches = n / (batch * world) + (tail >= world ? 1 : 0);
+  for (const auto& r : ranks) REQUIRE(r->batches_per_epoch() == expected_batches);
+  for (int64_t epoch : {0, 3}) {
+    const auto global = epoch_batches(one, epoch);
+    REQUIRE(static_cast<int64_t>(global.size()) == expected_batches + (tail > 0 && tail < world ? 1 : 0));
+    std::vector<std::vector<Batch>> per_rank;
+    for (const auto& r : ranks) per_rank.push_back(epoch_batches(*r, epoch));
+    for (int64_t k = 0; k < expected_batches; ++k) {
+      CAPTURE(epoch, k);
+      std::vector<int64_t> joined;
+      for (int64_t r = 0; r < world; ++r) {
+        const Batch& b = per_rank[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)];
+        CHECK(b.index == k);
+        CHECK(b.global_size == global[static_cast<std::size_t>(k)].x.size(0));
+        CHECK(b.x.size(0) >= 1);
+        CHECK(std::abs(b.x.size(0) * world - b.global_size) < world);
+        const auto v = ids_of(b);
+        joined.insert(joined.end(), v.begin(), v.end());
+      }
+      CHECK(joined == ids_of(global[static_cast<std::size_t>(k)]));
+    }
+  }
+}
+
+TEST_CASE("a loader refuses a rank outside its world", "[trainer][loader][dist]") {
+  const Split split = make_split(kValid);
+  CHECK_THROWS_AS(BatchLoader(split, LoaderOptions{}, 1, at::kCPU, 2, 2), InvalidArgument);
+  CHECK_THROWS_AS(BatchLoader(split, LoaderOptions{}, 1, at::kCPU, 0, 0), InvalidArgument);
 }

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/record_function.h>
@@ -27,6 +28,7 @@
 
 #ifdef MELFORGE_TRAINER_HAVE_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -275,6 +277,33 @@ void set_rng_state(const at::Tensor& state, at::Device device = at::kCPU) {
   gen.set_state(state);
 }
 
+/// A uint8 tensor as lowercase hex, and back (a generator state in a checkpoint's JSON).
+std::string to_hex(const at::Tensor& bytes) {
+  static const char digits[] = "0123456789abcdef";
+  const at::Tensor b = bytes.to(at::kCPU).contiguous();
+  const auto* p = b.data_ptr<uint8_t>();
+  std::string s;
+  for (int64_t i = 0; i < b.numel(); ++i) s += {digits[p[i] >> 4], digits[p[i] & 15]};
+  return s;
+}
+
+at::Tensor from_hex(const std::string& s) {
+  at::Tensor t = at::empty({static_cast<int64_t>(s.size() / 2)}, at::kByte);
+  auto* p = t.data_ptr<uint8_t>();
+  for (std::size_t i = 0; i + 1 < s.size(); i += 2)
+    p[i / 2] = static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16));
+  return t;
+}
+
+/// The seed of rank `rank`'s generator (dropout, SpecAugment): `seed` mixed with the rank (splitmix64), so that
+/// the ranks of a job do not draw the same masks.
+uint64_t mix_seed(uint64_t seed, uint64_t rank) {
+  uint64_t x = seed ^ (rank * 0x9e3779b97f4a7c15ULL);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 /// Everything the model's step needs on the device.
 struct Setup {
   at::Device device = at::kCPU;
@@ -420,6 +449,7 @@ void TrainConfig::validate() const {
   eval.validate();
   train.validate();
   runtime.validate();
+  dist.validate();
   if (train.cuda_graph && optim.accumulate != 1)
     throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
 }
@@ -464,6 +494,7 @@ void add_options(po::options_description& desc, TrainConfig& c) {
       "threshold", po::value(&c.eval.threshold)->default_value(c.eval.threshold)->value_name("P"),
       "detection probability at or above which a segment or file is positive");
   add_options(desc, c.runtime);
+  add_options(desc, c.dist);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -500,6 +531,11 @@ class Run {
   void finish(TrainResult& result);
   void step_body();
   ModelOutput graph_step(const at::Tensor& x, const at::Tensor& y, double lr, at::Tensor& loss);
+  void join_job(const DistOptions& dist);
+  void sync_model();
+  nlohmann::json gather_rank_rng();
+  void restore_rank_rng(const Checkpoint& c);
+  bool writer() const { return rank_ == 0; }
 
   TrainConfig cfg_;
   Logger log_;
@@ -529,6 +565,10 @@ class Run {
   ModelOutput gout_;
   int64_t graph_warmup_ = 0;
   double input_mean_ = 0, input_std_ = 1;
+  // Data-parallel job: this rank, the world size, the process group and the gradient all-reduce (world > 1 only).
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<ProcessGroup> group_;
+  std::unique_ptr<GradientSync> grad_sync_;
 #ifdef MELFORGE_TRAINER_HAVE_CUDA
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
 #endif
@@ -602,7 +642,7 @@ void Run::resolve_resume() {
   TrainConfig& c = cfg_;
   if (c.train.resume.empty()) {
     run_dir_ = c.train.out;
-    check_run_dir(run_dir_, c.train.overwrite);
+    if (writer()) check_run_dir(run_dir_, c.train.overwrite);
     return;
   }
   const fs::path ckpt = resume_checkpoint(c.train.resume);
@@ -613,6 +653,12 @@ void Run::resolve_resume() {
     throw InvalidArgument("--out '" + c.train.out.string() + "' differs from the run folder of --resume ('" +
                           run_dir_.string() + "')");
   resume_from_ = load_checkpoint(ckpt);
+  const int64_t saved_world = resume_from_->state.value("world_size", int64_t{1});
+  if (saved_world != world_)
+    throw InvalidArgument("--resume: " + ckpt.string() + " was written by a job of " + std::to_string(saved_world) +
+                          " process(es); resume it with the same world size (this job has " +
+                          std::to_string(world_) + "): the shuffle shards and the per-rank random states depend "
+                          "on it");
   TrainConfig saved = TrainConfig::from_json(resume_from_->config);
   if (!c.data.data.empty()) saved.data.data = c.data.data;
   saved.data.stream.h5_cache = c.data.stream.h5_cache;
@@ -622,6 +668,7 @@ void Run::resolve_resume() {
     saved.data.stream.stream = c.data.stream.stream;
   }
   saved.runtime = c.runtime;
+  saved.dist = c.dist;
   saved.loader.prefetch = c.loader.prefetch;
   saved.loader.gpu_mem = c.loader.gpu_mem;
   saved.train.profile_steps = c.train.profile_steps;
@@ -658,6 +705,7 @@ void Run::restore(const Checkpoint& c) {
   scaler_->load_state_dict(c.scaler);
   if (c.rng_state.defined()) set_rng_state(c.rng_state);
   if (c.cuda_rng_state.defined() && s_.device.is_cuda()) set_rng_state(c.cuda_rng_state, s_.device);
+  restore_rank_rng(c);
   if (c.cuda_rng_state.defined() != s_.device.is_cuda())
     log_.warn("--resume: the checkpoint was written on " + std::string(c.cuda_rng_state.defined() ? "CUDA" : "the CPU") +
               " and the run continues on " + s_.device.str() + ": the random draws from here on differ from an "
@@ -696,7 +744,65 @@ Checkpoint Run::make_checkpoint() const {
              {"pos_weight", s_.pos_weight},
              {"steps_per_epoch", steps_per_epoch_},
              {"loader_seed", cfg_.model.seed}};
+  if (world_ > 1) c.state["world_size"] = world_;
   return c;
+}
+
+/// Joins the data-parallel job: on CUDA the device of LOCAL_RANK, then the process group (rendezvous included).
+void Run::join_job(const DistOptions& dist) {
+  if (cfg_.train.cuda_graph && s_.device.is_cuda())
+    throw InvalidArgument("--cuda-graph cannot be combined with data-parallel training (the gradient all-reduce "
+                          "runs between backward and the optimizer step)");
+#ifdef MELFORGE_TRAINER_HAVE_CUDA
+  if (s_.device.is_cuda()) {
+    if (dist.local_rank >= static_cast<int>(torch::cuda::device_count()))
+      throw InvalidArgument("local rank " + std::to_string(dist.local_rank) + " has no CUDA device (this machine has " +
+                            std::to_string(torch::cuda::device_count()) + ")");
+    s_.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(dist.local_rank));
+  }
+#endif
+  Stopwatch watch;
+  group_ = std::make_unique<ProcessGroup>(dist, s_.device);
+  log_.info(fmt("rank %d of %d (local rank %d, %s on %s): joined through %s:%d in %.1f s", rank_, world_,
+                dist.local_rank, group_->backend().c_str(), s_.device.str().c_str(), dist.master_addr.c_str(),
+                dist.master_port, watch.seconds()));
+}
+
+/// Rank 0's parameters and buffers on every rank; then the gradient all-reduce over the parameters.
+void Run::sync_model() {
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : model_->parameters()) tensors.push_back(p.data());
+  for (const auto& b : model_->buffers()) tensors.push_back(b);
+  group_->broadcast(tensors, 0);
+  grad_sync_ = std::make_unique<GradientSync>(*group_, params_, cfg_.dist.bucket_mib, cfg_.dist.overlap);
+  log_.info(fmt("global batch %lld (%lld per rank x %d ranks); gradients all-reduced in %lld bucket(s)%s",
+                static_cast<long long>(cfg_.loader.batch_size * world_), static_cast<long long>(cfg_.loader.batch_size),
+                world_, static_cast<long long>(grad_sync_->buckets()),
+                cfg_.dist.overlap ? ", overlapping backward" : ""));
+}
+
+/// Every rank's generator states, gathered on rank 0: [{"cpu": hex, "cuda": hex}] by rank (empty elsewhere).
+nlohmann::json Run::gather_rank_rng() {
+  nlohmann::json mine = {{"cpu", to_hex(rng_state())}};
+  if (s_.device.is_cuda()) mine["cuda"] = to_hex(rng_state(s_.device));
+  const auto all = group_->gather_bytes("rng/" + std::to_string(epoch_), mine.dump());
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : all) out.push_back(nlohmann::json::parse(s));
+  return out;
+}
+
+/// A rank > 0 takes its own generator states from the checkpoint (rank 0's are the checkpoint's own).
+void Run::restore_rank_rng(const Checkpoint& c) {
+  if (rank_ == 0 || !c.state.contains("rank_rng")) return;
+  const auto& all = c.state["rank_rng"];
+  if (!all.is_array() || static_cast<int>(all.size()) != world_)
+    throw FormatError("--resume: the checkpoint's per-rank random states do not match " + std::to_string(world_) +
+                      " ranks");
+  const auto& mine = all[static_cast<std::size_t>(rank_)];
+  set_rng_state(from_hex(mine.at("cpu").get<std::string>()));
+  if (mine.contains("cuda") && s_.device.is_cuda())
+    set_rng_state(from_hex(mine.at("cuda").get<std::string>()), s_.device);
 }
 
 Metrics Run::train_epoch(int64_t epoch, double& lr, double& wait_s, double& seconds) {
@@ -725,6 +831,7 @@ Metrics Run::train_epoch(int64_t epoch, double& lr, double& wait_s, double& seco
       x = x.unsqueeze(1).contiguous(at::MemoryFormat::ChannelsLast);
     ModelOutput out;
     at::Tensor loss;
+    const bool last_micro = (micro + 1) % accumulate == 0 || batch->index == batches - 1;
     if (use_graph_) {
       TraceRange r("graph step");
       lr = schedule_->lr(step_);
@@ -739,13 +846,22 @@ Metrics Run::train_epoch(int64_t epoch, double& lr, double& wait_s, double& seco
       }
       {
         TraceRange r("backward");
-        scaler_->scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+        at::Tensor objective = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
+        const int64_t local = batch->y.size(0);
+        if (grad_sync_ && local * world_ != batch->global_size)
+          objective = objective * (static_cast<double>(local * world_) / static_cast<double>(batch->global_size));
+        if (grad_sync_ && last_micro) grad_sync_->prepare();
+        scaler_->scale(objective).backward();
       }
     }
     acc.add(out.logits.detach(), out.detection.detach(), batch->y,
             loss.detach() * static_cast<double>(batch->y.size(0)));
     ++micro;
-    if (!use_graph_ && (micro % accumulate == 0 || batch->index == batches - 1)) {
+    if (!use_graph_ && last_micro) {
+      if (grad_sync_) {
+        TraceRange r("all-reduce");
+        grad_sync_->finish();
+      }
       TraceRange r("optimizer");
       lr = schedule_->lr(step_);
       if (cfg_.optim.clip_norm > 0) {
@@ -760,6 +876,10 @@ Metrics Run::train_epoch(int64_t epoch, double& lr, double& wait_s, double& seco
     progress.advance();
   }
   if (profiler_) profiler_->finish();
+  if (group_) {
+    std::vector<at::Tensor> counts = acc.counts();
+    group_->allreduce_sum(counts);
+  }
   Metrics m = acc.finish();
   progress.finish();
   seconds = watch.seconds();
@@ -826,6 +946,10 @@ void Run::finish(TrainResult& result) {
 TrainResult Run::run() {
   Stopwatch total;
   cfg_.validate();
+  const DistOptions dist = cfg_.dist.resolve();
+  rank_ = dist.rank;
+  world_ = dist.world_size;
+  if (rank_ > 0 && log_.level() < LogLevel::warn) log_ = Logger(log_.stream(), LogLevel::warn);
   resolve_resume();
   s_.device = cfg_.runtime.resolve_device();
   if (cfg_.train.amp == "fp16" && !s_.device.is_cuda())
@@ -834,6 +958,7 @@ TrainResult Run::run() {
     log_.warn("--cuda-graph and --channels-last apply to CUDA only; ignored on the CPU");
   s_.autocast = amp_dtype(cfg_.train.amp);
   cfg_.runtime.apply_threads();
+  if (world_ > 1) join_job(dist);
   configure_cuda(s_.device.is_cuda());
 
   {
@@ -847,12 +972,13 @@ TrainResult Run::run() {
         throw FormatError("--resume: the checkpoint's positive class is '" + resume_from_->positive_class + "'");
     }
   }
-  if (resume_from_) {
-    truncate_metrics(run_dir_ / "metrics.jsonl", resume_from_->epoch);
-  } else {
-    if (cfg_.train.overwrite) clear_run_files(run_dir_);
+  if (writer()) {
+    if (resume_from_)
+      truncate_metrics(run_dir_ / "metrics.jsonl", resume_from_->epoch);
+    else if (cfg_.train.overwrite)
+      clear_run_files(run_dir_);
+    fs::create_directories(run_dir_ / "checkpoints");
   }
-  fs::create_directories(run_dir_ / "checkpoints");
 
   {
     ScopedStage stage(times_, "load data");
@@ -870,7 +996,7 @@ TrainResult Run::run() {
 
   LoaderOptions loader_opts = cfg_.loader;
   if (cfg_.train.cuda_graph && s_.device.is_cuda()) loader_opts.drop_last = true;
-  loader_ = std::make_unique<BatchLoader>(data_.train, loader_opts, cfg_.model.seed, s_.device);
+  loader_ = std::make_unique<BatchLoader>(data_.train, loader_opts, cfg_.model.seed, s_.device, rank_, world_);
   if (loader_->batches_per_epoch() == 0)
     throw InvalidArgument(fmt("--batch-size %lld with --drop-last leaves no batch: train has %lld segments",
                               static_cast<long long>(cfg_.loader.batch_size),
@@ -891,7 +1017,10 @@ TrainResult Run::run() {
   s_.pos_weight_tensor = at::full({1}, s_.pos_weight, at::TensorOptions().dtype(at::kFloat).device(s_.device));
 
   setup_model();
+  if (world_ > 1 && rank_ > 0 && !resume_from_)
+    at::manual_seed(mix_seed(cfg_.model.seed, static_cast<uint64_t>(rank_)));
   if (resume_from_) restore(*resume_from_);
+  if (group_) sync_model();
   const Checkpoint first = make_checkpoint();
   nlohmann::json config = cfg_.to_json();
   config["mel"] = data_.info.to_json();
@@ -907,11 +1036,17 @@ TrainResult Run::run() {
   config["adamw"] = opt_->implementation();
   config["steps_per_epoch"] = steps_per_epoch_;
   config["melforge_version"] = MELFORGE_VERSION;
-  write_json_atomically(run_dir_ / "config.json", config);
+  if (world_ > 1) {
+    config["world_size"] = world_;
+    config["dist_backend"] = group_->backend();
+    config["global_batch_size"] = cfg_.loader.batch_size * world_;
+  }
+  if (writer()) write_json_atomically(run_dir_ / "config.json", config);
 
   TrainResult result;
   result.run_dir = run_dir_;
-  if (cfg_.train.profile_steps > 0)
+  result.rank = rank_;
+  if (cfg_.train.profile_steps > 0 && writer())
     profiler_ = std::make_unique<StepProfiler>(cfg_.train.profile_steps, run_dir_ / "trace.json", s_.device.is_cuda());
 
   while (epoch_ < cfg_.train.epochs && !early_stopped_) {
@@ -934,7 +1069,12 @@ TrainResult Run::run() {
       val = evaluate(*model_, data_.val, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device, s_.autocast);
     }
     const double val_s = vw.seconds();
-    const double value = metric_value(val, cfg_.train.best_metric);
+    double value = metric_value(val, cfg_.train.best_metric);
+    if (group_) {
+      std::vector<at::Tensor> v{at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(s_.device))};
+      group_->broadcast(v, 0);
+      value = v[0].item<double>();
+    }
     const bool improved = improves(value, best_value_, best_epoch_ > 0, cfg_.train.best_metric);
     epoch_ = e + 1;
     if (improved) {
@@ -949,10 +1089,14 @@ TrainResult Run::run() {
     const nlohmann::json line = epoch_line(e, lr, tm, val, train_s, wait_s, val_s);
     {
       ScopedStage stage(times_, "checkpoint");
-      append_line(run_dir_ / "metrics.jsonl", line.dump());
-      const Checkpoint c = make_checkpoint();
-      if (improved) save_checkpoint(c, run_dir_ / "checkpoints" / "best.pt");
-      save_checkpoint(c, run_dir_ / "checkpoints" / "last.pt");
+      const nlohmann::json rank_rng = group_ ? gather_rank_rng() : nlohmann::json();
+      if (writer()) {
+        append_line(run_dir_ / "metrics.jsonl", line.dump());
+        Checkpoint c = make_checkpoint();
+        if (group_) c.state["rank_rng"] = rank_rng;
+        if (improved) save_checkpoint(c, run_dir_ / "checkpoints" / "best.pt");
+        save_checkpoint(c, run_dir_ / "checkpoints" / "last.pt");
+      }
     }
     log_.info(fmt("epoch %lld/%lld: lr %.3g, train loss %.4f acc %.4f | val loss %.4f acc %.4f macro-F1 %.4f, "
                   "files %.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
@@ -975,7 +1119,7 @@ TrainResult Run::run() {
   result.best_epoch = best_epoch_;
   result.best_value = best_value_;
   result.early_stopped = early_stopped_;
-  if (result.interrupted) return result;
+  if (result.interrupted || !writer()) return result;
   finish(result);
   times_.add("total", total.seconds());
   nlohmann::json timings = times_.to_json();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "dist/dist.h"
 #include "eval/evaluate.h"
 #include "options.h"
 #include "train/optim.h"
@@ -86,6 +87,8 @@ struct TrainConfig {
   EvalOptions eval;
   TrainOptions train;
   RuntimeOptions runtime;
+  /// Data-parallel job (not saved in config.json; a checkpoint records the world size).
+  DistOptions dist;
 
   /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
   void validate() const;
@@ -121,6 +124,9 @@ struct TrainResult {
   bool early_stopped = false;
   /// Whether a hook stopped the run (no final evaluation then).
   bool interrupted = false;
+  /// This process's rank in a data-parallel job (0 when alone); only rank 0 writes the run folder and evaluates
+  /// best.pt.
+  int rank = 0;
   /// best.pt on val and test (absent when interrupted).
   std::optional<EvalResult> val;
   std::optional<EvalResult> test;
@@ -129,7 +135,9 @@ struct TrainResult {
 /// Trains as `config` says (validated first), writing the run folder. With train.resume, the run's saved
 /// configuration is used (only data, runtime, loader.prefetch/gpu_mem and profile_steps come from `config`) and
 /// training continues after the last completed epoch; on the CPU the result is bit-identical to an uninterrupted
-/// run. Logs on `log`. Throws InvalidArgument for bad options or a positive class that does not exist, FormatError
+/// run. With a world size > 1 (config.dist, resolved from the environment) this process is one rank of a
+/// data-parallel job: see trainer/README.md; only rank 0 writes the run folder, every rank returns the same
+/// TrainResult apart from run_dir's files (val/test are evaluated on rank 0 only). Logs on `log`. Throws InvalidArgument for bad options or a positive class that does not exist, FormatError
 /// for a dataset or checkpoint that does not fit, IoError for file errors, Error when the loss becomes NaN or
 /// infinite (the checkpoints of the last good epoch stay).
 TrainResult train(TrainConfig config, std::ostream& log, const TrainHooks& hooks = {});

@@ -1,0 +1,386 @@
+// Data-parallel training (issue 6): the built melforge-train run as 2 ranks on localhost with Gloo, against one
+// process with the same global batch; a rank killed mid-epoch; resume in a job of the same size; the options.
+// LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
+#include <ATen/ops/equal.h>
+#include <ATen/ops/sub.h>
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "dist/dist.h"
+#include "melforge/common/errors.h"
+#include "reliability/child_process.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "trainer_fixture.h"
+#include "venv_python.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+using melforge::test::read_lines;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+fs::path train_exe() { return MELFORGE_TRAIN_EXE; }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  REQUIRE(ok);
+  return ntohs(a.sin_port);
+}
+
+/// The tone dataset of these tests (3 classes x 4 files), built once.
+struct Shared {
+  TempDir dir;
+  fs::path data;
+  Shared() { data = test::build_tone_dataset(dir.path(), 3, 4); }
+};
+
+Shared& shared() {
+  static Shared s;
+  return s;
+}
+
+/// `train` with what makes one process and a data-parallel job comparable: no dropout, no SpecAugment (off by
+/// default), one thread, no prefetch thread, no early stop.
+std::vector<std::string> train_args(const fs::path& out, int epochs, int batch) {
+  return {train_exe().string(), "train", "--data", shared().data.string(), "--out", out.string(), "--epochs",
+          std::to_string(epochs), "--hidden", "24", "--dropout", "0", "--seed", "42", "--lr", "3e-3", "--warmup",
+          "0.1", "--batch-size", std::to_string(batch), "--prefetch", "0", "--patience", "0", "--threads", "1",
+          "--log-level", "warn"};
+}
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+/// The flags that make a process rank `rank` of `world` on localhost:port.
+std::vector<std::string> rank_flags(int rank, int world, int port, double timeout = 60) {
+  return {"--rank", std::to_string(rank), "--world-size", std::to_string(world), "--master-addr", "127.0.0.1",
+          "--master-port", std::to_string(port), "--dist-timeout", std::to_string(timeout)};
+}
+
+/// Runs one child per element of `argvs` at the same time (rank r's output in logs/rank<r>.log); `on_poll(r, pid)`
+/// is called every few milliseconds for each running child. Returns their results by rank.
+std::vector<test::ChildResult> run_ranks(const std::vector<std::vector<std::string>>& argvs, const fs::path& logs,
+                                         const std::function<void(int, pid_t)>& on_poll = {}) {
+  std::vector<test::ChildResult> results(argvs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < argvs.size(); ++r)
+    threads.emplace_back([&, r] {
+      test::ChildOptions o;
+      if (on_poll) o.on_poll = [&, r](pid_t pid) { on_poll(static_cast<int>(r), pid); };
+      results[r] = test::run_child(argvs[r], logs / ("rank" + std::to_string(r) + ".log"), o);
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+/// Largest |a - b| over every tensor of two state dicts, and largest |a|.
+std::pair<double, double> max_difference(const trainer::TensorMap& a, const trainer::TensorMap& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (const auto& [name, t] : a) {
+    REQUIRE(b.count(name) == 1);
+    diff = std::max(diff, at::sub(t.to(at::kDouble), b.at(name).to(at::kDouble)).abs().max().item<double>());
+    scale = std::max(scale, t.to(at::kDouble).abs().max().item<double>());
+  }
+  return {diff, scale};
+}
+
+/// The single-process reference: batch 2B (B = kBatch), run once per set of extra flags.
+constexpr int kBatch = 7;
+constexpr int kEpochs = 3;
+
+struct Reference {
+  fs::path run;
+  trainer::TensorMap weights;
+  std::vector<nlohmann::json> metrics;
+  Reference(const std::string& name, const std::vector<std::string>& extra) {
+    run = shared().dir.path() / name;
+    const auto r = test::run_child(with(train_args(run, kEpochs, 2 * kBatch), extra),
+                                   shared().dir.path() / (name + ".log"));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    weights = trainer::load_checkpoint(run / "checkpoints" / "last.pt").model;
+    metrics = read_lines(run / "metrics.jsonl");
+  }
+};
+
+Reference& reference() {
+  static Reference r("single", {});
+  return r;
+}
+
+/// Gradient accumulation over 2 micro-batches and clipping at a norm the gradients exceed.
+const std::vector<std::string> kAccumulateClip = {"--accumulate", "2", "--clip-norm", "0.5"};
+
+/// Tolerance of the weight comparison, absolute (the weights are of order 0.01 to 1). The two runs differ only in
+/// the order of the gradient sums (the all-reduce adds the two ranks' halves; the single process sums all 2B
+/// samples at once), i.e. by a few float32 roundings of each gradient, relative ~1e-7. AdamW's update
+/// m / (sqrt(v) + eps) is scale-free and at most lr = 3e-3 per step, so such a perturbation moves a weight by
+/// ~lr * 1e-6 per step; over the run's ~20 steps that stays well below 1e-6 (measured: 7.6e-7 at most). 1e-5
+/// leaves room for a few-fold growth through the nonlinearity and is still ~3000x below what training on other
+/// batches gives (one process with batch B: 0.037, checked below).
+constexpr double kWeightTolerance = 1e-5;
+
+/// Buckets of 50 KiB: the tiny CNN's 0.1 M gradients go into several buckets, all-reduced during backward.
+const std::vector<std::string> kSmallBuckets = {"--bucket-mib", "0.05"};
+
+}  // namespace
+
+TEST_CASE("2 Gloo ranks with batch B end with the weights of 1 process with batch 2B", "[trainer][dist]") {
+  const Reference& ref = reference();
+  const fs::path root = shared().dir.path() / "ddp";
+  const int port = free_port();
+  const fs::path rank1_out = root / "rank1-out";
+  fs::create_directories(root);
+  const auto results =
+      run_ranks({with(with(train_args(root / "run", kEpochs, kBatch), rank_flags(0, 2, port)), kSmallBuckets),
+                 with(with(train_args(rank1_out, kEpochs, kBatch), rank_flags(1, 2, port)), kSmallBuckets)},
+                root);
+  for (const auto& r : results) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  CHECK_FALSE(fs::exists(rank1_out));
+  REQUIRE(fs::exists(root / "run" / "report.json"));
+  const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
+  CHECK(c.state.value("world_size", 0) == 2);
+  CHECK(c.epoch == kEpochs);
+  const auto [diff, scale] = max_difference(c.model, ref.weights);
+  INFO("max |ddp - single| = " << diff << ", max |w| = " << scale);
+  CHECK(diff <= kWeightTolerance);
+
+  // The training metrics are reduced over both ranks: every sample once, with the same weights as the reference.
+  const auto lines = read_lines(root / "run" / "metrics.jsonl");
+  REQUIRE(lines.size() == ref.metrics.size());
+  for (std::size_t e = 0; e < lines.size(); ++e) {
+    CHECK(lines[e]["step"] == ref.metrics[e]["step"]);
+    CHECK(lines[e]["train_loss"].get<double>() == Approx(ref.metrics[e]["train_loss"].get<double>()).epsilon(1e-4));
+    CHECK(lines[e]["train_accuracy"].get<double>() ==
+          Approx(ref.metrics[e]["train_accuracy"].get<double>()).margin(1e-9));
+    CHECK(lines[e]["val_loss"].get<double>() == Approx(ref.metrics[e]["val_loss"].get<double>()).epsilon(1e-4));
+  }
+  std::ifstream config_file(root / "run" / "config.json");
+  const auto config = nlohmann::json::parse(config_file);
+  CHECK(config["world_size"] == 2);
+  CHECK(config["global_batch_size"] == 2 * kBatch);
+
+  SECTION("the comparison can fail: 1 process with batch B ends elsewhere") {
+    const fs::path run = root / "single-b";
+    const auto r = test::run_child(train_args(run, kEpochs, kBatch), root / "single-b.log");
+    REQUIRE(r.exit_code == 0);
+    const auto [other, scale_b] = max_difference(trainer::load_checkpoint(run / "checkpoints" / "last.pt").model,
+                                           ref.weights);
+    INFO("max |single B - single 2B| = " << other << ", max |w| = " << scale_b);
+    CHECK(other > 100 * kWeightTolerance);
+  }
+}
+
+TEST_CASE("with --accumulate 2 and --clip-norm 2 Gloo ranks still end with the weights of 1 process",
+          "[trainer][dist]") {
+  static Reference ref("single-accumulate", kAccumulateClip);
+  const fs::path root = shared().dir.path() / "ddp-accumulate";
+  fs::create_directories(root);
+  const int port = free_port();
+  const auto results = run_ranks(
+      {with(with(with(train_args(root / "run", kEpochs, kBatch), rank_flags(0, 2, port)), kSmallBuckets),
+            kAccumulateClip),
+       with(with(with(train_args(root / "run", kEpochs, kBatch), rank_flags(1, 2, port)), kSmallBuckets),
+            kAccumulateClip)},
+      root);
+  for (const auto& r : results) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
+  CHECK(c.step == ref.metrics.back()["step"].get<int64_t>());
+  const auto [diff, scale] = max_difference(c.model, ref.weights);
+  INFO("max |ddp - single| = " << diff << ", max |w| = " << scale);
+  CHECK(diff <= kWeightTolerance);
+  const auto [moved, plain_scale] = max_difference(c.model, reference().weights);
+  INFO("max |accumulate+clip - plain| = " << moved << ", max |w| = " << plain_scale);
+  CHECK(moved > 100 * kWeightTolerance);
+}
+
+TEST_CASE("a rank killed mid-epoch makes the other exit with an error naming the failure, without hanging",
+          "[trainer][dist]") {
+  const int victim = GENERATE(1, 0);
+  const int survivor = 1 - victim;
+  CAPTURE(victim);
+  const fs::path root = shared().dir.path() / ("kill" + std::to_string(victim));
+  fs::create_directories(root);
+  const int port = free_port();
+  constexpr double kTimeout = 5;
+  std::atomic<bool> killed{false};
+  std::atomic<int64_t> killed_at_ns{0};
+  const auto results = run_ranks(
+      {with(train_args(root / "run", 200, kBatch), rank_flags(0, 2, port, kTimeout)),
+       with(train_args(root / "run1", 200, kBatch), rank_flags(1, 2, port, kTimeout))},
+      root, [&](int rank, pid_t pid) {
+        if (rank != victim || killed || !fs::exists(root / "run" / "metrics.jsonl")) return;
+        if (::kill(pid, SIGKILL) == 0) {
+          killed_at_ns = Clock::now().time_since_epoch().count();
+          killed = true;
+        }
+      });
+  REQUIRE(killed);
+  const auto ended = Clock::now();
+  const test::ChildResult& s = results[static_cast<std::size_t>(survivor)];
+  INFO(s.output);
+  CHECK(results[static_cast<std::size_t>(victim)].term_signal == SIGKILL);
+  CHECK(s.exit_code == 1);
+  CHECK_THAT(s.output, Catch::Contains("rank " + std::to_string(survivor) + " of 2") &&
+                           Catch::Contains("failed") && Catch::Contains("another rank died"));
+  const double after_kill =
+      std::chrono::duration<double>(ended.time_since_epoch() - Clock::duration(killed_at_ns.load())).count();
+  INFO("the survivor ended " << after_kill << " s after the kill");
+  CHECK(after_kill < kTimeout + 10);
+}
+
+TEST_CASE("a 2-rank job killed after an epoch resumes with 2 ranks to the same weights and refuses other sizes",
+          "[trainer][dist]") {
+  const Reference& ref = reference();
+  const fs::path root = shared().dir.path() / "resume";
+  fs::create_directories(root);
+  const fs::path run = root / "run";
+  {
+    const int port = free_port();
+    std::array<std::atomic<bool>, 2> killed{};
+    const auto first = run_ranks({with(train_args(run, kEpochs, kBatch), rank_flags(0, 2, port)),
+               with(train_args(run, kEpochs, kBatch), rank_flags(1, 2, port))},
+              root, [&](int rank, pid_t pid) {
+                auto& k = killed[static_cast<std::size_t>(rank)];
+                if (!k && fs::exists(run / "checkpoints" / "last.pt") && ::kill(pid, SIGKILL) == 0) k = true;
+              });
+    REQUIRE(killed[0]);
+    CHECK((killed[1] || first[1].exit_code == 1));
+  }
+  REQUIRE_FALSE(fs::exists(run / "report.json"));
+  const int64_t done = trainer::load_checkpoint(run / "checkpoints" / "last.pt").epoch;
+  REQUIRE(done >= 1);
+  REQUIRE(done < kEpochs);
+
+  const std::vector<std::string> resume = {train_exe().string(), "train", "--resume", run.string(), "--threads", "1",
+                                           "--prefetch", "0", "--log-level", "warn"};
+  const auto refused = test::run_child(resume, root / "refused.log");
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("same world size"));
+
+  const int port = free_port();
+  const auto results = run_ranks({with(with(resume, rank_flags(0, 2, port)), {"--no-overlap"}),
+                                  with(with(resume, rank_flags(1, 2, port)), {"--no-overlap"})},
+                                 root);
+  for (const auto& r : results) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  const trainer::Checkpoint c = trainer::load_checkpoint(run / "checkpoints" / "last.pt");
+  CHECK(c.epoch == kEpochs);
+  const auto [diff, scale] = max_difference(c.model, ref.weights);
+  INFO("max |resumed ddp - single| = " << diff << ", max |w| = " << scale);
+  CHECK(diff <= kWeightTolerance);
+  CHECK(read_lines(run / "metrics.jsonl").size() == static_cast<std::size_t>(kEpochs));
+}
+
+TEST_CASE("torchrun --no-python starts the 2 ranks, which rendezvous at its agent's store",
+          "[trainer][dist][python]") {
+  const std::string python = test::venv_python();
+  if (python.empty()) {
+    WARN("skipped: the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
+    return;
+  }
+  const Reference& ref = reference();
+  const fs::path root = shared().dir.path() / "torchrun";
+  fs::create_directories(root);
+  std::vector<std::string> args = {python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                   "--no-python"};
+  const auto train = train_args(root / "run", kEpochs, kBatch);
+  args.insert(args.end(), train.begin(), train.end());
+  const auto r = test::run_child(args, root / "torchrun.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
+  CHECK(c.state.value("world_size", 0) == 2);
+  const auto [diff, scale] = max_difference(c.model, ref.weights);
+  INFO("max |torchrun - single| = " << diff << ", max |w| = " << scale);
+  CHECK(diff <= kWeightTolerance);
+}
+
+TEST_CASE("the job comes from the flags, else from torchrun's or Slurm's variables", "[trainer][dist]") {
+  /// resolve() of `o` with exactly the launcher variables of `env` set.
+  const auto resolve_with = [](const trainer::DistOptions& o, const std::map<std::string, std::string>& env) {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+                          "SLURM_NTASKS", "SLURM_LOCALID"})
+      ::unsetenv(k);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    return o.resolve();
+  };
+  trainer::DistOptions o;
+  auto r = resolve_with(o, {});
+  CHECK((r.world_size == 1 && r.rank == 0 && r.local_rank == 0));
+  CHECK((r.master_addr == "127.0.0.1" && r.master_port == 29500));
+
+  const std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"},
+                                                    {"SLURM_LOCALID", "1"}};
+  r = resolve_with(o, slurm);
+  CHECK((r.rank == 3 && r.world_size == 8 && r.local_rank == 1));
+
+  std::map<std::string, std::string> torchrun = {{"RANK", "1"},          {"WORLD_SIZE", "2"},
+                                                 {"LOCAL_RANK", "0"},    {"MASTER_ADDR", "node7"},
+                                                 {"MASTER_PORT", "1234"}};
+  torchrun.insert(slurm.begin(), slurm.end());
+  r = resolve_with(o, torchrun);
+  CHECK((r.rank == 1 && r.world_size == 2 && r.local_rank == 0));
+  CHECK((r.master_addr == "node7" && r.master_port == 1234));
+
+  o.rank = 0;
+  o.master_port = 4321;
+  r = resolve_with(o, torchrun);
+  CHECK((r.rank == 0 && r.master_port == 4321));
+
+  o.rank = -1;
+  torchrun["RANK"] = "2";
+  CHECK_THROWS_AS(resolve_with(o, torchrun), InvalidArgument);
+  torchrun["RANK"] = "x";
+  CHECK_THROWS_AS(resolve_with(o, torchrun), InvalidArgument);
+  resolve_with(o, {});
+
+  trainer::DistOptions bad;
+  bad.backend = "mpi";
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  bad = {};
+  bad.timeout = 0;
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+  bad = {};
+  bad.bucket_mib = -1;
+  CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+}
