@@ -162,7 +162,7 @@ class StopSignals {
 
 /// Thrown by the batch hook to leave an epoch after a stop signal.
 struct StopRequested {
-  /// The epoch (0-based) that was left unfinished.
+  /// The epoch (0-based) that was left unfinished; -1 while the dataset was loading.
   int64_t epoch;
 };
 
@@ -178,6 +178,9 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
     if (g_stop_signal.load() != 0) throw StopRequested{epoch};
   };
   hooks.on_epoch_end = [](int64_t) { return g_stop_signal.load() == 0; };
+  hooks.on_load = [] {
+    if (g_stop_signal.load() != 0) throw StopRequested{-1};
+  };
   const std::filesystem::path run = config.train.resume.empty() ? config.train.out : config.train.resume;
   const auto stopped = [&](const std::string& where) {
     const int sig = g_stop_signal.load();
@@ -188,6 +191,7 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
   try {
     r = train(config, err, hooks);
   } catch (const StopRequested& s) {
+    if (s.epoch < 0) return stopped("while loading the dataset, before any epoch");
     const std::string resume = "continue with 'melforge-train train --resume " + run.string() + "'";
     return stopped("during epoch " + std::to_string(s.epoch + 1) + ", which is dropped; " +
                    (s.epoch > 0 ? "the checkpoints of epoch " + std::to_string(s.epoch) + " are kept; " + resume

@@ -2,6 +2,7 @@
 
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -229,14 +230,24 @@ at::Tensor Split::read_files(int64_t first, int64_t count) const {
 
 namespace {
 
-/// Reads the spectrograms of a split read_split has checked, as float32 [F, L, S, M, T].
-void read_mel(Split& s) {
+/// Reads the spectrograms of a split read_split has checked, as float32 [F, L, S, M, T], in blocks of whole chunks
+/// of about `block_bytes` (at least one chunk); calls `poll` (when set) before each block.
+void read_mel(Split& s, const std::function<void()>& poll = {}, int64_t block_bytes = int64_t{64} << 20) {
   auto file = h5::open_file(s.path);
   auto mel = h5::open_dataset(file, "mel");
   std::vector<int64_t> shape = s.info.file_shape();
+  int64_t per_file = 1;
+  for (const int64_t x : shape) per_file *= x;
   shape.insert(shape.begin(), s.files());
   s.mel = at::empty(shape, at::kFloat);
-  if (s.files() > 0) h5::read_float(mel, 0, s.files(), s.mel.data_ptr<float>());
+  const auto chunk = h5::chunk_dims(mel);
+  const int64_t chunk_files = chunk.empty() ? 1 : std::max<int64_t>(chunk[0], 1);
+  const int64_t block_chunks = std::max<int64_t>(1, block_bytes / std::max<int64_t>(chunk_files * per_file * 4, 1));
+  const int64_t block = chunk_files * block_chunks;
+  for (int64_t first = 0; first < s.files(); first += block) {
+    if (poll) poll();
+    h5::read_float(mel, first, std::min(block, s.files() - first), s.mel.data_ptr<float>() + first * per_file);
+  }
 }
 
 /// Float32 bytes of a split's spectrograms.
@@ -442,7 +453,8 @@ Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_byte
   return load_dataset(dir, off, ram_budget_bytes);
 }
 
-Dataset load_dataset(const fs::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes) {
+Dataset load_dataset(const fs::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes,
+                     const std::function<void()>& poll, int64_t block_bytes) {
   stream.validate();
   Dataset d = read_metadata(dir);
   const auto [need, sizes] = dataset_mel_bytes(d);
@@ -451,7 +463,7 @@ Dataset load_dataset(const fs::path& dir, const StreamOptions& stream, int64_t r
     for (Split* s : {&d.train, &d.val, &d.test}) s->reader = std::make_shared<const MelReader>(s->path, cache);
     return d;
   }
-  for (Split* s : {&d.train, &d.val, &d.test}) read_mel(*s);
+  for (Split* s : {&d.train, &d.val, &d.test}) read_mel(*s, poll, block_bytes);
   return d;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -211,8 +212,11 @@ struct Dataset {
 Dataset load_dataset(const std::filesystem::path& dir, bool load_mel = true, int64_t ram_budget_bytes = -1);
 /// load_dataset with the spectrograms placed by `stream`: `off` as above; `on` streams the three splits; `auto`
 /// loads them when they fit in `ram_budget_bytes` (-1: MemAvailable) and streams them otherwise. Every check
-/// happens before any spectrogram is read.
-Dataset load_dataset(const std::filesystem::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes = -1);
+/// happens before any spectrogram is read. Spectrograms loaded into RAM are read in blocks of whole chunks of about
+/// `block_bytes` (at least one chunk), and `poll` (when set) is called before each block: it may throw to abandon
+/// the load (a stop signal).
+Dataset load_dataset(const std::filesystem::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes = -1,
+                     const std::function<void()>& poll = {}, int64_t block_bytes = int64_t{64} << 20);
 
 /// MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read.
 int64_t available_memory_bytes();

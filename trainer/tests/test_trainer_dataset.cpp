@@ -344,6 +344,41 @@ TEST_CASE("a split that consistently claims 2^40 files is refused before its per
   CHECK_THROWS_AS(trainer::load_dataset(d / "out", false), FormatError);
 }
 
+TEST_CASE("spectrograms load in blocks of whole chunks, polled before each, and a throwing poll abandons the load",
+          "[trainer][dataset]") {
+  TempDir d;
+  builder::BuildConfig c = build(d, "out");
+  c.build.files_per_chunk = 2;
+  builder::run_build(c);
+  trainer::StreamOptions off;
+  off.stream = "off";
+  const trainer::Dataset whole = trainer::load_dataset(d / "out", off);
+  int64_t chunks = 0;
+  for (const auto* s : {&whole.train, &whole.val, &whole.test}) {
+    auto f = h5::open_file(s->path);
+    const auto chunk = h5::chunk_dims(h5::open_dataset(f, "mel"));
+    REQUIRE(!chunk.empty());
+    chunks += (s->files() + chunk[0] - 1) / chunk[0];
+  }
+  int64_t polls = 0;
+  const trainer::Dataset blocks = trainer::load_dataset(d / "out", off, -1, [&] { ++polls; }, 1);
+  CHECK(polls == chunks);
+  CHECK(polls > 3);
+  CHECK(at::equal(blocks.train.mel, whole.train.mel));
+  CHECK(at::equal(blocks.val.mel, whole.val.mel));
+  CHECK(at::equal(blocks.test.mel, whole.test.mel));
+
+  struct Abandon {};
+  int64_t calls = 0;
+  CHECK_THROWS_AS(trainer::load_dataset(d / "out", off, -1,
+                                        [&] {
+                                          if (++calls == 2) throw Abandon{};
+                                        },
+                                        1),
+                  Abandon);
+  CHECK(calls == 2);
+}
+
 TEST_CASE("a dataset larger than the RAM budget is refused before anything is loaded", "[trainer][dataset]") {
   TempDir d;
   builder::run_build(build(d, "out"));

@@ -982,7 +982,7 @@ TrainResult Run::run() {
 
   {
     ScopedStage stage(times_, "load data");
-    data_ = load_dataset(cfg_.data.data, cfg_.data.stream);
+    data_ = load_dataset(cfg_.data.data, cfg_.data.stream, -1, hooks_.on_load);
   }
   cfg_.data.stream.stream = data_.train.streamed() ? "on" : "off";
   if (data_.train.streamed())

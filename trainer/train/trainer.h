@@ -109,6 +109,9 @@ struct TrainHooks {
   /// Called after epoch `epoch` (0-based) is checkpointed; returning false stops the run there, as if it had been
   /// killed (the run can be resumed; no final report).
   std::function<bool(int64_t epoch)> on_epoch_end;
+  /// Called before each block of spectrograms `train` reads into RAM (load_dataset's poll); may throw to abandon the
+  /// run before its first epoch.
+  std::function<void()> on_load;
 };
 
 /// What a run did.
