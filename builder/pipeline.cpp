@@ -243,7 +243,9 @@ BuildResult run_build(const BuildConfig& config) {
   assign_splits(scan.files, ratios, bo.seed);
 
   const bool probe_all = config.segment.num_long <= 0;
-  const auto probed = [&](int64_t i) { return probe_all || (i >= file_first && i < file_last); };
+  const auto probed = [&, first = file_first, last = file_last](int64_t i) {
+    return probe_all || (i >= first && i < last);
+  };
   std::vector<PlannedFile> planned(scan.files.size());
   std::vector<std::string> probe_error(scan.files.size());
   {
