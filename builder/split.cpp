@@ -4,18 +4,9 @@
 #include <cmath>
 #include <map>
 
+#include "melforge/common/splitmix.h"
+
 namespace melforge::builder {
-
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 uint64_t split_key(const std::string& rel_path, uint64_t seed) {
   uint64_t h = 0xCBF29CE484222325ULL;

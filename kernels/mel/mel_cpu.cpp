@@ -213,9 +213,10 @@ MELFORGE_SIMD_CLONES void power_row(const float* __restrict bin, int stride, flo
 
 #if MELFORGE_AVX2_TILES
 /// |X|^2 of an 8 x 8 tile, transposed: pt[i * stride + j] = |X_j[i]|^2 for frames j and bins i in [0, 8), where
-/// X_j[i] is the (re, im) pair at spec + 2 * (j * n_freqs + i). Each power is re * re + im * im rounded as spectral_power rounds it (two products, one sum, no FMA), so the
-/// tile equals power_row's values bit for bit. Loads 8 bins of each frame, squares them as one vector (bins in the
-/// order 0 1 4 5 2 3 6 7 that the de-interleave leaves) and transposes the 8 x 8 block in registers.
+/// X_j[i] is the (re, im) pair at spec + 2 * (j * n_freqs + i). Each power is re * re + im * im rounded as
+/// spectral_power rounds it (two products, one sum, no FMA), so the tile equals power_row's values bit for bit. Loads
+/// 8 bins of each frame, squares them as one vector (bins in the order 0 1 4 5 2 3 6 7 that the de-interleave
+/// leaves) and transposes the 8 x 8 block in registers.
 __attribute__((target("avx2"))) void power_tile(const float* spec, int n_freqs, float* pt, std::size_t stride) {
   __m256 p[8];
   for (int j = 0; j < 8; ++j) {
@@ -251,8 +252,6 @@ bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has;
 }
-#else
-bool cpu_has_avx2() { return false; }
 #endif
 
 /// mel[m * stride + f] = sum over the bins k of band m, in increasing order, of w(m, k) * power[k * stride + f], for
@@ -409,7 +408,9 @@ class CpuMelEngine final : public MelEngine {
     if (count == layout_.n_frames) {
       store_row(s.mel.data, n_mels * count, out);
     } else {
-      for (int m = 0; m < n_mels; ++m) store_row(row(m), count, out + static_cast<std::size_t>(m) * layout_.n_frames + t0);
+      for (int m = 0; m < n_mels; ++m) {
+        store_row(row(m), count, out + static_cast<std::size_t>(m) * layout_.n_frames + t0);
+      }
     }
   }
 

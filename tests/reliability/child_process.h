@@ -72,6 +72,14 @@ inline int64_t proc_status_field(pid_t pid, const std::string& key) {
   return -1;
 }
 
+/// User + system CPU time of this process (every thread), seconds.
+inline double own_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 /// Runs `argv` (argv[0] is the executable path) and waits for it. Output goes to `log_path` and is returned.
 inline ChildResult run_child(const std::vector<std::string>& argv, const std::filesystem::path& log_path,
                              const ChildOptions& opts = {}) {

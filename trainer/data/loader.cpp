@@ -16,6 +16,7 @@
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/splitmix.h"
 
 namespace po = boost::program_options;
 
@@ -44,13 +45,6 @@ void copy_rows(const at::Tensor& src, const at::Tensor& rows, at::Tensor& dst) {
     }
     std::memcpy(to + i * row, from + index[i] * row, static_cast<std::size_t>(row) * sizeof(float));
   }
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 double now_s() {

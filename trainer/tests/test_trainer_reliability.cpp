@@ -189,13 +189,6 @@ KillReference& kill_reference() {
 /// Reads VmRSS of this process, bytes.
 int64_t own_rss_bytes() { return test::proc_status_field(::getpid(), "VmRSS") * 1024; }
 
-/// User + system CPU time of this process, seconds.
-double own_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
 
 /// Flips (XOR 0xFF) `n` bytes of `file` from `offset`.
 void flip_bytes(const fs::path& file, std::uintmax_t offset, int n) {
@@ -549,9 +542,9 @@ TEST_CASE("host memory stays flat over 10 epochs, and idle threads do not spin",
     rss.push_back(own_rss_bytes());
     if (epoch == 3) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      const double before = own_cpu_seconds();
+      const double before = test::own_cpu_seconds();
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      idle_cpu_s = own_cpu_seconds() - before;
+      idle_cpu_s = test::own_cpu_seconds() - before;
     }
     return true;
   };
@@ -569,7 +562,7 @@ TEST_CASE("host memory stays flat over 10 epochs, and idle threads do not spin",
     CHECK(own_rss_bytes() - before >= (24 << 20));
     ::munmap(block, kBlock);
     std::atomic<bool> stop{false};
-    const double cpu0 = own_cpu_seconds();
+    const double cpu0 = test::own_cpu_seconds();
     std::thread spin([&] {
       while (!stop.load(std::memory_order_relaxed)) {
       }
@@ -577,7 +570,7 @@ TEST_CASE("host memory stays flat over 10 epochs, and idle threads do not spin",
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     stop = true;
     spin.join();
-    CHECK(own_cpu_seconds() - cpu0 >= 0.03);
+    CHECK(test::own_cpu_seconds() - cpu0 >= 0.03);
   }
   std::ostringstream table;
   for (std::size_t e = 0; e < rss.size(); ++e) table << "epoch " << e + 1 << ": " << rss[e] / 1024 << " KiB\n";

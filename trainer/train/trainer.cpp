@@ -21,6 +21,7 @@
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
 #include "melforge/common/progress.h"
+#include "melforge/common/splitmix.h"
 #include "util.h"
 #include "melforge/common/timing.h"
 #include "models/model.h"
@@ -297,12 +298,7 @@ at::Tensor from_hex(const std::string& s) {
 
 /// The seed of rank `rank`'s generator (dropout, SpecAugment): `seed` mixed with the rank (splitmix64), so that
 /// the ranks of a job do not draw the same masks.
-uint64_t mix_seed(uint64_t seed, uint64_t rank) {
-  uint64_t x = seed ^ (rank * 0x9e3779b97f4a7c15ULL);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+uint64_t mix_seed(uint64_t seed, uint64_t rank) { return splitmix64_mix(seed ^ (rank * kSplitMixGamma)); }
 
 /// Everything the model's step needs on the device.
 struct Setup {
