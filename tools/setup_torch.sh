@@ -24,7 +24,7 @@
 # CMake (-DMELFORGE_TRAINER=ON) finds this environment by itself through `--venv`; see trainer/README.md.
 set -euo pipefail
 
-version="${MELFORGE_TORCH_VERSION:-2.14.1}"
+version="${MELFORGE_TORCH_VERSION:-2.11.0}"
 python="${MELFORGE_PYTHON:-/usr/bin/python3}"
 cache="${MELFORGE_CACHE:-$HOME/.cache/melforge}"
 # numpy: LibTorch's Python side warns at import without it, and the export tests load weights in this Python.
