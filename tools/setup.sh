@@ -5,10 +5,10 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config patchelf
   libsndfile1-dev libsoxr-dev libhdf5-dev libfftw3-dev zlib1g-dev libdeflate-dev
   libboost-program-options-dev nlohmann-json3-dev catch2
-  espeak-ng sox python3 python3-numpy python3-h5py python3-matplotlib
+  espeak-ng sox python3 python3-numpy python3-h5py python3-matplotlib python3-pytest
 )
 if [[ "${MELFORGE_WITH_TORCHAUDIO:-0}" == 1 ]]; then
   packages+=(python3-torchaudio)

@@ -5,9 +5,12 @@
 # environment (its marker file is written last and names what was installed) is reused as it is; an incomplete or
 # different one is removed and built again.
 #
-# Pin: torch 2.14.1, the newest torch on PyPI whose Linux wheel is built against CUDA 13.0 (it requires
-# cuda-toolkit==13.0.3; torch.version.cuda is "13.0"), the same major.minor as the nvcc 13.0 that builds melforge's
-# CUDA code, so the trainer, the kernels and LibTorch share one libcudart.so.13. torch 2.15.0 needs CUDA 13.2.
+# Pin: torch 2.11.0, whose Linux wheel on PyPI is the very build the GPU test machines have preinstalled
+# (torch.__version__ "2.11.0+cu130", the same git commit): the trainer and its tests built here against it run there
+# against that machine's own LibTorch, which is too large to carry (tools/gpu_bundle.sh). It requires
+# cuda-toolkit==13.0.2 (torch.version.cuda "13.0"), the same major.minor as the nvcc 13.0 that builds melforge's CUDA
+# code, so the trainer, the kernels and LibTorch share one libcudart.so.13; and torchaudio 2.11.0 on PyPI is built
+# for it. (2.14.1, the earlier pin, is the newest CUDA 13.0 wheel, but no GPU machine of ours has it.)
 # A fresh install downloads about 3.5 GB (torch and the nvidia-* CUDA, cuDNN and NCCL wheels), takes about
 # 95 s on a fast link and uses about 5.4 GB of disk. The CUDA wheels are needed even on a machine without a GPU:
 # libtorch_cpu.so itself links libcudart.so.13 and libcupti.so.13 and finds them through its RPATH there.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything (warnings are errors for melforge's own code) and runs all the tests.
-# [cuda] tests report "skipped" on a machine without a CUDA device.
+# Installs what is missing, builds everything (warnings are errors for melforge's own code) and runs all the tests:
+# C++ through CTest, then Python through pytest (tests/python). [cuda] tests report "skipped" on a machine without a
+# CUDA device.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # A Catch2 test name with ';' or with a '[' that no ']' closes is mangled by catch_discover_tests into CTest entries
@@ -13,3 +14,4 @@ fi
 build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
 MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/build.sh" -DMELFORGE_WERROR=ON "$@"
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 600
+/usr/bin/python3 -m pytest -q "$here/tests/python"

@@ -72,6 +72,16 @@ struct Options {
   std::string out;
   /// both (alternately, for the ratio), engine or fft (one side alone, for profiling).
   std::string only = "both";
+  /// FFT size, samples.
+  int n_fft = 512;
+  /// Hop between frames, samples.
+  int hop_length = 128;
+  /// Mel bands.
+  int n_mels = 64;
+  /// Sample rate of the signal and the filterbank, Hz.
+  int sample_rate = 16000;
+  /// CUDA engine: segments per device batch (the batch its plan and graph are built for).
+  int64_t device_batch = 4096;
 };
 
 double median(std::vector<double> v) {
@@ -116,30 +126,34 @@ void write_raw(const std::string& path, const void* data, std::size_t bytes) {
 
 int run(const Options& o) {
   MelArgs mel;
-  mel.sample_rate = 16000;
-  mel.n_fft = 512;
-  mel.hop_length = 128;
-  mel.n_mels = 64;
+  mel.sample_rate = o.sample_rate;
+  mel.n_fft = o.n_fft;
+  mel.hop_length = o.hop_length;
+  mel.n_mels = o.n_mels;
   mel.validate(o.segment_samples);
   const int n_frames = mel.n_frames(o.segment_samples);
   const int n_fft = mel.n_fft, n_freqs = mel.n_freqs();
   const int threads = melforge::resolve_threads(o.threads);
-
-  const std::vector<float> signal = make_signal(o.segments * o.segment_samples, o.seed, mel.sample_rate);
-  std::vector<int64_t> offsets(static_cast<std::size_t>(o.segments));
-  const int64_t engine_pool = o.engine_pool_segments > 0 ? o.engine_pool_segments : o.segments;
-  for (int64_t i = 0; i < o.segments; ++i) {
-    offsets[static_cast<std::size_t>(i)] = (i % engine_pool) * o.segment_samples;
-  }
-  if (!o.dump_audio.empty()) write_raw(o.dump_audio, signal.data(), signal.size() * sizeof(float));
 
   EngineConfig cfg;
   cfg.mel = mel;
   cfg.segment_samples = o.segment_samples;
   cfg.dtype = parse_dtype(o.dtype);
   cfg.threads = threads;
+  cfg.device_batch = o.device_batch;
   std::unique_ptr<MelEngine> engine =
       o.device == "cuda" ? make_cuda_engine(cfg) : make_cpu_engine(cfg);
+
+  const int64_t engine_pool = o.engine_pool_segments > 0 ? std::min(o.engine_pool_segments, o.segments) : o.segments;
+  const int64_t signal_segments =
+      std::max({engine_pool, std::min(o.fft_pool_segments, o.segments), std::min(o.dump_segments, o.segments)});
+  const std::vector<float> signal = make_signal(signal_segments * o.segment_samples, o.seed, mel.sample_rate);
+  std::vector<int64_t> offsets(static_cast<std::size_t>(o.segments));
+  for (int64_t i = 0; i < o.segments; ++i) {
+    offsets[static_cast<std::size_t>(i)] = (i % engine_pool) * o.segment_samples;
+  }
+  if (!o.dump_audio.empty()) write_raw(o.dump_audio, signal.data(), signal.size() * sizeof(float));
+
   const MelLayout& layout = engine->layout();
   std::vector<unsigned char> out(static_cast<std::size_t>(o.segments * layout.out_bytes_per_segment()));
 
@@ -182,13 +196,20 @@ int run(const Options& o) {
   };
 
   const bool do_engine = o.only != "fft", do_fft = o.only != "engine";
-  std::vector<double> engine_s, fft_s, ratios;
+  std::vector<double> engine_s, fft_s, ratios, h2d_s, compute_s, d2h_s;
   for (int r = 0; r <= o.repeats; ++r) {
     double e = 0, f = 0;
     if (do_engine) {
+      const EngineTimes before = engine->times();
       Stopwatch w;
       engine->compute(signal.data(), offsets, out.data());
       e = w.seconds();
+      const EngineTimes after = engine->times();
+      if (r > 0) {
+        h2d_s.push_back(after.h2d_s - before.h2d_s);
+        compute_s.push_back(after.compute_s - before.compute_s);
+        d2h_s.push_back(after.d2h_s - before.d2h_s);
+      }
     }
     if (do_fft) {
       Stopwatch w;
@@ -204,41 +225,53 @@ int run(const Options& o) {
   if (plan_tail) fftwf_destroy_plan(plan_tail);
   for (auto* s : spectra) fftwf_free(s);
   fftwf_free(frames);
-  if (!do_engine || !do_fft) {
-    const std::vector<double>& t = do_engine ? engine_s : fft_s;
-    std::printf("%s alone (%d thread(s)): %lld segments: %.4f s median\n", o.only.c_str(), threads,
-                static_cast<long long>(o.segments), median(t));
-    return 0;
-  }
-
-  const double es = median(engine_s), fs = median(fft_s), ratio = median(ratios);
   const double nf = static_cast<double>(o.segments) * n_frames;
+  const auto side = [&](const std::vector<double>& t) -> nlohmann::json {
+    if (t.empty()) return nullptr;
+    const double m = median(t);
+    return {{"seconds", t}, {"median_s", m}, {"segments_per_s", o.segments / m}, {"frames_per_s", nf / m}};
+  };
   nlohmann::json j = {
       {"device", o.device},
       {"engine_name", engine->name()},
       {"threads", threads},
       {"segments", o.segments},
       {"segment_samples", o.segment_samples},
+      {"sample_rate", mel.sample_rate},
       {"n_fft", n_fft},
       {"hop_length", mel.hop()},
       {"n_mels", mel.n_mels},
       {"n_frames", n_frames},
       {"dtype", o.dtype},
+      {"device_batch", o.device_batch},
+      {"device_bytes", engine->device_bytes()},
       {"fft_block_frames", block},
       {"fft_pool_segments", pool},
       {"engine_pool_segments", o.engine_pool_segments},
-      {"engine", {{"seconds", engine_s}, {"median_s", es}, {"segments_per_s", o.segments / es},
-                  {"frames_per_s", nf / es}}},
-      {"fft", {{"seconds", fft_s}, {"median_s", fs}, {"segments_per_s", o.segments / fs}, {"frames_per_s", nf / fs}}},
+      {"engine", side(engine_s)},
+      {"engine_stages_median_s",
+       do_engine ? nlohmann::json{{"h2d", median(h2d_s)}, {"compute", median(compute_s)}, {"d2h", median(d2h_s)}}
+                 : nlohmann::json(nullptr)},
+      {"fft", side(fft_s)},
       {"engine_over_fft_each_run", ratios},
-      {"engine_over_fft", ratio}};
-  std::printf("mel engine (%s, %d thread(s)): %lld segments of %d frames: %.4f s, %.0f segments/s, %.0f frames/s\n",
-              engine->name().c_str(), threads, static_cast<long long>(o.segments), n_frames, es, o.segments / es,
-              nf / es);
-  std::printf("bare FFTW r2c (block %d, same frames):              %.4f s, %.0f segments/s, %.0f frames/s\n", block,
-              fs, o.segments / fs, nf / fs);
-  std::printf("engine / bare FFT time: %.2f (median of the %zu per-run ratios, engine and FFT run alternately)\n",
-              ratio, ratios.size());
+      {"engine_over_fft", ratios.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(ratios))}};
+  if (do_engine) {
+    const double es = median(engine_s);
+    std::printf("mel engine (%s, %d thread(s)): %lld segments of %d frames: %.4f s, %.0f segments/s, %.0f frames/s\n",
+                engine->name().c_str(), threads, static_cast<long long>(o.segments), n_frames, es, o.segments / es,
+                nf / es);
+    std::printf("  engine stages (median s per run; device stages overlap): h2d %.4f, compute %.4f, d2h %.4f\n",
+                median(h2d_s), median(compute_s), median(d2h_s));
+  }
+  if (do_fft) {
+    const double fs = median(fft_s);
+    std::printf("bare FFTW r2c (block %d, same frames):              %.4f s, %.0f segments/s, %.0f frames/s\n",
+                block, fs, o.segments / fs, nf / fs);
+  }
+  if (!ratios.empty()) {
+    std::printf("engine / bare FFT time: %.2f (median of the %zu per-run ratios, engine and FFT run alternately)\n",
+                median(ratios), ratios.size());
+  }
   if (!o.out.empty()) {
     std::ofstream f(o.out);
     f << j.dump(2) << "\n";
@@ -262,6 +295,12 @@ int main(int argc, char** argv) {
       "engine-pool-segments", po::value(&o.engine_pool_segments)->default_value(o.engine_pool_segments),
       "engine input: 0 = all segments distinct (streamed from RAM), N = the first N segments cycled")(
       "seed", po::value(&o.seed)->default_value(o.seed), "signal seed")(
+      "n-fft", po::value(&o.n_fft)->default_value(o.n_fft), "FFT size, samples")(
+      "hop-length", po::value(&o.hop_length)->default_value(o.hop_length), "hop between frames, samples")(
+      "n-mels", po::value(&o.n_mels)->default_value(o.n_mels), "mel bands")(
+      "sample-rate", po::value(&o.sample_rate)->default_value(o.sample_rate), "sample rate, Hz")(
+      "device-batch", po::value(&o.device_batch)->default_value(o.device_batch),
+      "CUDA engine: segments per device batch")(
       "device", po::value(&o.device)->default_value(o.device), "engine: cpu or cuda")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), "engine output: float16 or float32")(
       "dump-audio", po::value(&o.dump_audio), "write the float32 signal here")(

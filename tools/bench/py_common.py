@@ -1,8 +1,9 @@
 """Shared parts of the Python peers (issue 4): torchaudio's MelSpectrogram + AmplitudeToDB written with plain torch
 ops, the build configuration of tools/demo_build.ini, and small helpers.
 
-torchaudio has no release for torch 2.14.1 (the pinned wheel of melforge-train's LibTorch): `pip download
-torchaudio==2.14.1` finds only 2.0.0 .. 2.11.0. `TorchaudioMel` is therefore written as torchaudio's own source
+torchaudio had no release for torch 2.14.1, the pin when this was written (`pip download torchaudio==2.14.1` finds
+only 2.0.0 .. 2.11.0; the pin is now 2.11.0, and issue 16 moves the peers to the real torchaudio). `TorchaudioMel` is
+written as torchaudio's own source
 computes it (torchaudio/functional/functional.py: spectrogram, melscale_fbanks, _create_triangular_filterbank,
 amplitude_to_DB; torchaudio/transforms/_transforms.py: MelSpectrogram, MelScale, AmplitudeToDB), the same op
 sequence: torch.stft(center, reflect pad, periodic Hann) -> abs().pow(power) -> matmul with the [n_freqs, n_mels]

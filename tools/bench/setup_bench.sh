@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Adds the Python peers' packages (h5py, soundfile) to the pinned torch environment of tools/setup_torch.sh, so that
-# the peers run the same torch 2.14.1 kernels as melforge-train's LibTorch. Idempotent: does nothing when both import.
+# the peers run the same torch kernels as melforge-train's LibTorch. Idempotent: does nothing when both import.
 # Prints the environment's python as the last line of stdout.
-# torchaudio has no release for torch 2.14.1 on PyPI (newest 2.11.0), so the peers compute MelSpectrogram the way
-# torchaudio's source does (torch.stft + mel matrix + AmplitudeToDB; tools/bench/py_mel.py).
+# The peers compute MelSpectrogram the way torchaudio's source does (torch.stft + mel matrix + AmplitudeToDB;
+# tools/bench/py_mel.py), written when the pin was torch 2.14.1, for which PyPI has no torchaudio. The pin is now
+# 2.11.0, for which torchaudio 2.11.0 exists; moving the peers to the real torchaudio is part of issue 16.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="$(bash "$here/tools/setup_torch.sh" --venv)"
