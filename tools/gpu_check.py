@@ -61,18 +61,22 @@ class Check:
         self.no_gpu_reason = ""
         self.env = dict(os.environ)
         self.torch = {}
+        budget = float(os.environ.get("MELFORGE_GPU_CHECK_SECONDS", "540"))
+        self.deadline = time.time() + budget
 
     # --- running things ---------------------------------------------------------------------------------------
-    def run(self, name, argv, timeout=600, check=True):
-        """Runs argv with the bundle's environment; its output goes to logs/NAME.log. Returns (rc, output)."""
+    def run(self, name, argv, timeout=240, check=True):
+        """Runs argv with the bundle's environment; its output goes to logs/NAME.log. Returns (rc, output). The
+        timeouts keep the whole check inside the 10 minutes a GPU machine's command may run."""
         t0 = time.time()
+        timeout = max(1.0, min(timeout, self.deadline - t0))
         try:
             p = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                errors="replace", timeout=timeout, cwd=self.work)
             rc, out = p.returncode, p.stdout
         except subprocess.TimeoutExpired as e:
-            rc, out = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            out += f"\n[gpu_check] timed out after {timeout} s\n"
+            partial = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            rc, out = 124, partial + f"\n[gpu_check] killed after {timeout} s\n"
         with open(os.path.join(self.logs, name + ".log"), "w") as f:
             f.write("$ " + " ".join(argv) + f"\n[exit {rc}, {time.time() - t0:.1f} s]\n" + out)
         if check and rc != 0:
@@ -87,6 +91,8 @@ class Check:
         rec = {"name": name, "title": title, "needs_gpu": needs_gpu}
         if needs_gpu and self.gpu is None:
             rec.update(status="skipped", reason=NO_GPU + (f" ({self.no_gpu_reason})" if self.no_gpu_reason else ""))
+        elif time.time() >= self.deadline:
+            rec.update(status="fail", reason="not run: the check's time budget (MELFORGE_GPU_CHECK_SECONDS) was spent")
         else:
             try:
                 result = fn()

@@ -12,7 +12,8 @@
 #
 # Needs python3 with numpy and h5py (the GPU image's python3 has them, and torch; on Debian: python3-numpy and
 # python3-h5py). Environment: MELFORGE_PYTHON (the interpreter), MELFORGE_TORCH_LIB (LibTorch's lib folder, else
-# the one of python3's torch, else the build machine's).
+# the one of python3's torch, else the build machine's), MELFORGE_GPU_CHECK_SECONDS (time budget, default 540:
+# a step still running then is stopped and fails, and later steps fail unrun).
 set -euo pipefail
 bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [[ $# -ne 1 || "$1" == -* ]]; then

@@ -64,6 +64,12 @@ endforeach()
 
 add_library(melforge_torch INTERFACE)
 target_link_options(melforge_torch INTERFACE ${_rpath_link})
+# libstdc++ first among the programs' shared libraries. torch 2.11's libtorch.so exports a std::filesystem of its own
+# (64 unversioned symbols, e.g. remove_all) whose calls jump to an unresolved weak symbol: a program that loads
+# libtorch.so before libstdc++.so.6 has its own std::filesystem calls bound there and crashes (SIGSEGV at address 0
+# in the first remove_all). Link options come before the objects and libraries on the link line, so this
+# -lstdc++ makes libstdc++.so.6 the first DT_NEEDED entry, searched before libtorch.so.
+target_link_options(melforge_torch INTERFACE "LINKER:--push-state,--no-as-needed" -lstdc++ "LINKER:--pop-state")
 
 if(MELFORGE_TRAINER_CUDA)
   if(NOT MELFORGE_CUDA)

@@ -104,13 +104,17 @@ std::vector<test::ChildResult> run_ranks(const std::vector<std::vector<std::stri
 }
 
 /// Largest |a - b| over every tensor of two state dicts, and largest |a|.
+/// The largest difference between two sets of weights, each element's scaled by max(1, |b|) (float32 roundings are
+/// relative: BatchNorm's running variances reach ~30), and the largest |b|.
 std::pair<double, double> max_difference(const trainer::TensorMap& a, const trainer::TensorMap& b) {
   REQUIRE(a.size() == b.size());
   double diff = 0, scale = 0;
   for (const auto& [name, t] : a) {
     REQUIRE(b.count(name) == 1);
-    diff = std::max(diff, at::sub(t.to(at::kDouble), b.at(name).to(at::kDouble)).abs().max().item<double>());
-    scale = std::max(scale, t.to(at::kDouble).abs().max().item<double>());
+    const at::Tensor ref = b.at(name).to(at::kDouble);
+    const at::Tensor scaled = at::sub(t.to(at::kDouble), ref).abs().div(ref.abs().clamp_min(1.0));
+    diff = std::max(diff, scaled.max().item<double>());
+    scale = std::max(scale, ref.abs().max().item<double>());
   }
   return {diff, scale};
 }
@@ -142,14 +146,16 @@ Reference& reference() {
 /// Gradient accumulation over 2 micro-batches and clipping at a norm the gradients exceed.
 const std::vector<std::string> kAccumulateClip = {"--accumulate", "2", "--clip-norm", "0.5"};
 
-/// Tolerance of the weight comparison, absolute (the weights are of order 0.01 to 1). The two runs differ only in
-/// the order of the gradient sums (the all-reduce adds the two ranks' halves; the single process sums all 2B
-/// samples at once), i.e. by a few float32 roundings of each gradient, relative ~1e-7. AdamW's update
-/// m / (sqrt(v) + eps) is scale-free and at most lr = 3e-3 per step, so such a perturbation moves a weight by
-/// ~lr * 1e-6 per step; over the run's ~20 steps that stays well below 1e-6 (measured: 7.6e-7 at most). 1e-5
-/// leaves room for a few-fold growth through the nonlinearity and is still ~3000x below what training on other
-/// batches gives (one process with batch B: 0.037, checked below).
-constexpr double kWeightTolerance = 1e-5;
+/// Tolerance of the weight comparison, absolute for weights of magnitude up to 1 and relative above (most weights
+/// are of order 0.01 to 1; BatchNorm's running variances reach ~30). The two runs differ only in the order of the
+/// gradient sums (the all-reduce adds the two ranks' halves; the single process sums all 2B samples at once), i.e.
+/// by a few float32 roundings of each gradient, relative ~1e-7. AdamW's update m / (sqrt(v) + eps) is scale-free
+/// and at most lr = 3e-3 per step, so for most weights such a perturbation moves a weight by ~lr * 1e-6 per step;
+/// where a gradient is near zero its relative rounding is larger and the update amplifies it. Measured over the
+/// run's ~20 steps: 7.6e-7 at most with torch 2.14.1, 1.3e-5 with 2.11.0 (other kernels, other roundings). 5e-5
+/// leaves room for that and is still ~700x below what training on other batches gives (one process with batch B:
+/// 0.037, checked below).
+constexpr double kWeightTolerance = 5e-5;
 
 /// Buckets of 50 KiB: the tiny CNN's 0.1 M gradients go into several buckets, all-reduced during backward.
 const std::vector<std::string> kSmallBuckets = {"--bucket-mib", "0.05"};
@@ -176,7 +182,7 @@ TEST_CASE("2 Gloo ranks with batch B end with the weights of 1 process with batc
   CHECK(c.state.value("world_size", 0) == 2);
   CHECK(c.epoch == kEpochs);
   const auto [diff, scale] = max_difference(c.model, ref.weights);
-  INFO("max |ddp - single| = " << diff << ", max |w| = " << scale);
+  INFO("max scaled |ddp - single| = " << diff << ", max |w| = " << scale);
   CHECK(diff <= kWeightTolerance);
 
   // The training metrics are reduced over both ranks: every sample once, with the same weights as the reference.
@@ -200,7 +206,7 @@ TEST_CASE("2 Gloo ranks with batch B end with the weights of 1 process with batc
     REQUIRE(r.exit_code == 0);
     const auto [other, scale_b] = max_difference(trainer::load_checkpoint(run / "checkpoints" / "last.pt").model,
                                            ref.weights);
-    INFO("max |single B - single 2B| = " << other << ", max |w| = " << scale_b);
+    INFO("max scaled |single B - single 2B| = " << other << ", max |w| = " << scale_b);
     CHECK(other > 100 * kWeightTolerance);
   }
 }
@@ -224,10 +230,10 @@ TEST_CASE("with --accumulate 2 and --clip-norm 2 Gloo ranks still end with the w
   const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
   CHECK(c.step == ref.metrics.back()["step"].get<int64_t>());
   const auto [diff, scale] = max_difference(c.model, ref.weights);
-  INFO("max |ddp - single| = " << diff << ", max |w| = " << scale);
+  INFO("max scaled |ddp - single| = " << diff << ", max |w| = " << scale);
   CHECK(diff <= kWeightTolerance);
   const auto [moved, plain_scale] = max_difference(c.model, reference().weights);
-  INFO("max |accumulate+clip - plain| = " << moved << ", max |w| = " << plain_scale);
+  INFO("max scaled |accumulate+clip - plain| = " << moved << ", max |w| = " << plain_scale);
   CHECK(moved > 100 * kWeightTolerance);
 }
 
@@ -306,7 +312,7 @@ TEST_CASE("a 2-rank job killed after an epoch resumes with 2 ranks to the same w
   const trainer::Checkpoint c = trainer::load_checkpoint(run / "checkpoints" / "last.pt");
   CHECK(c.epoch == kEpochs);
   const auto [diff, scale] = max_difference(c.model, ref.weights);
-  INFO("max |resumed ddp - single| = " << diff << ", max |w| = " << scale);
+  INFO("max scaled |resumed ddp - single| = " << diff << ", max |w| = " << scale);
   CHECK(diff <= kWeightTolerance);
   CHECK(read_lines(run / "metrics.jsonl").size() == static_cast<std::size_t>(kEpochs));
 }
@@ -331,7 +337,7 @@ TEST_CASE("torchrun --no-python starts the 2 ranks, which rendezvous at its agen
   const trainer::Checkpoint c = trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt");
   CHECK(c.state.value("world_size", 0) == 2);
   const auto [diff, scale] = max_difference(c.model, ref.weights);
-  INFO("max |torchrun - single| = " << diff << ", max |w| = " << scale);
+  INFO("max scaled |torchrun - single| = " << diff << ", max |w| = " << scale);
   CHECK(diff <= kWeightTolerance);
 }
 
