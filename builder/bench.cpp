@@ -22,6 +22,7 @@
 #include "melforge/common/parallel.h"
 #include "melforge/common/timing.h"
 #include "pipeline.h"
+#include "report.h"
 #include "scan.h"
 #include "split.h"
 
@@ -304,10 +305,12 @@ nlohmann::json run_bench(const BuildConfig& config, const BenchOptions& opts, st
   engine_config.threads = threads;
   engine_config.device_batch = bo.device_batch;
   std::unique_ptr<mel::MelEngine> engine;
+  mel::EnginePlan engine_plan;
   timed(times, "engine_init", R, [&](int) {
     engine.reset();
-    engine = mel::make_engine(bo.device, engine_config);
+    engine = mel::make_engine(bo.device, engine_config, &engine_plan);
   });
+  if (const std::string line = engine_choice_message(bo.device, engine_plan, engine->name()); !line.empty()) note(line);
   const mel::MelLayout layout = engine->layout();
   const int64_t segs_per_file = int64_t{num_long} * num_short;
   const int64_t out_bytes_per_file = segs_per_file * layout.out_bytes_per_segment();
@@ -533,6 +536,7 @@ nlohmann::json run_bench(const BuildConfig& config, const BenchOptions& opts, st
   json result = {
       {"melforge_version", MELFORGE_VERSION},
       {"engine", engine->name()},
+      {"engine_choice", engine_choice_json(bo.device, engine_plan, engine->name())},
       {"config", cfg},
       {"bench",
        {{"bench_files", opts.bench_files}, {"repeats", R}, {"scratch", parent.string()}, {"whole_corpus", whole}}},

@@ -1,5 +1,6 @@
 #include "merge.h"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <fstream>
@@ -316,11 +317,24 @@ void add_numbers(json& into, const json& from) {
   }
 }
 
+/// The distinct engines of the shards' reports in shard order, joined by " + " ("cpu-fftw + cuda-cufft"), so that a
+/// merged dataset whose shards were computed by different engines says so.
+std::string shard_engines(const std::vector<Shard>& shards) {
+  std::vector<std::string> engines;
+  for (const Shard& s : shards) {
+    const std::string engine = s.report.value("engine", "");
+    if (std::find(engines.begin(), engines.end(), engine) == engines.end()) engines.push_back(engine);
+  }
+  std::string joined;
+  for (const auto& e : engines) joined += (joined.empty() ? "" : " + ") + e;
+  return joined;
+}
+
 json merged_report(const std::vector<Shard>& shards, const MergeOptions& options, int64_t mel_bytes, double seconds) {
   const json& first = shards.front().report;
   json r;
   r["melforge_version"] = MELFORGE_VERSION;
-  r["engine"] = first.value("engine", "");
+  r["engine"] = shard_engines(shards);
   r["config"] = first.value("config", json::object());
   r["config"]["output"] = options.output.string();
   r["classes"] = first.value("classes", json::array());

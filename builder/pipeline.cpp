@@ -206,6 +206,10 @@ void check_stop() {
 
 BuildResult run_build(const BuildConfig& config) {
   config.validate();
+  if (config.build.device == mel::Device::cuda) {
+    if (const mel::EnginePlan plan = mel::choose_engines(config.build.device); !plan.error.empty())
+      throw CudaError(plan.error);
+  }
   const auto& bo = config.build;
   const auto& mel_args = config.mel;
   const int sr = mel_args.sample_rate;
@@ -299,10 +303,13 @@ BuildResult run_build(const BuildConfig& config) {
   engine_config.threads = threads;
   engine_config.device_batch = bo.device_batch;
   std::unique_ptr<mel::MelEngine> engine;
+  mel::EnginePlan engine_plan;
   {
     ScopedStage stage(times, "engine_init");
-    engine = mel::make_engine(bo.device, engine_config);
+    engine = mel::make_engine(bo.device, engine_config, &engine_plan);
   }
+  if (const std::string line = engine_choice_message(bo.device, engine_plan, engine->name()); !line.empty())
+    std::fprintf(stderr, "melforge-build: %s\n", line.c_str());
   const mel::MelLayout layout = engine->layout();
   const int64_t segs_per_file = static_cast<int64_t>(num_long) * num_short;
   const int64_t out_bytes_per_file = segs_per_file * layout.out_bytes_per_segment();
@@ -455,7 +462,7 @@ BuildResult run_build(const BuildConfig& config) {
   times.add("write", h5_write_s);
 
   ReportInputs ri{config, class_names, counts, skipped, scanned, stats, times, total.seconds(), *engine,
-                  num_long, num_short, layout, h5_bytes};
+                  num_long, num_short, layout, h5_bytes, engine_plan};
   BuildResult result;
   result.report = make_report(ri);
   if (shard.sharded()) {

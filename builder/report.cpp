@@ -17,6 +17,26 @@ void BuildStats::add_file(const audio::AudioInfo& info, const segment::FilePlan&
   dropped_seconds += static_cast<double>(plan.dropped_samples) / sample_rate;
 }
 
+nlohmann::json engine_choice_json(mel::Device device, const mel::EnginePlan& plan, const std::string& engine_name) {
+  const auto text_or_null = [](const std::string& text) {
+    return text.empty() ? nlohmann::json() : nlohmann::json(text);
+  };
+  nlohmann::json devices = nlohmann::json::array();
+  for (size_t i = 0; i < plan.devices.size(); ++i)
+    devices.push_back({{"index", plan.devices[i]},
+                       {"name", text_or_null(i < plan.device_names.size() ? plan.device_names[i] : "")}});
+  return {{"device", mel::to_string(device)},
+          {"engine", engine_name},
+          {"cuda_devices", devices},
+          {"cuda_query", text_or_null(plan.cuda_query)},
+          {"fallback_reason", text_or_null(plan.fallback_reason)}};
+}
+
+std::string engine_choice_message(mel::Device device, const mel::EnginePlan& plan, const std::string& engine_name) {
+  if (plan.fallback_reason.empty()) return "";
+  return "--device " + mel::to_string(device) + ": " + engine_name + " engine: " + plan.fallback_reason;
+}
+
 nlohmann::json make_report(const ReportInputs& in) {
   using nlohmann::json;
   const auto& c = in.config;
@@ -30,6 +50,7 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"split", b.split},
       {"seed", b.seed},
       {"device", mel::to_string(b.device)},
+      {"device_batch", b.device_batch},
       {"threads", b.threads},
       {"max_ram", b.max_ram},
       {"strict", b.strict},
@@ -78,6 +99,7 @@ nlohmann::json make_report(const ReportInputs& in) {
   return {
       {"melforge_version", MELFORGE_VERSION},
       {"engine", in.engine.name()},
+      {"engine_choice", engine_choice_json(b.device, in.engine_plan, in.engine.name())},
       {"config", config},
       {"classes", in.class_names},
       {"counts", counts},

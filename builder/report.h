@@ -58,7 +58,19 @@ struct ReportInputs {
   const mel::MelLayout& layout;
   /// Compressed bytes of mel written.
   int64_t mel_bytes;
+  /// The engine plan make_engine followed (auto's fallback reason).
+  const mel::EnginePlan& engine_plan;
 };
+
+/// The report's `engine_choice` object: {"device": requested device, "engine": `engine_name`, "cuda_devices":
+/// [{"index", "name": "<name> (compute capability X.Y)" or null}] of the plan's devices, "cuda_query": the device
+/// query's description or null (device cpu), "fallback_reason": why auto chose the CPU or left devices out, or
+/// null}.
+nlohmann::json engine_choice_json(mel::Device device, const mel::EnginePlan& plan, const std::string& engine_name);
+
+/// The line a build prints when auto did not use every CUDA device: "--device auto: <engine_name> engine: <reason>";
+/// empty when there is no fallback reason.
+std::string engine_choice_message(mel::Device device, const mel::EnginePlan& plan, const std::string& engine_name);
 
 /// Builds the report JSON (documented in docs/FORMAT.md).
 nlohmann::json make_report(const ReportInputs& in);

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <set>
@@ -26,6 +27,18 @@ int run_cli(const std::string& args) {
   const std::string cmd = std::string(MELFORGE_BUILD_EXE) + " " + args + " >/dev/null 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/// Runs melforge-build with `args`, its stderr into `err`; returns the exit code.
+int run_cli_stderr(const std::string& args, const fs::path& err) {
+  const std::string cmd = std::string(MELFORGE_BUILD_EXE) + " " + args + " >/dev/null 2>" + err.string();
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -191,6 +204,57 @@ TEST_CASE("a pre-split layout and a manifest are respected", "[e2e]") {
   CHECK(rm["counts"]["val"]["a"].get<int>() == 1);
   const auto t = read_split(d / "outm/test.h5");
   CHECK(t.path == std::vector<std::string>{"in/train/a/x.wav"});
+}
+
+TEST_CASE("the report records the engine choice, auto says why it used the CPU, cuda names the query error",
+          "[e2e][cli]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  const mel::CudaDeviceQuery q = mel::query_cuda_devices();
+  INFO("device query: " << q.describe());
+  auto c = test::tone_build_config(d / "in", d / "out");
+  c.build.device = mel::Device::auto_select;
+  const auto r = builder::run_build(c).report;
+  const auto& choice = r["engine_choice"];
+  CHECK(choice["device"] == "auto");
+  CHECK(choice["engine"] == r["engine"]);
+  CHECK(choice["cuda_query"] == q.describe());
+  const std::string cause = q.built_with_cuda ? q.error_name : "built without CUDA";
+  if (q.usable()) {
+    CHECK_THAT(r["engine"].get<std::string>(), Catch::StartsWith("cuda-cufft"));
+    CHECK_FALSE(choice["cuda_devices"].empty());
+  } else {
+    CHECK(r["engine"] == "cpu-fftw");
+    CHECK(choice["cuda_devices"].empty());
+    REQUIRE(choice["fallback_reason"].is_string());
+    CHECK(choice["fallback_reason"] == "no usable CUDA device: " + q.describe());
+    CHECK_FALSE(cause.empty());
+  }
+  c.build.device = mel::Device::cpu;
+  c.build.overwrite = true;
+  const auto cpu = builder::run_build(c).report["engine_choice"];
+  CHECK(cpu["device"] == "cpu");
+  CHECK(cpu["fallback_reason"].is_null());
+  CHECK(cpu["cuda_query"].is_null());
+
+  const std::string io = "--input " + (d / "in").string() + " --sample-rate 8000 --n-fft 256 --hop-length 64 " +
+                         "--n-mels 32 --long-seconds 1 --short-seconds 0.25 --quiet --output ";
+  const fs::path err = d / "stderr.txt";
+  const int rc_cuda = run_cli_stderr(io + (d / "out_cuda").string() + " --device cuda", err);
+  const int rc_auto = run_cli_stderr(io + (d / "out_auto").string() + " --device auto", d / "stderr_auto.txt");
+  INFO("--device cuda: " << read_text(err) << "--device auto: " << read_text(d / "stderr_auto.txt"));
+  CHECK(rc_auto == 0);
+  if (q.usable()) {
+    CHECK(rc_cuda == 0);
+    return;
+  }
+  CHECK(rc_cuda == 1);
+  CHECK_THAT(read_text(err), Catch::StartsWith("melforge-build: error: the CUDA engine was requested, but no CUDA "
+                                               "device is usable: ") &&
+                                 Catch::Contains(q.describe()) && Catch::Contains(cause));
+  CHECK_FALSE(fs::exists(d / "out_cuda" / "build_report.json"));
+  CHECK_THAT(read_text(d / "stderr_auto.txt"),
+             Catch::Contains("melforge-build: --device auto: cpu-fftw engine: no usable CUDA device: " + q.describe()));
 }
 
 TEST_CASE("invalid parameters fail before any work", "[e2e][cli]") {

@@ -205,3 +205,62 @@ TEST_CASE("CUDA engine rejects an invalid configuration with InvalidArgument", "
     CHECK_THROWS_AS(make_cuda_engine(config), InvalidArgument);
   }
 }
+
+TEST_CASE("every CUDA device has a kernel image of this build", "[cuda]") {
+  const CudaDeviceQuery q = query_cuda_devices();
+  INFO("device query: " << q.describe() << "; built for " << describe_cuda_architectures(cuda_architectures()));
+  REQUIRE(q.usable());
+  for (int d = 0; d < q.count; ++d) {
+    const CudaDeviceSupport s = cuda_device_support(d);
+    INFO("device " << d << ": " << s.name << " " << s.cc_major << "." << s.cc_minor << ": " << s.problem);
+    CHECK(s.supported());
+  }
+}
+
+TEST_CASE("make_engine(cuda) over every device deals whole device batches and matches the CPU engine", "[cuda]") {
+  const Params p = params_default();
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  const EngineConfig config = config_of(p, dtype);
+  EnginePlan plan;
+  auto engine = make_engine(Device::cuda, config, &plan);
+  CHECK(plan.error.empty());
+  CHECK(static_cast<int>(plan.devices.size()) == cuda_device_count());
+  CHECK_THAT(engine->name(), Catch::StartsWith("cuda-cufft"));
+  auto cpu_engine = make_cpu_engine(config);
+  const int64_t signal_len = 4 * p.segment_samples + 101;
+  const std::vector<float> signal = make_signal(signal_len, 11);
+  for (const int64_t count : {int64_t{1}, 2 * p.device_batch, 7 * p.device_batch + 3}) {
+    INFO(to_string(dtype) << ", " << count << " segments on " << plan.devices.size() << " device(s)");
+    const std::vector<int64_t> offsets = make_offsets(count, signal_len, p.segment_samples, 9);
+    require_close(run(*engine, signal, offsets), run(*cpu_engine, signal, offsets), dtype, p.mel.log,
+                  engine->layout().out_elems_per_segment());
+  }
+}
+
+TEST_CASE("CUDA and CPU float16 bytes: how many differ and by how many half ulps", "[cuda]") {
+  const Params p = GENERATE(params_default(), params_constant_hamming());
+  const EngineConfig config = config_of(p, DType::float16);
+  auto cuda_engine = make_cuda_engine(config);
+  auto cpu_engine = make_cpu_engine(config);
+  const int64_t signal_len = 4 * p.segment_samples + 101;
+  const std::vector<float> signal = make_signal(signal_len, 23);
+  const std::vector<int64_t> offsets = make_offsets(5 * p.device_batch, signal_len, p.segment_samples, 4);
+  const std::vector<unsigned char> a = run(*cuda_engine, signal, offsets);
+  const std::vector<unsigned char> b = run(*cpu_engine, signal, offsets);
+  REQUIRE(a.size() == b.size());
+  int64_t differ = 0;
+  int64_t max_ulps = 0;
+  for (size_t i = 0; i + 1 < a.size(); i += 2) {
+    uint16_t x = 0;
+    uint16_t y = 0;
+    std::memcpy(&x, a.data() + i, 2);
+    std::memcpy(&y, b.data() + i, 2);
+    if (x == y) continue;
+    ++differ;
+    const auto ordered = [](uint16_t h) { return (h & 0x8000) ? -static_cast<int64_t>(h & 0x7fff) : int64_t{h}; };
+    max_ulps = std::max(max_ulps, std::abs(ordered(x) - ordered(y)));
+  }
+  WARN(p.name << ": " << differ << " of " << a.size() / 2 << " float16 values differ, by at most " << max_ulps
+               << " half ulps");
+  require_close(a, b, DType::float16, p.mel.log, cuda_engine->layout().out_elems_per_segment());
+}

@@ -1,10 +1,12 @@
-// One engine per CUDA device, without a device: the engine plan for a device count, the round-robin deal of
-// segments to engines, and the multi-engine over CPU engines computing exactly what one engine computes.
+// One engine per CUDA device, without a device: the engine plan for a device query (and make_engine on this
+// machine, whatever its query says), the deal of segments to engines in whole device batches, and the multi-engine
+// over CPU engines computing exactly what one engine computes.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "mel/mel_engine.h"
@@ -61,44 +63,173 @@ class FakeEngine final : public MelEngine {
 
 }  // namespace
 
-TEST_CASE("plan_engines: one CPU engine, or one CUDA engine per device", "[multi_engine]") {
-  const int devices = GENERATE(0, 1, 2, 8);
-  CAPTURE(devices);
-  CHECK_FALSE(plan_engines(Device::cpu, devices).cuda);
-  CHECK(plan_engines(Device::cpu, devices).engines == 1);
-  CHECK(plan_engines(Device::auto_select, devices).cuda == (devices > 0));
-  CHECK(plan_engines(Device::auto_select, devices).engines == std::max(devices, 1));
-  CHECK(plan_engines(Device::cuda, devices).cuda);
-  CHECK(plan_engines(Device::cuda, devices).engines == std::max(devices, 1));
+namespace {
+
+CudaDeviceQuery devices_found(int count) {
+  CudaDeviceQuery q;
+  q.built_with_cuda = true;
+  q.count = count;
+  q.driver_version = 13000;
+  q.runtime_version = 13000;
+  return q;
 }
 
-TEST_CASE("deal_round_robin gives every segment to exactly one engine, batch b to engine b % N", "[multi_engine]") {
-  const int64_t count = GENERATE(0, 1, 5, 100, 4097);
-  const int64_t max_batch = GENERATE(1, 7, 4096);
+CudaDeviceQuery insufficient_driver() {
+  CudaDeviceQuery q;
+  q.built_with_cuda = true;
+  q.error_code = 35;
+  q.error_name = "cudaErrorInsufficientDriver";
+  q.error_message = "CUDA driver version is insufficient for CUDA runtime version";
+  q.runtime_version = 13000;
+  return q;
+}
+
+CudaDeviceSupport unsupported(int device) {
+  CudaDeviceSupport s;
+  s.device = device;
+  s.cc_major = 11;
+  s.name = "Fake Thor";
+  s.problem = no_kernel_image_message(11, 0, "75-real,120-virtual");
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("plan_engines: one CPU engine, or one CUDA engine per usable device", "[multi_engine]") {
+  const int devices = GENERATE(1, 2, 8);
+  CAPTURE(devices);
+  const CudaDeviceQuery q = devices_found(devices);
+  std::vector<int> all(static_cast<size_t>(devices));
+  std::iota(all.begin(), all.end(), 0);
+  const EnginePlan cpu = plan_engines(Device::cpu, q, {});
+  CHECK_FALSE(cpu.cuda);
+  CHECK(cpu.engines() == 1);
+  CHECK(cpu.cuda_query.empty());
+  for (const Device d : {Device::auto_select, Device::cuda}) {
+    const EnginePlan p = plan_engines(d, q, {});
+    CHECK(p.cuda);
+    CHECK(p.devices == all);
+    CHECK(p.engines() == devices);
+    CHECK(p.error.empty());
+    CHECK(p.fallback_reason.empty());
+    CHECK(p.cuda_query == q.describe());
+  }
+}
+
+TEST_CASE("plan_engines: a failed device query makes auto use the CPU with a reason and cuda an error",
+          "[multi_engine]") {
+  const CudaDeviceQuery q = GENERATE(insufficient_driver(), CudaDeviceQuery{}, devices_found(0));
+  CAPTURE(q.describe());
+  const EnginePlan a = plan_engines(Device::auto_select, q, {});
+  CHECK_FALSE(a.cuda);
+  CHECK(a.engines() == 1);
+  CHECK(a.error.empty());
+  CHECK_THAT(a.fallback_reason, Catch::Contains(q.describe()));
+  const EnginePlan c = plan_engines(Device::cuda, q, {});
+  CHECK(c.cuda);
+  CHECK(c.devices.empty());
+  CHECK(c.engines() == 0);
+  CHECK_THAT(c.error, Catch::Contains(q.describe()));
+  if (q.error_code == 35) {
+    CHECK_THAT(c.error, Catch::Contains("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA "
+                                        "runtime version"));
+    CHECK_THAT(a.fallback_reason, Catch::Contains("cudaErrorInsufficientDriver"));
+  }
+  if (!q.built_with_cuda) CHECK_THAT(c.error, Catch::Contains("built without CUDA"));
+}
+
+TEST_CASE("plan_engines: a device without a kernel image is left out by auto and refused by cuda", "[multi_engine]") {
+  const CudaDeviceQuery q = devices_found(3);
+  CudaDeviceSupport ok0;
+  ok0.device = 0;
+  CudaDeviceSupport ok2;
+  ok2.device = 2;
+  const std::vector<CudaDeviceSupport> mixed = {ok0, unsupported(1), ok2};
+  const EnginePlan a = plan_engines(Device::auto_select, q, mixed);
+  CHECK(a.cuda);
+  CHECK(a.devices == std::vector<int>{0, 2});
+  CHECK_THAT(a.fallback_reason, Catch::Contains("CUDA device 1 (Fake Thor, compute capability 11.0)") &&
+                                    Catch::Contains("no kernel image for compute capability 11.0"));
+  const EnginePlan c = plan_engines(Device::cuda, q, mixed);
+  CHECK(c.devices.empty());
+  CHECK_THAT(c.error, Catch::Contains("no kernel image for compute capability 11.0") &&
+                          Catch::Contains("CUDA_VISIBLE_DEVICES"));
+
+  const std::vector<CudaDeviceSupport> none = {unsupported(0), unsupported(1), unsupported(2)};
+  const EnginePlan a0 = plan_engines(Device::auto_select, q, none);
+  CHECK_FALSE(a0.cuda);
+  CHECK(a0.engines() == 1);
+  CHECK_THAT(a0.fallback_reason, Catch::Contains("no supported CUDA device") && Catch::Contains("CUDA device 2"));
+  CHECK_FALSE(plan_engines(Device::cuda, q, none).error.empty());
+}
+
+TEST_CASE("make_engine on this machine follows the CUDA device query under auto and cuda", "[multi_engine]") {
+  const CudaDeviceQuery q = query_cuda_devices();
+  INFO("device query: " << q.describe());
+  CHECK(cuda_device_count() == q.count);
+  CHECK(cuda_available() == q.usable());
+  const EngineConfig config = small_config(DType::float16);
+  EnginePlan plan;
+  const auto engine = make_engine(Device::auto_select, config, &plan);
+  CHECK(plan.cuda_query == q.describe());
+  if (!q.usable()) {
+    CHECK(engine->name() == "cpu-fftw");
+    CHECK_FALSE(plan.cuda);
+    CHECK_THAT(plan.fallback_reason, Catch::Contains(q.describe()));
+    const std::string cause = q.built_with_cuda ? q.error_name : "built without CUDA";
+    if (q.built_with_cuda) CHECK(q.error_code != 0);
+    CHECK_FALSE(cause.empty());
+    CHECK_THROWS_AS(make_engine(Device::cuda, config), CudaError);
+    CHECK_THROWS_WITH(make_engine(Device::cuda, config), Catch::Contains(cause));
+    CHECK_THROWS_AS(make_cuda_engine(config), CudaError);
+    CHECK_THROWS_WITH(make_cuda_engine(config), Catch::Contains(cause));
+    return;
+  }
+  const EnginePlan cuda = choose_engines(Device::cuda);
+  if (cuda.error.empty()) {
+    CHECK(plan.cuda);
+    CHECK(static_cast<int>(plan.devices.size()) == q.count);
+    CHECK(plan.fallback_reason.empty());
+    CHECK_THAT(engine->name(), Catch::StartsWith("cuda-cufft"));
+    CHECK_NOTHROW(make_engine(Device::cuda, config));
+  } else {
+    CHECK_FALSE(plan.fallback_reason.empty());
+    CHECK_THROWS_AS(make_engine(Device::cuda, config), CudaError);
+  }
+}
+
+TEST_CASE("deal_round_robin deals contiguous chunks of whole device batches, at most one per engine",
+          "[multi_engine]") {
+  const int64_t count = GENERATE(0, 1, 5, 100, 4097, 3 * 4096 + 5);
+  const int64_t unit = GENERATE(1, 7, 4096);
   const int engines = GENERATE(1, 2, 3, 8);
-  CAPTURE(count, max_batch, engines);
-  const auto dealt = deal_round_robin(count, max_batch, engines);
+  CAPTURE(count, unit, engines);
+  const auto dealt = deal_round_robin(count, unit, engines);
   REQUIRE(dealt.size() == static_cast<size_t>(engines));
-  std::vector<DealtBatch> all;
-  for (size_t e = 0; e < dealt.size(); ++e)
-    for (size_t j = 0; j < dealt[e].size(); ++j) {
-      const DealtBatch& b = dealt[e][j];
-      CHECK(b.count >= 1);
-      CHECK(b.count <= max_batch);
-      const int64_t size = std::max<int64_t>(1, std::min(max_batch, (count + engines - 1) / engines));
-      CHECK(b.first % size == 0);
-      CHECK((b.first / size) % engines == static_cast<int64_t>(e));
-      all.push_back(b);
-    }
-  std::sort(all.begin(), all.end(), [](const DealtBatch& a, const DealtBatch& b) { return a.first < b.first; });
+  const int64_t units = (count + unit - 1) / unit;
+  const int64_t share = (units + engines - 1) / engines;
   int64_t next = 0;
-  for (const DealtBatch& b : all) {
+  int64_t busy = 0;
+  for (const auto& chunks : dealt) {
+    REQUIRE(chunks.size() <= 1);
+    if (chunks.empty()) {
+      CHECK(next == count);
+      continue;
+    }
+    ++busy;
+    const DealtBatch& b = chunks.front();
     CHECK(b.first == next);
+    CHECK(b.count >= 1);
+    CHECK(b.first % unit == 0);
+    CHECK(b.count <= share * unit);
+    if (b.first + b.count < count) {
+      CHECK(b.count % unit == 0);
+      CHECK(b.count == share * unit);
+    }
     next = b.first + b.count;
   }
   CHECK(next == count);
-  if (count >= engines && max_batch * engines >= count)
-    for (const auto& e : dealt) CHECK(e.size() == 1);
+  CHECK(busy == (count == 0 ? 0 : (units + share - 1) / share));
 }
 
 TEST_CASE("a multi-engine over CPU engines computes exactly what one engine computes", "[multi_engine]") {
@@ -139,8 +270,8 @@ TEST_CASE("a multi-engine runs its engines on separate threads, sums their figur
   std::vector<unsigned char> out(30 * static_cast<size_t>(layout.out_bytes_per_segment()));
   multi->compute(nullptr, offsets, out.data());
   CHECK(fakes[0]->segments() == 12);
-  CHECK(fakes[1]->segments() == 10);
-  CHECK(fakes[2]->segments() == 8);
+  CHECK(fakes[1]->segments() == 12);
+  CHECK(fakes[2]->segments() == 6);
   CHECK(fakes[0]->threads().front() != fakes[1]->threads().front());
   CHECK(fakes[1]->threads().front() != fakes[2]->threads().front());
   CHECK(multi->device_bytes() == 300);

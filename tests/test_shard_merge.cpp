@@ -192,6 +192,20 @@ TEST_CASE("shards and splits without files merge like an unsharded build", "[sha
   CHECK_FALSE(h5::is_virtual(h5::open_dataset(v, "mel")));
 }
 
+TEST_CASE("a merged report names every engine its shards ran on", "[shard][e2e]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 2);
+  const auto dirs = test::build_shards(test::tone_build_config(d / "in", d / "unused"), d / "run", 3);
+  CHECK(test::merge_shards(dirs, d / "same", false)["engine"] == "cpu-fftw");
+  const fs::path report = dirs[1] / "build_report.json";
+  auto r = read_json(report);
+  r["engine"] = "cuda-cufft";
+  std::ofstream(report) << r.dump();
+  const auto merged = test::merge_shards(dirs, d / "mixed", false);
+  CHECK(merged["engine"] == "cpu-fftw + cuda-cufft");
+  CHECK(merged["merge"]["shards"][1]["engine"] == "cuda-cufft");
+}
+
 TEST_CASE("a merged folder moved together with its shards still reads, and a missing shard is an error", "[shard][e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 6);

@@ -2,9 +2,11 @@
 // a CUDA graph together with its host<->device copies, and replayed for every device batch.
 // The library links libcudart and libcufft dynamically: machines without the CUDA toolkit need a build configured
 // with -DMELFORGE_CUDA=OFF (mel_cuda_stub.cpp), where cuda_available() is false.
+// Compiled with --fmad=false (kernels/CMakeLists.txt): no a * b + c is contracted into an FMA, so the window, power,
+// mel sum and log are the same IEEE operations as the CPU engine's (which avoids FMA too, see mel_cpu.cpp).
 #include <algorithm>
 #include <array>
-#include <climits>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -21,6 +23,10 @@
 #include "mel_engine.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/timing.h"
+
+#ifndef MELFORGE_CUDA_ARCHITECTURES
+#error "MELFORGE_CUDA_ARCHITECTURES (CMAKE_CUDA_ARCHITECTURES, comma separated) must come from kernels/CMakeLists.txt"
+#endif
 
 namespace melforge::mel {
 namespace cuda {
@@ -107,12 +113,42 @@ class NvtxRange {
   NvtxRange& operator=(const NvtxRange&) = delete;
 };
 
-/// Graph nodes one slot's capture must contain: our two copies, our four timing events, and at least three kernels
-/// (gather, cuFFT's own kernels, mel). Fewer kernels means cuFFT ran outside the capture. cuFFT may add copies or
-/// memsets of its own, so copies are a minimum too.
-constexpr size_t kGraphMemcpyNodes = 2;
-constexpr size_t kGraphEventNodes = 4;
-constexpr size_t kGraphMinKernelNodes = 3;
+/// Deepest nesting of child graphs count_nodes follows (cuFFT nests one level, if any).
+constexpr int kMaxGraphDepth = 8;
+
+/// Adds the nodes of `graph` at nesting depth `depth` (0: the captured graph) to `summary`, descending into child
+/// graph nodes (cudaGraphChildGraphNodeGetGraph). See GraphNodeSummary for what is counted where.
+void count_nodes(cudaGraph_t graph, int depth, GraphNodeSummary& summary) {
+  if (depth > kMaxGraphDepth) {
+    throw CudaError("captured mel graph nests child graphs deeper than " + std::to_string(kMaxGraphDepth) + " levels");
+  }
+  size_t n_nodes = 0;
+  MELFORGE_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n_nodes));
+  std::vector<cudaGraphNode_t> nodes(n_nodes);
+  if (n_nodes > 0) MELFORGE_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n_nodes));
+  if (depth == 0) summary.top_level_nodes = static_cast<int64_t>(n_nodes);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    MELFORGE_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    switch (type) {
+      case cudaGraphNodeTypeKernel: ++summary.kernels; break;
+      case cudaGraphNodeTypeMemcpy: ++summary.copies; break;
+      case cudaGraphNodeTypeMemset: ++summary.memsets; break;
+      case cudaGraphNodeTypeEventRecord: summary.events += depth == 0 ? 1 : 0; break;
+      case cudaGraphNodeTypeGraph: {
+        ++summary.child_graphs;
+        cudaGraph_t child = nullptr;
+        MELFORGE_CUDA_CHECK(cudaGraphChildGraphNodeGetGraph(node, &child));
+        count_nodes(child, depth + 1, summary);
+        break;
+      }
+      default: break;
+    }
+  }
+}
+
+/// Set once the first accepted graph's counts have been printed (once per process).
+std::atomic<bool> g_graph_counts_printed{false};
 
 /// Everything one in-flight device batch needs. Slots alternate so that one batch's copies and kernels overlap the
 /// host gather of the next.
@@ -204,6 +240,7 @@ class CudaMelEngine final : public MelEngine {
   CudaBufferSizes sizes_;
   std::shared_ptr<const Filterbank> filterbank_;
   int device_ = 0;
+  CudaDeviceSupport support_;
   bool runtime_ok_ = false;
   float* d_window_ = nullptr;
   int32_t* d_bands_ = nullptr;
@@ -234,23 +271,24 @@ void CudaMelEngine::init() {
   if (config_.device_batch < 1) {
     throw InvalidArgument("device_batch must be >= 1, got " + std::to_string(config_.device_batch));
   }
-  const int devices = cuda_device_count();
-  if (devices == 0) throw CudaError("no usable CUDA device (no driver, no device, or a failed device query)");
-  if (config_.cuda_device >= devices) {
+  const CudaDeviceQuery query = query_cuda_devices();
+  if (!query.usable()) throw CudaError("no usable CUDA device: " + query.describe());
+  if (config_.cuda_device >= query.count) {
     throw InvalidArgument("CUDA device " + std::to_string(config_.cuda_device) + " does not exist (" +
-                          std::to_string(devices) + " found)");
+                          std::to_string(query.count) + " found)");
   }
   if (config_.cuda_device >= 0) MELFORGE_CUDA_CHECK(cudaSetDevice(config_.cuda_device));
   runtime_ok_ = true;
   MELFORGE_CUDA_CHECK(cudaGetDevice(&device_));
+  support_ = cuda_device_support(device_);
+  if (!support_.supported()) {
+    throw CudaError("CUDA device " + std::to_string(device_) + " (" + support_.name + "): " + support_.problem);
+  }
 
   filterbank_ = cached_filterbank(config_.mel);
   const int n_fft = config_.mel.n_fft;
   sizes_ = cuda_buffer_sizes(layout_, n_fft, config_.device_batch, filterbank_->nnz());
-  if (sizes_.frame_rows > INT_MAX || mel_grid(sizes_.output_elems) > INT_MAX) {
-    throw InvalidArgument("device_batch " + std::to_string(config_.device_batch) +
-                          " is too large: batch * n_frames and the kernel grids must fit in int");
-  }
+  check_launch_limits(sizes_, n_fft);
 
   const std::vector<float> window = window_table(config_.mel);
   const Filterbank& fb = *filterbank_;
@@ -267,6 +305,9 @@ void CudaMelEngine::init() {
   MELFORGE_CUDA_CHECK(cudaMemcpy(d_bands_, bands.data(), sizes_.filterbank_index_bytes(), cudaMemcpyHostToDevice));
   MELFORGE_CUDA_CHECK(
       cudaMemcpy(d_weights_, fb.weights.data(), sizes_.filterbank_weight_bytes(), cudaMemcpyHostToDevice));
+  // cudaMemcpy from pageable memory may return before its DMA has finished, and it runs on the legacy default
+  // stream, which the slots' non-blocking streams do not wait for: finish the uploads before any kernel reads them.
+  MELFORGE_CUDA_CHECK(cudaDeviceSynchronize());
 
   for (Slot& s : slots_) init_slot(s);
   for (Slot& s : slots_) {
@@ -285,11 +326,11 @@ void CudaMelEngine::init_slot(Slot& s) {
   MELFORGE_CUFFT_CHECK(cufftCreate(&s.plan));
   s.has_plan = true;
   MELFORGE_CUFFT_CHECK(cufftSetAutoAllocation(s.plan, 0));
-  int n[1] = {config_.mel.n_fft};
-  int inembed[1] = {config_.mel.n_fft};
-  int onembed[1] = {layout_.n_freqs};
-  MELFORGE_CUFFT_CHECK(cufftMakePlanMany(s.plan, 1, n, inembed, 1, config_.mel.n_fft, onembed, 1, layout_.n_freqs,
-                                         CUFFT_R2C, static_cast<int>(sizes_.frame_rows), &s.work_bytes));
+  long long n[1] = {config_.mel.n_fft};
+  long long inembed[1] = {config_.mel.n_fft};
+  long long onembed[1] = {layout_.n_freqs};
+  MELFORGE_CUFFT_CHECK(cufftMakePlanMany64(s.plan, 1, n, inembed, 1, config_.mel.n_fft, onembed, 1, layout_.n_freqs,
+                                           CUFFT_R2C, sizes_.frame_rows, &s.work_bytes));
   s.work = device_alloc<void>(static_cast<int64_t>(std::max<size_t>(s.work_bytes, 256)));
   MELFORGE_CUFFT_CHECK(cufftSetWorkArea(s.plan, s.work));
   MELFORGE_CUFFT_CHECK(cufftSetStream(s.plan, s.stream));
@@ -369,26 +410,13 @@ void CudaMelEngine::capture(Slot& s) {
   MELFORGE_CUDA_CHECK(end);
   MELFORGE_CUDA_CHECK(cudaGetLastError());
 
-  size_t n_nodes = 0;
-  MELFORGE_CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &n_nodes));
-  std::vector<cudaGraphNode_t> nodes(n_nodes);
-  MELFORGE_CUDA_CHECK(cudaGraphGetNodes(graph.get(), nodes.data(), &n_nodes));
-  size_t kernels = 0;
-  size_t copies = 0;
-  size_t events = 0;
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType type{};
-    MELFORGE_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
-    kernels += type == cudaGraphNodeTypeKernel;
-    copies += type == cudaGraphNodeTypeMemcpy;
-    events += type == cudaGraphNodeTypeEventRecord;
-  }
-  if (kernels < kGraphMinKernelNodes || copies < kGraphMemcpyNodes || events != kGraphEventNodes) {
-    throw CudaError("captured mel graph is incomplete: " + std::to_string(n_nodes) + " nodes, " +
-                    std::to_string(kernels) + " kernels (expected >= " + std::to_string(kGraphMinKernelNodes) +
-                    "), " + std::to_string(copies) + " copies (expected >= " + std::to_string(kGraphMemcpyNodes) +
-                    "), " + std::to_string(events) + " event records (expected " +
-                    std::to_string(kGraphEventNodes) + ")");
+  GraphNodeSummary summary;
+  count_nodes(graph.get(), 0, summary);
+  const std::string problem = graph_problem(summary);
+  if (!problem.empty()) throw CudaError(problem);
+  if (!g_graph_counts_printed.exchange(true)) {
+    std::fprintf(stderr, "melforge: CUDA mel engine on device %d (%s, compute capability %d.%d): graph of %s\n",
+                 device_, support_.name.c_str(), support_.cc_major, support_.cc_minor, describe(summary).c_str());
   }
   MELFORGE_CUDA_CHECK(cudaGraphInstantiate(&s.exec, graph.get(), 0));
   MELFORGE_CUDA_CHECK(cudaGraphUpload(s.exec, s.stream));
@@ -491,16 +519,71 @@ void CudaMelEngine::release() noexcept {
 }  // namespace
 }  // namespace cuda
 
-int cuda_device_count() {
+CudaDeviceQuery query_cuda_devices() {
+  CudaDeviceQuery q;
+  q.built_with_cuda = true;
+  if (cudaRuntimeGetVersion(&q.runtime_version) != cudaSuccess) q.runtime_version = 0;
+  if (cudaDriverGetVersion(&q.driver_version) != cudaSuccess) q.driver_version = 0;
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  if (err != cudaSuccess) {
+    q.error_code = static_cast<int>(err);
+    q.error_name = cudaGetErrorName(err);
+    q.error_message = cudaGetErrorString(err);
+    return q;
   }
-  return std::max(count, 0);
+  q.count = std::max(count, 0);
+  return q;
 }
 
+int cuda_device_count() { return query_cuda_devices().count; }
+
 bool cuda_available() { return cuda_device_count() > 0; }
+
+std::string cuda_architectures() { return MELFORGE_CUDA_ARCHITECTURES; }
+
+namespace {
+
+/// Why device `s.device` (already current, its capability in `s`) cannot run the mel kernels; empty when it can.
+std::string kernel_image_problem(const CudaDeviceSupport& s) {
+  cudaFuncAttributes attributes{};
+  for (const cudaError_t err : {cudaFuncGetAttributes(&attributes, cuda::gather_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::mel_kernel)}) {
+    if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+      return no_kernel_image_message(s.cc_major, s.cc_minor, cuda_architectures()) + " (" + cudaGetErrorName(err) +
+             ")";
+    }
+    if (err != cudaSuccess) return std::string("cudaFuncGetAttributes: ") + cudaGetErrorName(err) + ": " +
+                                   cudaGetErrorString(err);
+  }
+  return "";
+}
+
+}  // namespace
+
+CudaDeviceSupport cuda_device_support(int device) {
+  CudaDeviceSupport s;
+  s.device = device;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  cudaDeviceProp prop{};
+  cudaError_t err = cudaGetDeviceProperties(&prop, device);
+  if (err == cudaSuccess) {
+    s.cc_major = prop.major;
+    s.cc_minor = prop.minor;
+    s.name = prop.name;
+    err = cudaSetDevice(device);
+  }
+  if (err == cudaSuccess) {
+    s.problem = kernel_image_problem(s);
+  } else {
+    s.problem = std::string("cannot query the device: ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+  }
+  (void)cudaGetLastError();
+  if (previous >= 0 && previous != device) (void)cudaSetDevice(previous);
+  return s;
+}
 
 std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& config) {
   return std::make_unique<cuda::CudaMelEngine>(config);

@@ -1,16 +1,36 @@
 #pragma once
 /// CUDA-free pieces of the CUDA mel engine that the engine (mel_cuda.cu) and the CPU tests share: the sizes of
-/// every buffer, and the host-side gather of one device batch into the pinned input.
+/// every buffer and the launch limits they must meet, the host-side gather of one device batch into the pinned
+/// input, and the check of a captured graph's node counts. Defined inline here or in mel_cuda_host.cpp, which every
+/// build compiles (also -DMELFORGE_CUDA=OFF), so that the CPU tests exercise them.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "filterbank.h"
 #include "mel_engine.h"
 
 namespace melforge::mel::cuda {
+
+/// Threads per block of the gather kernel. One block per FFT row; threads stride over its n_fft samples.
+constexpr int kGatherBlock = 128;
+/// Threads per block of the mel kernel. One thread per output element.
+constexpr int kMelBlock = 256;
+/// The most blocks a kernel's one-dimensional grid may have (gridDim.x <= 2^31 - 1 on every architecture).
+constexpr int64_t kMaxGridBlocks = 2147483647;
+/// Total real FFT input elements (frame_rows * n_fft) above which cuFFT's 64-bit plans need n_fft to factor into
+/// primes <= kMaxLargeFftPrime (cuFFT documentation, cufftMakePlanMany64): 2^32.
+constexpr int64_t kLargeFftElements = int64_t{1} << 32;
+/// See kLargeFftElements.
+constexpr int kMaxLargeFftPrime = 127;
+
+/// Blocks of the gather kernel for `frame_rows` rows: one per row.
+inline int64_t gather_grid(int64_t frame_rows) { return frame_rows; }
+/// Blocks of the mel kernel for `output_elems` elements: ceil(output_elems / kMelBlock).
+inline int64_t mel_grid(int64_t output_elems) { return (output_elems + kMelBlock - 1) / kMelBlock; }
 
 /// Element counts of every buffer of the CUDA engine for one device batch. The engine allocates exactly these,
 /// the tests index exactly these. "Per slot" buffers exist once per pipeline slot; the others once per engine.
@@ -86,6 +106,49 @@ inline std::vector<int32_t> filterbank_band_table(const Filterbank& fb) {
   bands.insert(bands.end(), fb.offset.begin(), fb.offset.end());
   return bands;
 }
+
+/// Largest prime factor of n >= 1 (1 for n = 1).
+int largest_prime_factor(int64_t n);
+
+/// Throws InvalidArgument naming the device batch and the limit when one device batch of `sizes` (FFT size
+/// `n_fft`) cannot run: the gather grid (frame_rows blocks) or the mel grid exceeds kMaxGridBlocks, or frame_rows *
+/// n_fft exceeds kLargeFftElements while n_fft has a prime factor > kMaxLargeFftPrime. The FFT plan is 64-bit
+/// (cufftMakePlanMany64) and every size here is int64, so frame_rows * n_fft may exceed 2^31 (and 2^32).
+void check_launch_limits(const CudaBufferSizes& sizes, int n_fft);
+
+/// Node counts of a captured graph. Kernels, copies and memsets are counted through child graphs
+/// (cudaGraphNodeTypeGraph nodes, where cuFFT may put its kernels), event records at the top level only (the
+/// engine's four timing marks are recorded on its own stream).
+struct GraphNodeSummary {
+  /// Nodes of the top-level graph.
+  int64_t top_level_nodes = 0;
+  /// Kernel nodes, including those inside child graphs.
+  int64_t kernels = 0;
+  /// Child graph nodes, at any depth.
+  int64_t child_graphs = 0;
+  /// Memcpy nodes, including those inside child graphs.
+  int64_t copies = 0;
+  /// Memset nodes, including those inside child graphs.
+  int64_t memsets = 0;
+  /// Event record nodes of the top-level graph.
+  int64_t events = 0;
+};
+
+/// Kernels one slot's graph must hold at least: gather, cuFFT's own (at least one), mel. Fewer means cuFFT ran
+/// outside the capture.
+constexpr int64_t kGraphMinKernels = 3;
+/// Copies one slot's graph must hold at least: our H2D and D2H (cuFFT may add copies of its own).
+constexpr int64_t kGraphMinCopies = 2;
+/// Event records one slot's graph must hold: the engine's four timing marks.
+constexpr int64_t kGraphEventRecords = 4;
+
+/// One line naming every count: "N top-level nodes, K kernels (incl. child graphs), C child graphs, P copies,
+/// M memsets, E event records".
+std::string describe(const GraphNodeSummary& summary);
+
+/// Empty when a slot's captured graph is complete (kernels >= kGraphMinKernels, copies >= kGraphMinCopies,
+/// events == kGraphEventRecords); else the reason, naming every count and what was expected.
+std::string graph_problem(const GraphNodeSummary& summary);
 
 /// Number of device batches for `count` segments: ceil(count / batch).
 inline int64_t batch_count(int64_t count, int64_t batch) { return (count + batch - 1) / batch; }

@@ -9,19 +9,10 @@
 #include <vector_types.h>
 
 #include "mel_args.h"
+#include "mel_cuda.h"
 #include "mel_math.h"
 
 namespace melforge::mel::cuda {
-
-/// Threads per block of the gather kernel. One block per FFT row; threads stride over its n_fft samples.
-constexpr int kGatherBlock = 128;
-/// Threads per block of the mel kernel. One thread per output element.
-constexpr int kMelBlock = 256;
-
-/// Blocks of the gather kernel for `frame_rows` rows: one per row.
-inline int64_t gather_grid(int64_t frame_rows) { return frame_rows; }
-/// Blocks of the mel kernel for `output_elems` elements: ceil(output_elems / kMelBlock).
-inline int64_t mel_grid(int64_t output_elems) { return (output_elems + kMelBlock - 1) / kMelBlock; }
 
 /// Window value at position n in [0, n_fft) of a frame: the periodic window of length `win` (<= n_fft), zero-padded
 /// on both sides to n_fft with (n_fft - win) / 2 zeros on the left, as torch.stft pads it.

@@ -4,6 +4,17 @@
 
 namespace melforge::mel {
 
+CudaDeviceQuery query_cuda_devices() { return {}; }
+
+CudaDeviceSupport cuda_device_support(int device) {
+  CudaDeviceSupport s;
+  s.device = device;
+  s.problem = "built without CUDA (MELFORGE_CUDA=OFF)";
+  return s;
+}
+
+std::string cuda_architectures() { return ""; }
+
 bool cuda_available() { return false; }
 
 int cuda_device_count() { return 0; }

@@ -53,18 +53,107 @@ float silence_value(const MelArgs& args) {
   return log_compress(0.0f, static_cast<int>(args.log), args.power, args.amin, args.log_eps);
 }
 
-EnginePlan plan_engines(Device device, int cuda_devices) {
-  if (device == Device::cpu || (device == Device::auto_select && cuda_devices < 1)) return {false, 1};
-  return {true, std::max(cuda_devices, 1)};
+namespace {
+
+/// "CUDA 13.0" for 13000, "none installed" for 0.
+std::string cuda_version_text(int version) {
+  if (version <= 0) return "none installed";
+  return "CUDA " + std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
-std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t max_batch, int engines) {
+/// "NVIDIA H100 (compute capability 9.0)"; "" when the name is unknown.
+std::string device_name(const CudaDeviceSupport& s) {
+  if (s.name.empty()) return "";
+  return s.name + " (compute capability " + std::to_string(s.cc_major) + "." + std::to_string(s.cc_minor) + ")";
+}
+
+/// "CUDA device 1 (NVIDIA H100, compute capability 9.0)".
+std::string device_text(const CudaDeviceSupport& s) {
+  std::string text = "CUDA device " + std::to_string(s.device);
+  if (!s.name.empty()) {
+    text += " (" + s.name + ", compute capability " + std::to_string(s.cc_major) + "." + std::to_string(s.cc_minor) +
+            ")";
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string CudaDeviceQuery::describe() const {
+  if (!built_with_cuda) return "built without CUDA (MELFORGE_CUDA=OFF)";
+  const std::string versions =
+      " (driver: " + cuda_version_text(driver_version) + "; runtime: " + cuda_version_text(runtime_version) + ")";
+  if (error_code != 0) return "cudaGetDeviceCount: " + error_name + ": " + error_message + versions;
+  if (count < 1) return "cudaGetDeviceCount found no CUDA device" + versions;
+  return std::to_string(count) + (count == 1 ? " CUDA device" : " CUDA devices") + versions;
+}
+
+EnginePlan plan_engines(Device device, const CudaDeviceQuery& query, const std::vector<CudaDeviceSupport>& support) {
+  EnginePlan plan;
+  if (device == Device::cpu) return plan;
+  plan.cuda_query = query.describe();
+  if (!query.usable()) {
+    if (device == Device::cuda) {
+      plan.cuda = true;
+      plan.error = "the CUDA engine was requested, but no CUDA device is usable: " + query.describe();
+    } else {
+      plan.fallback_reason = "no usable CUDA device: " + query.describe();
+    }
+    return plan;
+  }
+  std::vector<int> devices;
+  std::vector<std::string> names;
+  std::string problems;
+  for (int d = 0; d < query.count; ++d) {
+    const auto at = static_cast<size_t>(d);
+    if (at >= support.size() || support[at].supported()) {
+      devices.push_back(d);
+      names.push_back(at < support.size() ? device_name(support[at]) : "");
+      continue;
+    }
+    CudaDeviceSupport named = support[at];
+    named.device = d;
+    problems += (problems.empty() ? "" : "; ") + device_text(named) + ": " + named.problem;
+  }
+  if (device == Device::cuda) {
+    plan.cuda = true;
+    if (problems.empty()) {
+      plan.devices = std::move(devices);
+      plan.device_names = std::move(names);
+    } else {
+      plan.error = "the CUDA engine was requested, but " + problems +
+                   (devices.empty() ? "" : " (leave unsupported devices out with CUDA_VISIBLE_DEVICES)");
+    }
+    return plan;
+  }
+  if (devices.empty()) {
+    plan.fallback_reason = "no supported CUDA device: " + problems;
+    return plan;
+  }
+  plan.cuda = true;
+  plan.devices = std::move(devices);
+  plan.device_names = std::move(names);
+  if (!problems.empty()) plan.fallback_reason = "left out " + problems;
+  return plan;
+}
+
+EnginePlan choose_engines(Device device) {
+  if (device == Device::cpu) return plan_engines(device, {}, {});
+  const CudaDeviceQuery query = query_cuda_devices();
+  std::vector<CudaDeviceSupport> support;
+  for (int d = 0; d < query.count; ++d) support.push_back(cuda_device_support(d));
+  return plan_engines(device, query, support);
+}
+
+std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t unit, int engines) {
   std::vector<std::vector<DealtBatch>> out(static_cast<size_t>(std::max(engines, 1)));
   if (count <= 0) return out;
   const auto n = static_cast<int64_t>(out.size());
-  const int64_t batch = std::max<int64_t>(1, std::min(max_batch, (count + n - 1) / n));
-  for (int64_t b = 0; b * batch < count; ++b)
-    out[static_cast<size_t>(b % n)].push_back({b * batch, std::min(batch, count - b * batch)});
+  const int64_t u = std::max<int64_t>(unit, 1);
+  const int64_t units = (count + u - 1) / u;
+  const int64_t chunk = (units + n - 1) / n * u;
+  for (int64_t b = 0; b * chunk < count; ++b)
+    out[static_cast<size_t>(b % n)].push_back({b * chunk, std::min(chunk, count - b * chunk)});
   return out;
 }
 
@@ -141,16 +230,18 @@ std::unique_ptr<MelEngine> make_multi_engine(std::vector<std::unique_ptr<MelEngi
   return std::make_unique<MultiEngine>(std::move(engines), deal);
 }
 
-std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config) {
-  const EnginePlan plan = plan_engines(device, device == Device::cpu ? 0 : cuda_device_count());
+std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config, EnginePlan* chosen) {
+  const EnginePlan plan = choose_engines(device);
+  if (chosen != nullptr) *chosen = plan;
+  if (!plan.error.empty()) throw CudaError(plan.error);
   if (!plan.cuda) return make_cpu_engine(config);
-  if (plan.engines == 1) return make_cuda_engine(config);
   std::vector<std::unique_ptr<MelEngine>> engines;
-  for (int d = 0; d < plan.engines; ++d) {
+  for (const int d : plan.devices) {
     EngineConfig c = config;
     c.cuda_device = d;
     engines.push_back(make_cuda_engine(c));
   }
+  if (engines.size() == 1) return std::move(engines.front());
   return make_multi_engine(std::move(engines), config.device_batch);
 }
 

@@ -32,7 +32,7 @@ struct EngineConfig {
   /// CUDA engine: segments per device batch (the batch the cuFFT plan and the CUDA graph are built for).
   int64_t device_batch = 4096;
   /// CUDA engine: index of the device to build on (0..cuda_device_count()-1); -1: the calling thread's current
-  /// device. make_engine sets it when it builds one engine per device.
+  /// device. make_engine sets it to each planned device.
   int cuda_device = -1;
 };
 
@@ -89,25 +89,110 @@ class MelEngine {
   virtual const MelLayout& layout() const = 0;
 };
 
-/// True when a CUDA device can be used (false when built without CUDA, with no driver, or with no device).
-/// Never throws; leaves no sticky CUDA error behind.
+/// Outcome of the CUDA device query (cudaGetDeviceCount), with its error kept. The CUDA error is carried as its
+/// number, name and message, so that this header needs no CUDA type.
+struct CudaDeviceQuery {
+  /// False when melforge was built with -DMELFORGE_CUDA=OFF; then `count` is 0 and the other fields are empty.
+  bool built_with_cuda = false;
+  /// Usable devices: cudaGetDeviceCount's count, 0 when it failed.
+  int count = 0;
+  /// cudaGetDeviceCount's cudaError_t as a number: 0 on success, e.g. 35 (cudaErrorInsufficientDriver: no driver,
+  /// or one older than the runtime needs) or 100 (cudaErrorNoDevice: a driver but no GPU).
+  int error_code = 0;
+  /// cudaGetErrorName of the error, e.g. "cudaErrorInsufficientDriver"; empty on success.
+  std::string error_name;
+  /// cudaGetErrorString of the error, e.g. "CUDA driver version is insufficient for CUDA runtime version"; empty on
+  /// success.
+  std::string error_message;
+  /// cudaDriverGetVersion: the newest CUDA version the installed driver supports, 1000 * major + 10 * minor
+  /// (13000 for 13.0); 0 when no driver is installed.
+  int driver_version = 0;
+  /// cudaRuntimeGetVersion: the version of the CUDA runtime this build links, same encoding.
+  int runtime_version = 0;
+  /// True when at least one device can be used.
+  bool usable() const { return count > 0; }
+  /// One line for messages and reports. Failure: "cudaGetDeviceCount: <error_name>: <error_message> (driver: none
+  /// installed | CUDA X.Y; runtime: CUDA X.Y)"; without CUDA: "built without CUDA (MELFORGE_CUDA=OFF)"; success:
+  /// "N CUDA device(s) (driver: ...; runtime: ...)".
+  std::string describe() const;
+};
+
+/// Queries the CUDA devices: cudaRuntimeGetVersion, cudaDriverGetVersion, cudaGetDeviceCount. Never throws; leaves
+/// no sticky CUDA error behind (after a failed count it makes no further CUDA call).
+CudaDeviceQuery query_cuda_devices();
+
+/// Whether this build's kernels can run on one CUDA device.
+struct CudaDeviceSupport {
+  /// Device index, 0..CudaDeviceQuery::count-1.
+  int device = 0;
+  /// Compute capability major version (8 for 8.6); 0 when the device could not be queried.
+  int cc_major = 0;
+  /// Compute capability minor version (6 for 8.6).
+  int cc_minor = 0;
+  /// Device name (cudaDeviceProp::name); empty when the device could not be queried.
+  std::string name;
+  /// Empty when this build can run its kernels on the device; else why not, e.g. no_kernel_image_message()'s text.
+  std::string problem;
+  /// True when `problem` is empty.
+  bool supported() const { return problem.empty(); }
+};
+
+/// Checks that this build can run its mel kernels on device `device`: reads its compute capability and loads each
+/// kernel (cudaFuncGetAttributes); cudaErrorNoKernelImageForDevice or cudaErrorInvalidDeviceFunction become
+/// no_kernel_image_message(). Call only for a device query_cuda_devices() reported. Never throws; restores the
+/// calling thread's current device and leaves no sticky CUDA error behind. Without CUDA: `problem` says so.
+CudaDeviceSupport cuda_device_support(int device);
+
+/// The CUDA architectures this build has device code for, as CMAKE_CUDA_ARCHITECTURES spelled them, comma separated
+/// (e.g. "75-real,80-real,120-real,120-virtual"); empty when built without CUDA.
+std::string cuda_architectures();
+
+/// Human-readable form of a cuda_architectures() string: "sm_75, sm_80, sm_120 and PTX for compute_120". "NN-real"
+/// is SASS for sm_NN, "NN-virtual" PTX for compute_NN, plain "NN" both; other entries (e.g. "all") are kept as
+/// given. Empty input gives "no CUDA architecture".
+std::string describe_cuda_architectures(const std::string& architectures);
+
+/// The error for a device of compute capability `cc_major`.`cc_minor` that no code of this build runs on:
+/// "no kernel image for compute capability X.Y in this build; built for <describe_cuda_architectures>; rebuild with
+/// -DCMAKE_CUDA_ARCHITECTURES including XY-real".
+std::string no_kernel_image_message(int cc_major, int cc_minor, const std::string& architectures);
+
+/// True when a CUDA device can be used: query_cuda_devices().usable(). Never throws; leaves no sticky CUDA error.
 bool cuda_available();
 
-/// Number of usable CUDA devices: 0 when built without CUDA, with no driver, no device, or a failed device query.
+/// query_cuda_devices().count: 0 when built without CUDA, with no driver, no device, or a failed device query.
 /// Never throws; leaves no sticky CUDA error behind.
 int cuda_device_count();
 
-/// The engines make_engine builds for `device` when `cuda_devices` CUDA devices are usable: one CPU engine for cpu
-/// (and for auto without a device), else one CUDA engine per device (cuda with 0 devices: 1, whose construction
-/// then fails with CudaError).
+/// The engines make_engine builds for a Device, and why.
+///   cpu: one CPU engine.
+///   auto: one CUDA engine per device that is usable and supported; the CPU engine when there is none, with
+///     `fallback_reason` saying why (the failed device query, or each device's problem). Devices left out while
+///     others are used are named in `fallback_reason` too.
+///   cuda: one CUDA engine per device; `error` is set (and make_engine throws CudaError with it) when the device
+///     query failed or found nothing, or when any device is unsupported.
 struct EnginePlan {
   /// Use CUDA engines.
   bool cuda = false;
-  /// Number of engines, >= 1.
-  int engines = 1;
+  /// CUDA devices to build one engine each on, in order; empty for the CPU engine and when `error` is set.
+  std::vector<int> devices;
+  /// For each of `devices`: "<name> (compute capability X.Y)", or "" when its support was not given.
+  std::vector<std::string> device_names;
+  /// auto only: why the CPU engine was chosen, or which devices were left out and why; empty otherwise.
+  std::string fallback_reason;
+  /// cuda only: why no CUDA engine can be built; empty when the devices can be used.
+  std::string error;
+  /// CudaDeviceQuery::describe() of the query the plan was made from; empty for Device::cpu (no query is made).
+  std::string cuda_query;
+  /// Engines to build: 1 for the CPU engine, devices.size() for CUDA (0 when `error` is set).
+  int engines() const { return cuda ? static_cast<int>(devices.size()) : 1; }
 };
-/// See EnginePlan.
-EnginePlan plan_engines(Device device, int cuda_devices);
+/// Plans the engines for `device` from a device query and the support of devices 0..query.count-1 (`support[d]` for
+/// device d; a device without an entry counts as supported). Pure: no CUDA call. See EnginePlan.
+EnginePlan plan_engines(Device device, const CudaDeviceQuery& query, const std::vector<CudaDeviceSupport>& support);
+/// query_cuda_devices(), cuda_device_support() for each device found (skipped for Device::cpu), then plan_engines.
+/// Never throws.
+EnginePlan choose_engines(Device device);
 
 /// Which part of a compute() call one engine of a MultiEngine gets: segments [first, first + count).
 struct DealtBatch {
@@ -116,24 +201,33 @@ struct DealtBatch {
   /// Segments, >= 1.
   int64_t count = 0;
 };
-/// Deals `count` segments to `engines` engines: in consecutive batches of min(max_batch, ceil(count / engines))
-/// segments (at least 1), batch b to engine b % engines. Returns each engine's batches in order; engines without
-/// work get none. Every segment is in exactly one batch.
-std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t max_batch, int engines);
+/// Deals `count` segments to `engines` engines in contiguous chunks of whole units of `unit` segments (a device
+/// batch; values < 1 count as 1): the count / unit units (rounded up) are split into chunks of
+/// ceil(units / engines) units, chunk b going to engine b % engines; the last chunk holds the remainder, so every
+/// chunk but the one holding segment count - 1 is a whole multiple of `unit`. Each engine gets at most one chunk,
+/// so each engine's compute() gets as many device batches as an even share allows and can pipeline them (the CUDA
+/// engine overlaps one batch's host work with the previous batch's device work), and no engine gets more than
+/// ceil(units / engines) units. Returns each engine's chunks in order; engines without work get none. Every segment
+/// is in exactly one chunk, and the chunks in engine order cover [0, count) in order.
+std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t unit, int engines);
 
 /// An engine over several engines of the same configuration (one per CUDA device): compute() deals the segments
-/// with deal_round_robin (max_batch `deal`) and runs the engines concurrently, one host thread each, every engine
-/// writing its segments' slots of `out`; the result is what one engine computes. Takes ownership of `engines`
-/// (at least 1, equal layouts). Errors of any engine are rethrown after all have finished.
+/// with deal_round_robin (unit `deal`, the device batch) and runs the engines concurrently, one host thread each,
+/// every engine writing its segments' slots of `out`; the result is what one engine computes. Takes ownership of
+/// `engines` (at least 1, equal layouts). Errors of any engine are rethrown after all have finished.
 std::unique_ptr<MelEngine> make_multi_engine(std::vector<std::unique_ptr<MelEngine>> engines, int64_t deal);
 
 /// Builds the CPU engine.
 std::unique_ptr<MelEngine> make_cpu_engine(const EngineConfig& config);
-/// Builds the CUDA engine. Throws CudaError when CUDA is unavailable or compiled out.
+/// Builds the CUDA engine on config.cuda_device. Throws CudaError when CUDA is unavailable or compiled out (the
+/// message names the device query's error), when the device has no kernel image of this build
+/// (no_kernel_image_message()), or when a CUDA or cuFFT call fails.
 std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& config);
-/// Builds the engines plan_engines(device, cuda_device_count()) names: one engine, or a MultiEngine over one CUDA
-/// engine per device (dealing batches of config.device_batch segments). auto: CUDA if available, else CPU.
-std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config);
+/// Builds the engines choose_engines(device) plans: one CPU engine, one CUDA engine, or a MultiEngine over one CUDA
+/// engine per planned device (dealing units of config.device_batch segments). Throws CudaError with the plan's
+/// `error` (Device::cuda without a usable, supported device). When `chosen` is not null it receives the plan, so
+/// that the caller can log and report auto's fallback reason.
+std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config, EnginePlan* chosen = nullptr);
 
 /// The value every output element takes for an all-zero segment: the log of zero energy (db: (20/power)*log10(amin),
 /// ln: log(log_eps), none: 0). Used to fill long-segment slots that hold no audio.

@@ -84,12 +84,23 @@ if(MELFORGE_TRAINER_CUDA)
   # Kineto is built into the wheel's libtorch_cpu; naming it stops the config's "library kineto not found" warning
   # (it only feeds TORCH_LIBRARIES, which melforge does not use: it links the imported target `torch`).
   set(kineto_LIBRARY "${MELFORGE_TORCH_ROOT}/lib/libtorch_cpu.so")
-  # Skip LibTorch's GPU detection (a try_run that needs a device): our own architectures, e.g. 80-real -> 8.0.
+  # Skip LibTorch's GPU detection (a try_run that needs a device): our own architectures in TORCH_CUDA_ARCH_LIST's
+  # spelling. SASS only (80-real) -> 8.0; PTX (120-virtual, or plain 120: SASS and PTX) -> 12.0+PTX, which in
+  # LibTorch's list means SASS and PTX, so "120-real;120-virtual" -> "12.0+PTX" alone. Others (e.g. "all") are kept.
   if(NOT DEFINED TORCH_CUDA_ARCH_LIST)
     set(TORCH_CUDA_ARCH_LIST "")
     foreach(_arch ${CMAKE_CUDA_ARCHITECTURES})
-      string(REGEX REPLACE "^([0-9]+)([0-9])(-real|-virtual)?$" "\\1.\\2" _arch "${_arch}")
+      if(_arch MATCHES "^([0-9]+)([0-9])-real$")
+        set(_arch "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+      elseif(_arch MATCHES "^([0-9]+)([0-9])(-virtual)?$")
+        set(_arch "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}+PTX")
+      endif()
       list(APPEND TORCH_CUDA_ARCH_LIST "${_arch}")
+    endforeach()
+    foreach(_arch ${TORCH_CUDA_ARCH_LIST})
+      if(_arch MATCHES "^(.*)\\+PTX$")
+        list(REMOVE_ITEM TORCH_CUDA_ARCH_LIST "${CMAKE_MATCH_1}")
+      endif()
     endforeach()
     list(REMOVE_DUPLICATES TORCH_CUDA_ARCH_LIST)
   endif()
