@@ -282,7 +282,8 @@ class Check:
             raise StepError("the CPU build failed, nothing to compare with")
         d = {"engine": report["engine"], "files": report["files"]["written"], "segments": report["segments"],
              "wall_s": round(seconds, 2), "files_per_s": report["throughput"]["files_per_s"],
-             "mel_times_s": report.get("times_s", {}), "device_buffer_bytes": report.get("device_buffer_bytes")}
+             "mel_times_s": report.get("times_s", {}), "device_buffer_bytes": report.get("device_buffer_bytes"),
+             "engine_choice": report.get("engine_choice")}
         d["comparison"] = {s: compare_split(os.path.join(self.cpu_dataset, f"{s}.h5"),
                                             os.path.join(out, f"{s}.h5")) for s in ("train", "val", "test")}
         bad = {s: c for s, c in d["comparison"].items() if c["outside_tolerance"] or c["metadata_differs"]}
