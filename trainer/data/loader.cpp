@@ -372,29 +372,69 @@ void BatchLoader::start_epoch(int64_t epoch) {
   if (opts_.prefetch > 0 && !device_resident()) worker_ = std::thread([this] { produce(); });
 }
 
+/// Waits until the queue has room and the loader is not paused, then marks the prefetch thread busy. Returns false
+/// when the loader is stopping.
+bool BatchLoader::wait_for_room() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return stopping_ || (!paused_ && static_cast<int64_t>(queue_.size()) < opts_.prefetch); });
+  if (stopping_) return false;
+  busy_ = true;
+  return true;
+}
+
+/// The prefetch thread. Everything that may call CUDA (gathering into pinned memory, the copy to the device, and
+/// releasing a batch that is not queued) happens while busy_ is set, so pause() can wait for it.
 void BatchLoader::produce() {
   const int64_t total = batches_per_epoch();
   try {
     for (int64_t i = 0; i < total; ++i) {
-      {
-        std::unique_lock lock(mutex_);
-        cv_.wait(lock, [&] { return stopping_ || static_cast<int64_t>(queue_.size()) < opts_.prefetch; });
-        if (stopping_) return;
-      }
+      if (!wait_for_room()) return;
       Batch b = gather_batch(i);
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
-      queue_.push_back(std::move(b));
+      const bool stopping = stopping_;
+      if (stopping)
+        b = Batch{};
+      else
+        queue_.push_back(std::move(b));
+      busy_ = false;
       cv_.notify_all();
+      if (stopping) return;
     }
   } catch (...) {
     std::lock_guard lock(mutex_);
     worker_error_ = std::current_exception();
+    busy_ = false;
   }
   std::lock_guard lock(mutex_);
   produced_all_ = true;
   cv_.notify_all();
 }
+
+void BatchLoader::pause() {
+  std::unique_lock lock(mutex_);
+  paused_ = true;
+  cv_.wait(lock, [&] { return !busy_; });
+}
+
+void BatchLoader::resume() {
+  std::lock_guard lock(mutex_);
+  paused_ = false;
+  cv_.notify_all();
+}
+
+bool BatchLoader::paused() const {
+  std::lock_guard lock(mutex_);
+  return paused_;
+}
+
+int64_t BatchLoader::ready() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+LoaderPause::LoaderPause(BatchLoader& loader) : loader_(loader) { loader_.pause(); }
+
+LoaderPause::~LoaderPause() { loader_.resume(); }
 
 std::optional<Batch> BatchLoader::next() {
   if (!started_) throw InvalidArgument("BatchLoader::next: no epoch started");
@@ -416,6 +456,8 @@ std::optional<Batch> BatchLoader::next() {
     return b;
   }
   std::unique_lock lock(mutex_);
+  if (paused_ && queue_.empty() && !worker_error_ && !produced_all_)
+    throw InvalidArgument("BatchLoader::next: the loader is paused and no batch is ready; resume() it first");
   cv_.wait(lock, [&] { return !queue_.empty() || worker_error_ || produced_all_; });
   wait_seconds_ += now_s() - t0;
   if (queue_.empty()) {

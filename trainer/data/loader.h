@@ -128,6 +128,21 @@ class BatchLoader {
   /// Stops and joins the prefetch thread; pending batches are dropped and next() needs a new start_epoch(). Safe
   /// to call at any time, repeatedly.
   void stop();
+  /// Quiesces the prefetch thread: returns once it is not gathering or delivering a batch, and keeps it from
+  /// starting another until resume(). From then on it makes no CUDA call (no pinned-memory allocation, no
+  /// host-to-device copy, no event), which a CUDA Graph capture on the calling thread needs. Batches already
+  /// queued stay: next() returns them, and throws InvalidArgument when none is ready (it would wait forever).
+  /// The pause outlasts stop() and start_epoch() until resume(); pausing twice is pausing once. Without a prefetch
+  /// thread (prefetch 0, a device-resident split) next() gathers on the caller's thread and the pause changes
+  /// nothing. The reader threads of a streamed split are not paused: they only read HDF5 chunks into CPU memory.
+  /// The batches, their order and their contents are the same with and without pauses.
+  void pause();
+  /// Lets the prefetch thread go on after pause(); nothing when not paused.
+  void resume();
+  /// Whether pause() is in effect.
+  bool paused() const;
+  /// Batches the prefetch thread has gathered that next() has not yet returned (0 without a prefetch thread).
+  int64_t ready() const;
   /// Seconds next() spent waiting for the prefetch thread (or gathering, without one) since start_epoch().
   double wait_seconds() const { return wait_seconds_; }
 
@@ -152,6 +167,7 @@ class BatchLoader {
   void read_ahead(int64_t id);
   Batch deliver(at::Tensor x, at::Tensor y, int64_t index) const;
   void produce();
+  bool wait_for_room();
   at::Tensor positions_of(int64_t batch) const;
   int64_t global_size_of(int64_t batch, int64_t local) const;
 
@@ -182,12 +198,29 @@ class BatchLoader {
   double wait_seconds_ = 0;
 
   std::thread worker_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Batch> queue_;
   bool stopping_ = false;
   bool produced_all_ = false;
+  bool paused_ = false;  // pause(): the prefetch thread starts no batch
+  bool busy_ = false;    // the prefetch thread is gathering or delivering a batch
   std::exception_ptr worker_error_;
+};
+
+/// pause() for a scope: the loader's prefetch thread is quiet from construction to destruction (also when an
+/// exception leaves the scope), e.g. around a CUDA Graph capture.
+class LoaderPause {
+ public:
+  /// Pauses `loader` (BatchLoader::pause), which must outlive this object.
+  explicit LoaderPause(BatchLoader& loader);
+  /// Resumes the loader.
+  ~LoaderPause();
+  LoaderPause(const LoaderPause&) = delete;
+  LoaderPause& operator=(const LoaderPause&) = delete;
+
+ private:
+  BatchLoader& loader_;
 };
 
 }  // namespace melforge::trainer

@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "dist/nccl_backend.h"
 
@@ -59,7 +60,33 @@ std::string reason(const std::exception& e) {
   return e.what();
 }
 
+/// Checks the rank and the local rank of `r` against its world size (InvalidArgument naming their sources).
+void check_ranks(const DistOptions& r) {
+  if (r.rank < 0 || r.rank >= r.world_size)
+    throw InvalidArgument("the rank (--rank, RANK or SLURM_PROCID) must be in [0, " + std::to_string(r.world_size) +
+                          "), got " + std::to_string(r.rank));
+  if (r.local_rank < 0)
+    throw InvalidArgument("the local rank (--local-rank, LOCAL_RANK or SLURM_LOCALID) must be >= 0, got " +
+                          std::to_string(r.local_rank));
+}
+
 }  // namespace
+
+CudaDeviceChoice choose_cuda_device(int local_rank, int device_count,
+                                    const std::optional<std::string>& visible_devices) {
+  const std::string visible =
+      visible_devices ? "CUDA_VISIBLE_DEVICES='" + *visible_devices + "'" : "CUDA_VISIBLE_DEVICES unset";
+  if (local_rank < 0) throw InvalidArgument("local rank must be >= 0, got " + std::to_string(local_rank));
+  if (device_count < 1)
+    throw InvalidArgument("local rank " + std::to_string(local_rank) + ": this process sees no CUDA device (" +
+                          visible + ")");
+  CudaDeviceChoice c;
+  c.ordinal = local_rank % device_count;
+  c.description = "local rank " + std::to_string(local_rank) + " -> cuda:" + std::to_string(c.ordinal) + " (" +
+                  std::to_string(local_rank) + " % " + std::to_string(device_count) + " visible device" +
+                  (device_count == 1 ? "" : "s") + "; " + visible + ")";
+  return c;
+}
 
 void DistOptions::validate() const {
   if (backend != "auto" && backend != "gloo" && backend != "nccl")
@@ -85,17 +112,13 @@ DistOptions DistOptions::resolve() const {
     const char* a = std::getenv("MASTER_ADDR");
     r.master_addr = a != nullptr && *a != '\0' ? a : "127.0.0.1";
   }
-  if (r.master_port == 0) r.master_port = env_int("MASTER_PORT", 29500);
   if (r.world_size < 1)
     throw InvalidArgument("the world size (--world-size, WORLD_SIZE or SLURM_NTASKS) must be >= 1, got " +
                           std::to_string(r.world_size));
-  if (r.rank < 0 || r.rank >= r.world_size)
-    throw InvalidArgument("the rank (--rank, RANK or SLURM_PROCID) must be in [0, " + std::to_string(r.world_size) +
-                          "), got " + std::to_string(r.rank));
-  if (r.local_rank < 0)
-    throw InvalidArgument("the local rank (--local-rank, LOCAL_RANK or SLURM_LOCALID) must be >= 0, got " +
-                          std::to_string(r.local_rank));
-  if (r.master_port < 1 || r.master_port > 65535)
+  if (r.master_port == 0) r.master_port = env_int("MASTER_PORT", r.world_size == 1 ? 0 : 29500);
+  check_ranks(r);
+  const bool free_port = r.world_size == 1 && r.master_port == 0;
+  if (!free_port && (r.master_port < 1 || r.master_port > 65535))
     throw InvalidArgument("the master port (--master-port or MASTER_PORT) must be in [1, 65535], got " +
                           std::to_string(r.master_port));
   return r;
@@ -103,16 +126,16 @@ DistOptions DistOptions::resolve() const {
 
 void add_options(po::options_description& desc, DistOptions& o) {
   desc.add_options()("dist-backend", po::value(&o.backend)->default_value(o.backend)->value_name("auto|gloo|nccl"),
-                     "data-parallel backend (auto: NCCL on CUDA, Gloo on the CPU)")(
+                     "data-parallel backend (auto: NCCL on CUDA, Gloo on the CPU); gloo or nccl given: through c10d even alone")(
       "rank", po::value(&o.rank)->value_name("R"), "this process's rank (default: RANK, SLURM_PROCID, else 0)")(
       "world-size", po::value(&o.world_size)->value_name("N"),
-      "processes in the data-parallel job (default: WORLD_SIZE, SLURM_NTASKS, else 1)")(
+      "processes in the data-parallel job (default: WORLD_SIZE, SLURM_NTASKS, else 1); 1 given: through c10d")(
       "local-rank", po::value(&o.local_rank)->value_name("R"),
-      "rank on this machine, picks the CUDA device (default: LOCAL_RANK, SLURM_LOCALID, else 0)")(
+      "rank on this machine; CUDA device: local rank % visible devices (default: LOCAL_RANK, SLURM_LOCALID, else 0)")(
       "master-addr", po::value(&o.master_addr)->value_name("HOST"),
       "host of rank 0's TCPStore (default: MASTER_ADDR, else 127.0.0.1)")(
       "master-port", po::value(&o.master_port)->value_name("PORT"),
-      "port of rank 0's TCPStore (default: MASTER_PORT, else 29500)")(
+      "port of rank 0's TCPStore (default: MASTER_PORT, else 29500; a free one for a single process)")(
       "dist-timeout", po::value(&o.timeout)->default_value(o.timeout)->value_name("S"),
       "seconds the rendezvous or a collective waits for the other ranks before failing")(
       "bucket-mib", po::value(&o.bucket_mib)->default_value(o.bucket_mib)->value_name("MiB"),
@@ -124,7 +147,7 @@ void add_options(po::options_description& desc, DistOptions& o) {
 // ---------------------------------------------------------------------------------------------------------------
 
 struct ProcessGroup::Impl {
-  int rank = 0, size = 1;
+  int rank = 0, size = 1, port = 0;
   std::string backend_name;
   double timeout_s = 0;
   c10::intrusive_ptr<c10d::Store> store;
@@ -168,7 +191,9 @@ ProcessGroup::ProcessGroup(const DistOptions& o, at::Device device) : impl_(std:
     so.numWorkers = static_cast<std::size_t>(o.world_size);
     so.waitWorkers = true;
     so.timeout = timeout;
-    d.store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    d.port = tcp->getPort();
+    d.store = tcp;
     if (agent_store) {
       const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
       d.store = c10::make_intrusive<c10d::PrefixStore>(
@@ -197,6 +222,7 @@ ProcessGroup::~ProcessGroup() = default;
 int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::size() const { return impl_->size; }
 const std::string& ProcessGroup::backend() const { return impl_->backend_name; }
+int ProcessGroup::port() const { return impl_->port; }
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
   for (at::Tensor& t : tensors) {

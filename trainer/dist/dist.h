@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,17 +30,21 @@ class DistError : public Error {
 /// environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun), else SLURM_PROCID,
 /// SLURM_NTASKS, SLURM_LOCALID (srun); without any, a single process (world size 1).
 struct DistOptions {
-  /// `auto` (NCCL on a CUDA device, Gloo on the CPU), `gloo` or `nccl`.
+  /// `auto` (NCCL on a CUDA device, Gloo on the CPU), `gloo` or `nccl`; `gloo` or `nccl` joins a process group
+  /// even in a job of one process (forces_process_group()).
   std::string backend = "auto";
   /// This process's rank in [0, world_size); -1: from RANK, else SLURM_PROCID, else 0.
   int rank = -1;
-  /// Processes in the job, >= 1; 0: from WORLD_SIZE, else SLURM_NTASKS, else 1.
+  /// Processes in the job, >= 1; 0: from WORLD_SIZE, else SLURM_NTASKS, else 1. 1 given: a process group of one
+  /// (forces_process_group()).
   int world_size = 0;
-  /// Rank on this machine (selects the CUDA device); -1: from LOCAL_RANK, else SLURM_LOCALID, else 0.
+  /// Rank on this machine; the CUDA device is local_rank % the devices this process sees (choose_cuda_device);
+  /// -1: from LOCAL_RANK, else SLURM_LOCALID, else 0.
   int local_rank = -1;
   /// Host of rank 0's TCPStore; empty: MASTER_ADDR, else 127.0.0.1.
   std::string master_addr;
-  /// Port of rank 0's TCPStore, in [1, 65535]; 0: MASTER_PORT, else 29500.
+  /// Port of rank 0's TCPStore, in [1, 65535]; 0: MASTER_PORT, else 29500, except in a job of one process, where
+  /// it stays 0 after resolve(): the store then listens on a free port the system picks.
   int master_port = 0;
   /// Seconds a rendezvous or a collective may wait for the other ranks before it fails, > 0.
   double timeout = 300;
@@ -54,7 +59,25 @@ struct DistOptions {
   /// These options with every unset field taken from the environment (or its default). Throws InvalidArgument
   /// naming the flag or variable for a malformed or inconsistent value (rank outside [0, world size), ...).
   DistOptions resolve() const;
+  /// Whether these flags ask for a c10d process group even in a job of one process: `--dist-backend gloo|nccl`
+  /// or `--world-size 1` given. (A world size above 1 always has one.) Used by the smoke test of the c10d path.
+  bool forces_process_group() const { return backend != "auto" || world_size == 1; }
 };
+
+/// The CUDA device a rank takes, and a line saying why.
+struct CudaDeviceChoice {
+  /// Device ordinal among the devices this process sees (after CUDA_VISIBLE_DEVICES), in [0, device count).
+  int ordinal = 0;
+  /// "local rank R -> cuda:O (R % N visible device(s); CUDA_VISIBLE_DEVICES=...)", for the log.
+  std::string description;
+};
+
+/// The device of local rank `local_rank` (>= 0) in a process that sees `device_count` CUDA devices: ordinal
+/// local_rank % device_count. With every device of the machine visible, local rank r takes device r; with one
+/// device per process (Slurm's --gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per process) every rank takes its
+/// only device, 0. `visible_devices` is CUDA_VISIBLE_DEVICES (nullopt when unset); it only goes into the
+/// description. Throws InvalidArgument when device_count < 1 (naming CUDA_VISIBLE_DEVICES) or local_rank < 0.
+CudaDeviceChoice choose_cuda_device(int local_rank, int device_count, const std::optional<std::string>& visible_devices);
 
 /// Registers --dist-backend --rank --world-size --local-rank --master-addr --master-port --dist-timeout
 /// --bucket-mib --no-overlap.
@@ -80,6 +103,8 @@ class ProcessGroup {
   int size() const;
   /// `gloo` or `nccl`.
   const std::string& backend() const;
+  /// Port of the TCPStore this process connected to (the one the system picked when the options asked for 0).
+  int port() const;
 
   /// Overwrites `tensors` (on the backend's device, dense, contiguous) with rank `root`'s.
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0);

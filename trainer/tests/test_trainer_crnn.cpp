@@ -13,6 +13,7 @@
 #include "models/crnn.h"
 #include "models/model.h"
 #include "options.h"
+#include "test_skip.h"
 
 using namespace melforge;
 using trainer::CrnnConfig;
@@ -290,10 +291,7 @@ TEST_CASE("crnn refuses bad configurations, JSON and inputs", "[trainer][crnn]")
 }
 
 TEST_CASE("crnn runs on CUDA and matches the CPU", "[trainer][crnn][cuda]") {
-  if (!torch::cuda::is_available()) {
-    SUCCEED("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   const std::string rnn = GENERATE("gru", "lstm");
   torch::manual_seed(13);
   CrnnNet cpu(config(32, 24, 4, rnn));

@@ -353,7 +353,20 @@ TEST_CASE("the job comes from the flags, else from torchrun's or Slurm's variabl
   trainer::DistOptions o;
   auto r = resolve_with(o, {});
   CHECK((r.world_size == 1 && r.rank == 0 && r.local_rank == 0));
-  CHECK((r.master_addr == "127.0.0.1" && r.master_port == 29500));
+  CHECK(r.master_addr == "127.0.0.1");
+  CHECK(r.master_port == 0);
+  CHECK_FALSE(o.forces_process_group());
+
+  trainer::DistOptions two;
+  two.world_size = 2;
+  r = resolve_with(two, {});
+  CHECK(r.master_port == 29500);
+  trainer::DistOptions alone;
+  alone.world_size = 1;
+  CHECK(alone.forces_process_group());
+  alone = {};
+  alone.backend = "gloo";
+  CHECK(alone.forces_process_group());
 
   const std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"},
                                                     {"SLURM_LOCALID", "1"}};
@@ -389,4 +402,57 @@ TEST_CASE("the job comes from the flags, else from torchrun's or Slurm's variabl
   bad = {};
   bad.bucket_mib = -1;
   CHECK_THROWS_AS(bad.validate(), InvalidArgument);
+}
+
+TEST_CASE("a rank's CUDA device is its local rank modulo the devices it sees", "[trainer][dist]") {
+  const int local_rank = GENERATE(0, 1, 3, 7, 8);
+  const int devices = GENERATE(1, 2, 4, 8);
+  CAPTURE(local_rank, devices);
+  const auto unset = trainer::choose_cuda_device(local_rank, devices, std::nullopt);
+  CHECK(unset.ordinal == local_rank % devices);
+  CHECK_THAT(unset.description, Catch::Contains("local rank " + std::to_string(local_rank) + " -> cuda:" +
+                                                std::to_string(local_rank % devices)) &&
+                                    Catch::Contains("CUDA_VISIBLE_DEVICES unset"));
+  const auto bound = trainer::choose_cuda_device(local_rank, devices, std::string("3"));
+  CHECK(bound.ordinal == unset.ordinal);
+  CHECK_THAT(bound.description, Catch::Contains("CUDA_VISIBLE_DEVICES='3'"));
+}
+
+TEST_CASE("a rank that sees no CUDA device is refused with the reason", "[trainer][dist]") {
+  const int devices = GENERATE(0, -1);
+  CAPTURE(devices);
+  try {
+    trainer::choose_cuda_device(3, devices, std::string(""));
+    FAIL("no exception");
+  } catch (const InvalidArgument& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("local rank 3") && Catch::Contains("no CUDA device") &&
+                                          Catch::Contains("CUDA_VISIBLE_DEVICES=''"));
+  }
+  CHECK_THROWS_AS(trainer::choose_cuda_device(-1, 1, std::nullopt), InvalidArgument);
+}
+
+TEST_CASE("one process joins through c10d when --dist-backend or --world-size 1 is given, and trains",
+          "[trainer][dist]") {
+  const int which = GENERATE(0, 1, 2);
+  const std::vector<std::vector<std::string>> flags = {
+      {"--world-size", "1", "--dist-backend", "gloo"}, {"--dist-backend", "gloo"}, {"--world-size", "1"}};
+  const auto& extra = flags[static_cast<std::size_t>(which)];
+  CAPTURE(which);
+  const fs::path root = shared().dir.path() / ("alone" + std::to_string(which));
+  fs::create_directories(root);
+  auto args = with(with(train_args(root / "run", 1, kBatch), {"--device", "cpu"}), extra);
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--log-level") args[i + 1] = "info";
+  const auto r = test::run_child(args, root / "train.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("rank 0 of 1, local rank 0 -> cpu: joined the job through c10d (gloo "
+                                       "process group, store at 127.0.0.1:"));
+  CHECK_THAT(r.output, !Catch::Contains("store at 127.0.0.1:0)"));
+  REQUIRE(fs::exists(root / "run" / "report.json"));
+  std::ifstream config_file(root / "run" / "config.json");
+  const auto config = nlohmann::json::parse(config_file);
+  CHECK(config["dist_backend"] == "gloo");
+  CHECK(config["world_size"] == 1);
+  CHECK(trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt").epoch == 1);
 }

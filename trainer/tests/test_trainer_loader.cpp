@@ -8,14 +8,17 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "melforge/common/errors.h"
+#include "test_skip.h"
 
 using namespace melforge;
 using trainer::Batch;
@@ -232,11 +235,80 @@ TEST_CASE("the loader refuses bad options and splits without valid data", "[trai
   CHECK_THROWS_AS(never_started.next(), InvalidArgument);
 }
 
-TEST_CASE("a split within the --gpu-mem budget is sampled on the device", "[trainer][loader][cuda]") {
-  if (!torch::cuda::is_available()) {
-    SUCCEED("skipped: no CUDA device");
-    return;
+/// The segment ids of each batch of an epoch.
+using BatchIds = std::vector<std::vector<int64_t>>;
+
+TEST_CASE("pausing the prefetch thread changes neither the batches nor their order", "[trainer][loader]") {
+  const int64_t prefetch = GENERATE(1, 3);
+  const int64_t pause_after = GENERATE(0, 1, 5, 17);
+  CAPTURE(prefetch, pause_after);
+  const Split split = make_split(kValid);
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.prefetch = 0;
+  BatchLoader reference(split, o, 5, at::kCPU);
+  BatchIds expected;
+  for (const Batch& b : epoch_batches(reference, 2)) expected.push_back(ids_of(b));
+  REQUIRE(expected.size() == 18);
+
+  o.prefetch = prefetch;
+  BatchLoader loader(split, o, 5, at::kCPU);
+  BatchIds got;
+  loader.start_epoch(2);
+  for (int64_t i = 0; i < pause_after; ++i) got.push_back(ids_of(*loader.next()));
+  {
+    const trainer::LoaderPause pause(loader);
+    CHECK(loader.paused());
+    const int64_t ready = loader.ready();
+    CHECK(ready <= prefetch);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    CHECK(loader.ready() == ready);
+    for (int64_t i = 0; i < ready; ++i) got.push_back(ids_of(*loader.next()));
+    if (static_cast<std::size_t>(pause_after + ready) < expected.size()) {
+      CHECK_THROWS_AS(loader.next(), InvalidArgument);
+    }
   }
+  CHECK_FALSE(loader.paused());
+  while (auto b = loader.next()) got.push_back(ids_of(*b));
+  CHECK(got == expected);
+}
+
+TEST_CASE("a paused prefetch thread starts no batch, and pause() waits for the one it is gathering",
+          "[trainer][loader]") {
+  const Split split = make_split(kValid);
+  LoaderOptions o;
+  o.batch_size = 1;
+  o.prefetch = 64;
+  BatchLoader loader(split, o, 5, at::kCPU);
+  for (int round = 0; round < 50; ++round) {
+    CAPTURE(round);
+    loader.start_epoch(round);
+    loader.pause();
+    const int64_t ready = loader.ready();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    CHECK(loader.ready() == ready);
+    loader.resume();
+  }
+  loader.pause();
+  loader.start_epoch(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(loader.ready() == 0);
+  CHECK_THROWS_AS(loader.next(), InvalidArgument);
+  loader.pause();
+  loader.resume();
+  CHECK(loader.next().has_value());
+  loader.stop();
+
+  o.prefetch = 0;
+  BatchLoader synchronous(split, o, 5, at::kCPU);
+  synchronous.start_epoch(0);
+  const trainer::LoaderPause pause(synchronous);
+  CHECK(synchronous.next().has_value());
+  CHECK(synchronous.ready() == 0);
+}
+
+TEST_CASE("a split within the --gpu-mem budget is sampled on the device", "[trainer][loader][cuda]") {
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   const Split split = make_split(kValid);
   LoaderOptions o;
   o.batch_size = 5;

@@ -11,6 +11,7 @@
 
 #include "eval/metrics.h"
 #include "melforge/common/errors.h"
+#include "test_skip.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
@@ -299,10 +300,7 @@ TEST_CASE("majority ties are broken by the mean probability, padding is ignored"
 }
 
 TEST_CASE("the accumulator and the votes on CUDA equal the CPU", "[trainer][metrics][cuda]") {
-  if (!torch::cuda::is_available()) {
-    SUCCEED("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   at::manual_seed(3);
   const at::Tensor logits = at::randn({500, 4}), det = at::randn({500}), y = at::randint(0, 4, {500}, at::kLong);
   MetricAccumulator cpu(4, 2, 0.4, at::kCPU), gpu(4, 2, 0.4, at::Device(at::kCUDA, 0));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "test_skip.h"
 #include "train/optim.h"
 
 using namespace melforge;
@@ -480,10 +481,7 @@ TEST_CASE("GradScaler state_dict round trip", "[trainer][optim]") {
 }
 
 TEST_CASE("optimizer pieces on CUDA match the CPU", "[trainer][optim][cuda]") {
-  if (!torch::cuda::is_available()) {
-    SUCCEED("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   const std::string impl = GENERATE("fused", "foreach");
   CAPTURE(impl);
   std::vector<at::Tensor> cpu = make_params({{33, 7}, {7}}, 101);

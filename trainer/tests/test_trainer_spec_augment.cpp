@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "test_skip.h"
 #include "train/spec_augment.h"
 
 using namespace melforge;
@@ -215,10 +216,7 @@ TEST_CASE("spec_augment refuses negative options and other shapes", "[trainer][a
 
 TEST_CASE("spec_augment on CUDA keeps the tensor on the device with the same mask structure",
           "[trainer][augment][cuda]") {
-  if (!torch::cuda::is_available()) {
-    SUCCEED("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   const at::Tensor x = torch::randn({32, 40, 50});
   const at::Tensor y = trainer::spec_augment(x.to(torch::kCUDA), opts(2, 8, 2, 6));
   CHECK(y.is_cuda());

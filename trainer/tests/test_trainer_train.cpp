@@ -12,6 +12,7 @@
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
+#include "test_skip.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -363,24 +364,36 @@ TEST_CASE("bench times the data pipeline, the training step and the evaluation",
   CHECK_THAT(out.str(), Catch::Contains("samples/s") && Catch::Contains("files/s"));
 }
 
-TEST_CASE("CUDA training: fp16 with loss scaling, a resident split and a captured step", "[trainer][train][cuda]") {
-  if (!torch::cuda::is_available()) {
-    SUCCEED("skipped: no CUDA device");
-    return;
-  }
+TEST_CASE("CUDA training: fp16 with loss scaling on a resident split, and a captured step with and without it",
+          "[trainer][train][cuda]") {
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
+  struct Case {
+    const char* amp;
+    bool graph;
+    int64_t gpu_mem;
+  };
+  // The captured step with the default loader (prefetch thread on, batches copied from pinned memory while the
+  // step is captured and replayed) and with the device-resident split; fp16 (no graph) on the resident split.
+  const Case cases[] = {{"fp16", false, 64}, {"bf16", true, 0}, {"bf16", true, 64}};
+  const Case& k = cases[GENERATE(0, 1, 2)];
+  CAPTURE(k.amp, k.graph, k.gpu_mem);
   TempDir d;
   const fs::path data = test::build_tone_dataset(d.path(), 3, 6);
   auto c = tiny_config(data, d / "run", 6);
   c.runtime.device = "cuda";
-  c.train.amp = GENERATE(as<std::string>(), "fp16", "bf16");
-  c.train.cuda_graph = c.train.amp == "bf16";
+  c.runtime.log_level = "info";
+  c.train.amp = k.amp;
+  c.train.cuda_graph = k.graph;
   c.train.channels_last = true;
-  c.loader.gpu_mem = 64;
+  c.loader.prefetch = trainer::LoaderOptions{}.prefetch;
+  c.loader.gpu_mem = k.gpu_mem;
   std::ostringstream log;
   const auto r = trainer::train(c, log);
   INFO(log.str());
   REQUIRE(r.test.has_value());
   CHECK(r.test->segment.accuracy >= 0.9);
+  CHECK((log.str().find("captured the training step in a CUDA Graph") != std::string::npos) == k.graph);
+  CHECK((log.str().find("train split resident on cuda") != std::string::npos) == (k.gpu_mem > 0));
 }
 
 TEST_CASE("a run configuration survives its JSON round trip", "[trainer][train]") {

@@ -13,6 +13,7 @@
 
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -512,7 +513,7 @@ namespace {
 class Run {
  public:
   Run(TrainConfig config, std::ostream& log_stream, const TrainHooks& hooks)
-      : cfg_(std::move(config)), log_(Logger::from(log_stream, cfg_.runtime)), hooks_(hooks) {}
+      : cfg_(std::move(config)), log_(Logger::from(log_stream, cfg_.runtime)), rank_log_(log_), hooks_(hooks) {}
 
   TrainResult run();
 
@@ -527,14 +528,18 @@ class Run {
   void finish(TrainResult& result);
   void step_body();
   ModelOutput graph_step(const at::Tensor& x, const at::Tensor& y, double lr, at::Tensor& loss);
+  void capture_step();
   void join_job(const DistOptions& dist);
+  std::string take_rank_device(int local_rank);
   void sync_model();
   nlohmann::json gather_rank_rng();
   void restore_rank_rng(const Checkpoint& c);
   bool writer() const { return rank_ == 0; }
 
   TrainConfig cfg_;
+  // The log; ranks > 0 of a job log warnings and errors only, except on rank_log_ (what each rank says about itself).
   Logger log_;
+  Logger rank_log_;
   const TrainHooks& hooks_;
   fs::path run_dir_;
   std::optional<Checkpoint> resume_from_;
@@ -582,6 +587,29 @@ void Run::step_body() {
   opt_->step(glr_);
 }
 
+/// Captures step_body() in graph_, once. The loader's prefetch thread is paused for the capture and the capture is
+/// thread-local (cudaStreamCaptureModeThreadLocal); why both: trainer/README.md, "CUDA Graph capture and the
+/// prefetch thread".
+void Run::capture_step() {
+#ifdef MELFORGE_TRAINER_HAVE_CUDA
+  const LoaderPause quiet(*loader_);
+  sync_device(s_.device);
+  opt_->zero_grad();
+  graph_ = std::make_unique<at::cuda::CUDAGraph>();
+  {
+    c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    graph_->capture_begin(c10::MempoolId_t{0, 0}, cudaStreamCaptureModeThreadLocal);
+    step_body();
+    graph_->capture_end();
+    at::autocast::set_autocast_cache_enabled(cache);
+  }
+  sync_device(s_.device);
+  log_.info("captured the training step in a CUDA Graph (thread-local capture, loader prefetch paused)");
+#endif
+}
+
 /// One training step through the CUDA Graph: a few eager warmup steps on a side stream, then one capture, then
 /// replays. The batch is copied into the static input buffers; gradients stay allocated between replays.
 ModelOutput Run::graph_step(const at::Tensor& x, const at::Tensor& y, double lr, at::Tensor& loss) {
@@ -605,22 +633,7 @@ ModelOutput Run::graph_step(const at::Tensor& x, const at::Tensor& y, double lr,
     sync_device(s_.device);
     ++graph_warmup_;
   } else {
-    if (!graph_) {
-      sync_device(s_.device);
-      opt_->zero_grad();
-      graph_ = std::make_unique<at::cuda::CUDAGraph>();
-      {
-        c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
-        const bool cache = at::autocast::is_autocast_cache_enabled();
-        at::autocast::set_autocast_cache_enabled(false);
-        graph_->capture_begin();
-        step_body();
-        graph_->capture_end();
-        at::autocast::set_autocast_cache_enabled(cache);
-      }
-      sync_device(s_.device);
-      log_.info("captured the training step in a CUDA Graph");
-    }
+    if (!graph_) capture_step();
     graph_->replay();
   }
   loss = gloss_;
@@ -744,25 +757,35 @@ Checkpoint Run::make_checkpoint() const {
   return c;
 }
 
-/// Joins the data-parallel job: on CUDA the device of LOCAL_RANK, then the process group (rendezvous included).
+/// Makes the CUDA device that choose_cuda_device() picks for `local_rank` this process's device and the current
+/// one. Returns the choice's description for the log.
+std::string Run::take_rank_device(int local_rank) {
+#ifdef MELFORGE_TRAINER_HAVE_CUDA
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const CudaDeviceChoice choice =
+      choose_cuda_device(local_rank, static_cast<int>(torch::cuda::device_count()),
+                         visible != nullptr ? std::optional<std::string>(visible) : std::nullopt);
+  s_.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.ordinal));
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(choice.ordinal));
+  return choice.description;
+#else
+  throw InvalidArgument("local rank " + std::to_string(local_rank) + ": this melforge-train was built without CUDA");
+#endif
+}
+
+/// Joins the data-parallel job through c10d: on CUDA the device of the local rank (take_rank_device), then the
+/// process group (rendezvous included). Every rank logs its device and the join, at the level asked for.
 void Run::join_job(const DistOptions& dist) {
   if (cfg_.train.cuda_graph && s_.device.is_cuda())
     throw InvalidArgument("--cuda-graph cannot be combined with data-parallel training (the gradient all-reduce "
                           "runs between backward and the optimizer step)");
-#ifdef MELFORGE_TRAINER_HAVE_CUDA
-  if (s_.device.is_cuda()) {
-    if (dist.local_rank >= static_cast<int>(torch::cuda::device_count()))
-      throw InvalidArgument("local rank " + std::to_string(dist.local_rank) + " has no CUDA device (this machine has " +
-                            std::to_string(torch::cuda::device_count()) + ")");
-    s_.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(dist.local_rank));
-  }
-#endif
+  const std::string device = s_.device.is_cuda() ? take_rank_device(dist.local_rank)
+                                                 : "local rank " + std::to_string(dist.local_rank) + " -> cpu";
   Stopwatch watch;
   group_ = std::make_unique<ProcessGroup>(dist, s_.device);
-  log_.info(fmt("rank %d of %d (local rank %d, %s on %s): joined through %s:%d in %.1f s", rank_, world_,
-                dist.local_rank, group_->backend().c_str(), s_.device.str().c_str(), dist.master_addr.c_str(),
-                dist.master_port, watch.seconds()));
+  rank_log_.info(fmt("rank %d of %d, %s: joined the job through c10d (%s process group, store at %s:%d) in %.1f s",
+                     rank_, world_, device.c_str(), group_->backend().c_str(), dist.master_addr.c_str(),
+                     group_->port(), watch.seconds()));
 }
 
 /// Rank 0's parameters and buffers on every rank; then the gradient all-reduce over the parameters.
@@ -954,7 +977,7 @@ TrainResult Run::run() {
     log_.warn("--cuda-graph and --channels-last apply to CUDA only; ignored on the CPU");
   s_.autocast = amp_dtype(cfg_.train.amp);
   cfg_.runtime.apply_threads();
-  if (world_ > 1) join_job(dist);
+  if (world_ > 1 || cfg_.dist.forces_process_group()) join_job(dist);
   configure_cuda(s_.device.is_cuda());
 
   {
@@ -1032,7 +1055,7 @@ TrainResult Run::run() {
   config["adamw"] = opt_->implementation();
   config["steps_per_epoch"] = steps_per_epoch_;
   config["melforge_version"] = MELFORGE_VERSION;
-  if (world_ > 1) {
+  if (group_) {
     config["world_size"] = world_;
     config["dist_backend"] = group_->backend();
     config["global_batch_size"] = cfg_.loader.batch_size * world_;
