@@ -192,28 +192,32 @@ class Check:
         return {"ld_library_path": allowed_dirs}
 
     def catch_tests(self, binary, spec, tag):
-        """Runs the Catch2 tests of `binary` matching `spec`; returns per-test results from its JUnit report."""
+        """Runs the Catch2 tests of `binary` matching `spec`; returns each test case's status: its failures from the
+        JUnit report, its skip from the MELFORGE-SKIPPED line tests/test_skip.h prints, else pass (exit 0)."""
         name = os.path.basename(binary)
+        _, listing = self.run(f"{tag}-{name}-list", [binary, "--list-test-names-only", spec], check=False)
+        names = [l.strip() for l in listing.splitlines() if l.strip() and not l.startswith(("Matching", "["))]
         xml = os.path.join(self.logs, f"{tag}-{name}.xml")
         rc, out = self.run(f"{tag}-{name}", [binary, spec, "-r", "junit", "-o", xml], check=False)
         if rc == 77:
             return {"binary": name, "exit": rc, "skipped_all": True, "output": out.strip()[-300:]}
         if not os.path.exists(xml):
             raise StepError(f"{name} wrote no report (exit {rc}): {out.strip()[-500:]}")
-        cases = {}
+        cases = {n: {"status": "pass"} for n in names}
         for tc in ET.parse(xml).getroot().iter("testcase"):
-            case = tc.get("name") or ""
-            top = case.split("/")[0]
-            failed = tc.find("failure") is not None or tc.find("error") is not None
-            text = "".join((e.text or "") for e in tc.iter() if e.tag in ("system-out", "failure", "error"))
-            c = cases.setdefault(top, {"status": "pass", "sections": 0})
-            c["sections"] += 1
-            if failed:
+            top = (tc.get("name") or "").split("/")[0]
+            if tc.find("failure") is not None or tc.find("error") is not None:
+                c = cases.setdefault(top, {})
                 c["status"] = "fail"
+                text = "".join((e.text or "") for e in tc.iter() if e.tag in ("failure", "error"))
                 c.setdefault("failures", []).append(text.strip()[-400:])
-            elif SKIP_MARKER in text and c["status"] != "fail":
-                c["status"] = "skipped"
-                c["reason"] = text.split(SKIP_MARKER, 1)[1].strip().splitlines()[0]
+        for line in out.splitlines():
+            if line.startswith(SKIP_MARKER):
+                rest = line[len(SKIP_MARKER):].strip()
+                top = next((n for n in names if rest.startswith(n + ":")), rest)
+                c = cases.setdefault(top, {})
+                if c.get("status") != "fail":
+                    c.update(status="skipped", reason=rest[len(top) + 1:].strip())
         return {"binary": name, "exit": rc, "cases": cases}
 
     def step_tests(self, binaries, spec, tag):
@@ -383,22 +387,25 @@ print(json.dumps({"device_bytes_per_s": 2 * n / dd, "h2d_bytes_per_s": (n // 4) 
 
     def step_nccl(self):
         out = os.path.join(self.work, "run-nccl")
-        env_extra = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "WORLD_SIZE": "1", "RANK": "0",
-                     "LOCAL_RANK": "0"}
+        data = getattr(self, "cuda_dataset", None) or getattr(self, "cpu_dataset", None)
+        if not data:
+            raise StepError("no dataset was built")
+        argv = [os.path.join(self.bundle, "bin", "melforge-train"), "train", "--data", data, "--out", out,
+                "--overwrite", "--epochs", "1", "--device", "cuda", "--positive-class", "seven", "--world-size", "1",
+                "--dist-backend", "nccl", "--dist-timeout", "120", "--log-level", "info"]
         saved = dict(self.env)
-        self.env.update(env_extra)
+        self.env["NCCL_DEBUG"] = "INFO"
         try:
-            argv = [os.path.join(self.bundle, "bin", "melforge-train"), "train", "--data",
-                    getattr(self, "cuda_dataset", None) or self.cpu_dataset, "--out", out, "--overwrite",
-                    "--epochs", "1", "--device", "cuda", "--positive-class", "seven", "--world-size", "1",
-                    "--dist-backend", "nccl"]
-            _, log = self.run("nccl", argv)
+            _, log = self.run("nccl", argv, timeout=180)
         finally:
             self.env = saved
-        joined = [l for l in log.splitlines() if "joined" in l]
-        if not any("nccl" in l.lower() for l in joined):
-            raise StepError("the log does not say the rank joined a job through NCCL (see logs/nccl.log)")
-        return {"log": joined}
+        joined = [l for l in log.splitlines() if "joined the job through c10d" in l]
+        if not any("nccl" in l for l in joined):
+            raise StepError("the log does not say the rank joined the job through c10d with NCCL (logs/nccl.log)")
+        config = json.load(open(os.path.join(out, "config.json")))
+        if json.dumps(config).find('"dist_backend": "nccl"') < 0:
+            raise StepError("config.json does not record dist_backend nccl")
+        return {"log": joined, "nccl_version": [l.strip() for l in log.splitlines() if "NCCL version" in l][:1]}
 
     # --- report -------------------------------------------------------------------------------------------------
     def write(self):
