@@ -5,7 +5,9 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 
+#include <map>
 #include <random>
+#include <string>
 
 #include "build_options.h"
 #include "reliability/child_process.h"
@@ -110,28 +112,67 @@ TEST_CASE("a build killed at random points never leaves outputs that look comple
   CHECK(stale_locks >= 1);
 }
 
-TEST_CASE("a second SIGINT exits at once and the next build clears what it left", "[reliability][faults]") {
+TEST_CASE("a second stop signal exits at once, leaves .partial/ and the lock as they were, and the next build "
+          "clears them",
+          "[reliability][faults]") {
+  // The child is held with SIGSTOP while train.h5 is being written (its .partial file exists), SIGINT and SIGTERM are
+  // made pending together (two SIGINTs would merge into one pending signal) and the staging folder and lock are
+  // recorded; after SIGCONT the signal thread takes SIGINT (the lower number) first, asks the build to stop, and
+  // then takes SIGTERM at once, before the build reaches its next file: the second-signal path runs every time.
   auto& ref = reference();
   const fs::path out = ref.dir / "twice";
-  const fs::path log = ref.dir / "twice.log";
-  test::ChildOptions opts;
-  opts.signal = SIGINT;
-  opts.signal_after = std::chrono::duration<double>(0.3 * ref.wall_s);
-  bool second = false;
-  opts.on_poll = [&](pid_t pid) {
-    if (!second && test::read_file_bytes(log).find("SIGINT received:") != std::string::npos) {
-      ::kill(pid, SIGINT);
-      second = true;
-    }
+  const fs::path staging = out / builder::kStagingName;
+  const fs::path lock = out / builder::kLockFileName;
+  const auto listing = [&staging] {
+    std::map<std::string, uintmax_t> sizes;
+    for (const auto& e : fs::directory_iterator(staging)) sizes[e.path().filename().string()] = e.file_size();
+    return sizes;
   };
-  const auto r = test::run_child(test::build_args(ref.in, out), log, opts);
+  bool sent = false;
+  bool stopped = false;
+  std::map<std::string, uintmax_t> staged_at_stop;
+  std::string lock_at_stop;
+  test::ChildOptions opts;
+  opts.on_poll = [&](pid_t pid) {
+    if (sent || !fs::exists(staging / "train.h5.partial")) return;
+    stopped = ::kill(pid, SIGSTOP) == 0 && test::wait_until_stopped(pid, std::chrono::seconds(10));
+    if (stopped) {
+      staged_at_stop = listing();
+      lock_at_stop = test::read_file_bytes(lock);
+    }
+    sent = ::kill(pid, SIGINT) == 0 && ::kill(pid, SIGTERM) == 0;
+    ::kill(pid, SIGCONT);
+  };
+  const auto r = test::run_child(test::build_args(ref.in, out), ref.dir / "twice.log", opts);
   INFO(r.output);
-  REQUIRE(r.signalled);
-  REQUIRE(r.exit_code == 128 + SIGINT);
-  if (r.output.find("received again") == std::string::npos)
-    WARN("the build had stopped cleanly before the second SIGINT arrived");
-  CHECK_FALSE(fs::exists(out / "build_report.json"));
-  REQUIRE(test::run_child(test::build_args(ref.in, out), ref.dir / "twice2.log").exit_code == 0);
+  REQUIRE(stopped);
+  REQUIRE(sent);
+  CHECK(r.term_signal == 0);
+  CHECK(r.exit_code == 128 + SIGTERM);
+  const auto first = r.output.find("SIGINT received: stopping");
+  const auto again = r.output.find("SIGTERM received again: exiting now");
+  CHECK(first != std::string::npos);
+  CHECK(again != std::string::npos);
+  CHECK(first < again);
+  CHECK_THAT(r.output, !Catch::Contains("temporary files were removed"));
+
+  for (const auto& name : test::kOutputNames) CHECK_FALSE(fs::exists(out / name));
+  REQUIRE(fs::is_directory(staging));
+  const auto staged_after = listing();
+  CAPTURE(staged_at_stop.size(), staged_after.size());
+  CHECK(staged_at_stop.count("train.h5.partial") == 1);
+  REQUIRE(staged_after.size() == staged_at_stop.size());
+  for (const auto& [name, size] : staged_at_stop) {
+    CAPTURE(name, size);
+    REQUIRE(staged_after.count(name) == 1);
+    CHECK(staged_after.at(name) >= size);
+  }
+  REQUIRE(fs::exists(lock));
+  CHECK(test::read_file_bytes(lock) == lock_at_stop);
+
+  const auto next = test::run_child(test::build_args(ref.in, out), ref.dir / "twice2.log");
+  INFO(next.output);
+  REQUIRE(next.exit_code == 0);
   require_same_as_reference(out);
 }
 

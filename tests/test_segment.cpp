@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
 #include "melforge/common/errors.h"
 #include "segment/segment_args.h"
 
@@ -18,16 +22,53 @@ SegmentArgs args_of(double long_s, double short_s, ShortFilePolicy p = ShortFile
 }  // namespace
 
 TEST_CASE("segment lengths in samples", "[segment]") {
+  // Lengths in whole milliseconds, so that the expected sample counts come from integer arithmetic: round(ms*sr/1000)
+  // half away from zero is (2*ms*sr + 1000) / 2000. The short lengths include binary fractions of a second whose
+  // sample counts end in .5 at 22050 Hz (250 ms: 5512.5, 125 ms: 2756.25, 750 ms: 16537.5).
+  struct Lengths {
+    int64_t long_ms, short_ms;
+  };
   const int sr = GENERATE(8000, 16000, 22050, 44100);
-  const auto a = args_of(2.0, 0.25);
-  CHECK(a.long_samples(sr) == 2 * sr);
-  CHECK(a.short_samples(sr) == static_cast<int64_t>(std::llround(0.25 * sr)));
-  CHECK(a.num_short(sr) == a.long_samples(sr) / a.short_samples(sr));
+  const Lengths l = GENERATE(Lengths{2000, 250}, Lengths{1000, 300}, Lengths{1000, 125}, Lengths{3000, 750},
+                             Lengths{1000, 1000}, Lengths{1500, 400}, Lengths{10, 3});
+  CAPTURE(sr, l.long_ms, l.short_ms);
+  const auto a = args_of(static_cast<double>(l.long_ms) / 1000.0, static_cast<double>(l.short_ms) / 1000.0);
+  const int64_t long_samples = (2 * l.long_ms * sr + 1000) / 2000;
+  const int64_t short_samples = (2 * l.short_ms * sr + 1000) / 2000;
+  int num_short = 0;
+  for (int64_t end = short_samples; end <= long_samples; end += short_samples) ++num_short;
+  CHECK(a.long_samples(sr) == long_samples);
+  CHECK(a.short_samples(sr) == short_samples);
+  CHECK(a.num_short(sr) == num_short);
 }
 
 TEST_CASE("a long segment that is not a multiple of the short one leaves a remainder unused", "[segment]") {
   const auto a = args_of(1.0, 0.3);
   CHECK(a.num_short(10000) == 3);
+}
+
+TEST_CASE("plan_file agrees with a naive walk over the file", "[segment]") {
+  // At 1000 Hz a long segment is 1000 samples and a short one 250. The naive plan walks the file one long segment
+  // at a time and keeps at most num_long of them.
+  const int sr = 1000;
+  const int64_t L = 1000, S = 250;
+  const auto policy = GENERATE(ShortFilePolicy::pad, ShortFilePolicy::skip);
+  const int num_long = GENERATE(1, 2, 5);
+  const int64_t frames = GENERATE(0, 1, 249, 250, 251, 999, 1000, 1001, 1999, 2000, 2001, 4999, 5000, 5001, 7010,
+                                  123457);
+  CAPTURE(to_string(policy), num_long, frames);
+  int64_t whole = 0;
+  for (int64_t start = 0; start + L <= frames; start += L) ++whole;
+  const bool too_short = frames < S || (whole == 0 && policy == ShortFilePolicy::skip);
+  const int64_t kept = too_short ? 0 : std::max<int64_t>(1, std::min<int64_t>(whole, num_long));
+
+  const auto p = plan_file(frames, args_of(1.0, 0.25, policy), sr, num_long);
+  CHECK(p.skip_reason.empty() == !too_short);
+  CHECK(p.num_valid_long == kept);
+  CHECK(p.arena_samples == kept * L);
+  CHECK(p.padded_samples == (!too_short && whole == 0 ? L - frames : 0));
+  CHECK(p.dropped_samples == (too_short || whole == 0 ? 0 : frames - kept * L));
+  CHECK(p.capped == (whole > num_long));
 }
 
 TEST_CASE("plan_file cases", "[segment]") {
@@ -67,10 +108,11 @@ TEST_CASE("plan_file cases", "[segment]") {
   SECTION("long files are capped at num_long") {
     const int64_t frames = 7 * 1000 + 10;
     const auto p = plan_file(frames, a, sr, num_long);
-    CHECK(p.num_valid_long == std::min(7, num_long));
+    const int kept = std::min(7, num_long);
+    CHECK(p.num_valid_long == kept);
     CHECK(p.capped == (7 > num_long));
-    CHECK(p.arena_samples == p.num_valid_long * 1000);
-    CHECK(p.dropped_samples == frames - p.arena_samples);
+    CHECK(p.arena_samples == kept * 1000);
+    CHECK(p.dropped_samples == frames - kept * 1000);
   }
 }
 

@@ -5,7 +5,8 @@
 #   tools/sanitize.sh             builder, kernels and common (no LibTorch, no CUDA) in build-san/, with the fuzz
 #                                 targets configured (MELFORGE_FUZZ=ON) so that tools/fuzz.sh reuses the same build
 #   tools/sanitize.sh --trainer   everything, the trainer and its tests included (LibTorch's CPU backend), in
-#                                 build-san-trainer/ (slow: see the docs for measured times; not run by CI)
+#                                 build-san-trainer/ (slow: see the docs for measured times; CI runs it after the
+#                                 first form, .ci/run)
 #
 # MELFORGE_SAN_BUILD_DIR overrides the build folder; MELFORGE_JOBS the build and test parallelism (default: nproc).
 # Extra arguments go to ctest (e.g. -R decode).

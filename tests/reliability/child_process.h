@@ -72,6 +72,28 @@ inline int64_t proc_status_field(pid_t pid, const std::string& key) {
   return -1;
 }
 
+/// Waits until every thread of `pid` is stopped (state T or t in /proc/<pid>/task/*/stat), as after SIGSTOP, which
+/// takes effect asynchronously. Returns false after `timeout` or when the process is gone.
+inline bool wait_until_stopped(pid_t pid, std::chrono::duration<double> timeout) {
+  const auto task_dir = std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(task_dir, ec)) {
+      std::ifstream in(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');
+      const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+      if (state != 'T' && state != 't') all = false;
+    }
+    if (ec) return false;
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 /// User + system CPU time of this process (every thread), seconds.
 inline double own_cpu_seconds() {
   rusage u{};

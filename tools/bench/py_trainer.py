@@ -9,14 +9,18 @@ negatives/positives, dropout 0.3, input normalised by the training split's mean 
 
   py_trainer.py train --data DIR --out RUN [--epochs 8] [--batch-size 64] [--workers 2] [--threads 0]
                       [--amp off|bf16|fp16] [--positive-class NAME] [--device cpu|cuda]
-  py_trainer.py eval --checkpoint CKPT --data DIR [--split test] [--mode sequential|batched]
+  py_trainer.py eval --checkpoint CKPT --data DIR [--split test] [--mode sequential|batched] [--passes 1]
                      [--eval-batch-size 1024] [--out r.json]
   py_trainer.py bench-step --data DIR [--steps 50] [--warmup-steps 5] [--batch-size 64] [--out r.json]
 
 `eval` loads melforge-train checkpoints (best.pt: "model" state dict + "model_config" JSON) as well as this script's.
-sequential: one forward per file (the file's valid segments), reading each file from h5py as it goes; batched: the
-split read at once, whole files packed into forward passes of --eval-batch-size segments. File decision: per long
-segment the mean of its short segments' softmax, then the mean over the valid long segments (melforge's vote mean).
+It reads the split into RAM first, outside the timer (load_s), as `melforge-train eval` does before its timed
+evaluation; then it evaluates the split --passes times from RAM and times each pass. files_per_s is the first pass
+(cold, like `melforge-train eval`'s single pass), files_per_s_warm the last one when --passes >= 2 (warm, like the
+second of the two passes `melforge-train bench` makes, which it times). sequential: one forward per file (the file's
+valid segments); batched: whole files packed into forward passes of --eval-batch-size segments. File decision: per
+long segment the mean of its short segments' softmax, then the mean over the valid long segments (melforge's vote
+mean). Both modes compute the confusion matrices inside the timer, as melforge's evaluation computes its metrics.
 `bench-step` times forward + backward + clip + AdamW step on one batch already in place (melforge-train bench's
 "training step").
 """
@@ -134,6 +138,21 @@ def eval_batched(model, mel, labels, nvl, batch, device, amp):
     seg_true = labels[:, None, None].expand(Fn, Lmax, S)[valid].reshape(-1)
     fp, _ = file_scores(probs, det, nvl)
     return confusions(seg_true, seg_pred, C), confusions(labels, fp.argmax(1), C)
+
+
+def eval_sequential(model, mel, labels, nvl, device, amp):
+    """One forward per file (its valid long segments) from the split in RAM; returns (seg conf, file conf)."""
+    C = model.num_classes
+    preds, seg_true, seg_pred = [], [], []
+    with torch.inference_mode(), torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+        for fi in range(mel.shape[0]):
+            x = mel[fi, :int(nvl[fi])].to(device)
+            lg, dt = model(x.reshape(-1, *x.shape[2:]))
+            p = lg.float().softmax(1).view(x.shape[0], x.shape[1], C)
+            preds.append(int(p.mean(1).mean(0).argmax()))
+            seg_pred.append(p.argmax(-1).reshape(-1).cpu())
+            seg_true.append(torch.full((p.shape[0] * p.shape[1],), int(labels[fi])))
+    return confusions(torch.cat(seg_true), torch.cat(seg_pred), C), confusions(labels, torch.tensor(preds), C)
 
 
 def confusions(t, p, C):
@@ -264,48 +283,38 @@ def load_model(path: str):
 
 
 def evaluate(a) -> int:
+    if a.passes < 1:
+        raise SystemExit(f"py_trainer eval: --passes must be >= 1, got {a.passes}")
     t_start = time.perf_counter()
     pc.set_threads(a.threads)
     device = torch.device(a.device)
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.amp]
     model = load_model(a.checkpoint).to(device)
     path = os.path.join(a.data, f"{a.split}.h5")
-    C = model.num_classes
-    if a.mode == "batched":
+    t0 = time.perf_counter()
+    mel, y, nvl, _ = read_split(path)
+    load_s = time.perf_counter() - t0
+    Fn = mel.shape[0]
+    pass_s = []
+    for _ in range(a.passes):
         t0 = time.perf_counter()
-        mel, y, nvl, _ = read_split(path)
-        t1 = time.perf_counter()
-        seg_conf, file_conf = eval_batched(model, mel, y, nvl, a.eval_batch_size, device, amp)
-        t2 = time.perf_counter()
-        Fn, load_s, eval_s = mel.shape[0], t1 - t0, t2 - t1
-    else:
-        t0 = time.perf_counter()
-        preds, seg_true, seg_pred = [], [], []
-        with h5py.File(path, "r") as f, torch.inference_mode(), \
-                torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            labels = f["label"][:].astype(np.int64)
-            nvls = f["num_valid_long"][:]
-            mel = f["mel"]
-            Fn = len(labels)
-            for fi in range(Fn):
-                x = torch.from_numpy(mel[fi, :nvls[fi]].astype(np.float32)).to(device)
-                lg, dt = model(x.reshape(-1, *x.shape[2:]))
-                p = lg.float().softmax(1).view(x.shape[0], x.shape[1], C)
-                preds.append(int(p.mean(1).mean(0).argmax()))
-                seg_pred.append(p.argmax(-1).reshape(-1).cpu())
-                seg_true.append(torch.full((p.shape[0] * p.shape[1],), int(labels[fi])))
-        t2 = time.perf_counter()
-        y = torch.from_numpy(labels)
-        seg_conf = confusions(torch.cat(seg_true), torch.cat(seg_pred), C)
-        file_conf = confusions(y, torch.tensor(preds), C)
-        load_s, eval_s = 0.0, t2 - t0
-    res = {"mode": a.mode, "split": a.split, "files": Fn, "load_s": load_s, "eval_s": eval_s,
+        if a.mode == "batched":
+            seg_conf, file_conf = eval_batched(model, mel, y, nvl, a.eval_batch_size, device, amp)
+        else:
+            seg_conf, file_conf = eval_sequential(model, mel, y, nvl, device, amp)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        pass_s.append(time.perf_counter() - t0)
+    eval_s = pass_s[0]
+    res = {"mode": a.mode, "split": a.split, "files": Fn, "load_s": load_s, "eval_s": eval_s, "pass_s": pass_s,
            "files_per_s": Fn / eval_s, "files_per_s_with_load": Fn / (load_s + eval_s),
+           "files_per_s_warm": Fn / pass_s[-1] if len(pass_s) > 1 else None,
            "segment_accuracy": float(seg_conf.diag().sum() / seg_conf.sum()),
            "file_accuracy": float(file_conf.diag().sum() / file_conf.sum()),
            "threads": torch.get_num_threads(), "total_s": time.perf_counter() - t_start,
            "peak_rss_bytes": pc.peak_rss_bytes()["self"]}
-    print(f"py_trainer eval ({a.mode}): {Fn} files, {res['files_per_s']:.0f} files/s "
+    warm = f", {res['files_per_s_warm']:.0f} warm" if res["files_per_s_warm"] else ""
+    print(f"py_trainer eval ({a.mode}): {Fn} files, {res['files_per_s']:.0f} files/s cold{warm} "
           f"({res['files_per_s_with_load']:.0f} with load), file accuracy {res['file_accuracy']:.4f}, "
           f"segment accuracy {res['segment_accuracy']:.4f}")
     pc.write_json(a.out, res)
@@ -375,6 +384,7 @@ def main() -> int:
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--split", default="test")
     e.add_argument("--mode", choices=["sequential", "batched"], default="sequential")
+    e.add_argument("--passes", type=int, default=1, help="timed passes over the split (the first is cold)")
     e.add_argument("--out", default=None)
     b.add_argument("--steps", type=int, default=50)
     b.add_argument("--warmup-steps", type=int, default=5)
