@@ -85,7 +85,7 @@ class Check:
         return rc, out
 
     def step(self, name, title, fn, needs_gpu=True):
-        """Runs one step and records its outcome. fn returns (details dict, optional status override)."""
+        """Runs one step and records its outcome: fn returns the step's details, or raises StepError to fail it."""
         print(f"[gpu_check] {title} ...", flush=True)
         t0 = time.time()
         rec = {"name": name, "title": title, "needs_gpu": needs_gpu}
@@ -95,11 +95,7 @@ class Check:
             rec.update(status="fail", reason="not run: the check's time budget (MELFORGE_GPU_CHECK_SECONDS) was spent")
         else:
             try:
-                result = fn()
-                details, status = result if isinstance(result, tuple) else (result, "pass")
-                rec.update(status=status, details=details)
-                if isinstance(details, dict) and "reason" in details:
-                    rec["reason"] = details.pop("reason")
+                rec.update(status="pass", details=fn())
             except StepError as e:
                 rec.update(status="fail", reason=str(e))
             except Exception as e:  # a bug of this script is a failed step too, never a silent pass
