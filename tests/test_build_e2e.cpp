@@ -15,6 +15,7 @@
 #include "melforge/common/h5.h"
 #include "pipeline.h"
 #include "test_util.h"
+#include "test_skip.h"
 
 using namespace melforge;
 using melforge::test::read_split;
@@ -297,8 +298,7 @@ TEST_CASE("the CLI: help, config file, refusal of an existing output, strict", "
 
 TEST_CASE("the demo configuration builds the small spoken-digit corpus plus hostile files", "[e2e][cli][demo]") {
   if (std::system("command -v espeak-ng >/dev/null 2>&1 && /usr/bin/python3 -c 'import numpy, h5py' 2>/dev/null") != 0) {
-    WARN("skipped: espeak-ng or Debian's python3-numpy/python3-h5py missing (tools/setup.sh installs them)");
-    return;
+    MELFORGE_SKIP("espeak-ng or Debian's python3-numpy/python3-h5py missing (tools/setup.sh installs them)");
   }
   TempDir d;
   const std::string tools = MELFORGE_TOOLS_DIR;

@@ -1,6 +1,7 @@
 // Tests for melforge::audio (kernels/audio/decode.h). Every input file is written here, with libsndfile's writer or
 // by hand, into a fresh temporary folder: there are no binary fixtures.
 #include <fcntl.h>
+#include <grp.h>
 #include <sndfile.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 
 #include "audio/decode.h"
 #include "melforge/common/errors.h"
+#include "test_skip.h"
 
 namespace fs = std::filesystem;
 using melforge::AudioError;
@@ -51,6 +54,7 @@ class TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
   fs::path operator/(const std::string& name) const { return path_ / name; }
 
  private:
@@ -128,6 +132,55 @@ void require_audio_error(const std::function<void()>& fn, const fs::path& path, 
     return;
   }
   FAIL("no AudioError thrown for " << path << " (expected '" << needle << "')");
+}
+
+/// What probe() and decode() said about one file: the AudioError's message, "no error", or "other error: <what>".
+struct ProbeDecodeOutcome {
+  /// probe(path)'s outcome.
+  std::string probe;
+  /// decode(path, DecodeOptions{})'s outcome.
+  std::string decode;
+};
+
+/// Runs probe() and decode() on `path` in a child process that first drops to uid and gid 65534 (root's reads
+/// bypass file permissions, so chmod 000 blocks nothing for it). std::nullopt when the child could not drop its
+/// privileges.
+std::optional<ProbeDecodeOutcome> probe_and_decode_as_nobody(const fs::path& path) {
+  constexpr uid_t kNobody = 65534;
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(121);
+    const auto outcome = [](const std::function<void()>& fn) -> std::string {
+      try {
+        fn();
+        return "no error";
+      } catch (const AudioError& e) {
+        return e.what();
+      } catch (const std::exception& e) {
+        return std::string("other error: ") + e.what();
+      }
+    };
+    const std::string text = outcome([&] { probe(path); }) + '\0' + outcome([&] { decode(path, DecodeOptions{}); });
+    const bool written = ::write(fds[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::_exit(written ? 0 : 122);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 121) return std::nullopt;
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const auto sep = text.find('\0');
+  REQUIRE(sep != std::string::npos);
+  return ProbeDecodeOutcome{text.substr(0, sep), text.substr(sep + 1)};
 }
 
 /// Deterministic integer samples covering [-2^(bits-1), 2^(bits-1)-1], both extremes included.
@@ -458,19 +511,6 @@ TEST_CASE("hostile and broken inputs give AudioError naming the file", "[decode]
     fs::create_symlink(dir / "nowhere.wav", path);
     both(path, "no such file");
   }
-  SECTION("unreadable file (chmod 000)") {
-    const fs::path path = dir / "locked.wav";
-    write_int(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 1, 16000, std::vector<int>(100, 0));
-    fs::permissions(path, fs::perms::none);
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd >= 0) {
-      ::close(fd);
-      WARN("skipped: running with privileges that bypass file permissions (uid " << ::geteuid()
-                                                                                 << "), chmod 000 does not block reads");
-    } else {
-      both(path, "permission denied");
-    }
-  }
   SECTION("WAV cut inside its header") {
     const fs::path full = dir / "full.wav";
     write_int(full, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 1, 16000, std::vector<int>(1000, 1 << 20));
@@ -656,6 +696,28 @@ std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
 
 }  // namespace
 
+TEST_CASE("an unreadable file (chmod 000) gives AudioError naming the file: permission denied", "[decode][errors]") {
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const fs::path path = dir / "locked.wav";
+  write_int(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 1, 16000, std::vector<int>(100, 0));
+  fs::permissions(path, fs::perms::none);
+  if (::geteuid() != 0) {
+    require_audio_error([&] { probe(path); }, path, "permission denied");
+    require_audio_error([&] { decode(path, DecodeOptions{}); }, path, "permission denied");
+    return;
+  }
+  const auto as_nobody = probe_and_decode_as_nobody(path);
+  if (!as_nobody)
+    MELFORGE_SKIP("running as root, whose reads bypass chmod 000, and a child cannot switch to uid/gid 65534");
+  for (const std::string& msg : {as_nobody->probe, as_nobody->decode}) {
+    INFO("message: " << msg);
+    CHECK(msg.rfind(path.string() + ": ", 0) == 0);
+    CHECK(msg.find("permission denied") != std::string::npos);
+  }
+}
+
 TEST_CASE("tools/make_bad_inputs.py writes files whose decode outcome matches its manifest", "[decode][tools]") {
   TempDir dir;
   const fs::path root = dir / "corpus";
@@ -690,8 +752,7 @@ TEST_CASE("tools/make_bad_inputs.py writes files whose decode outcome matches it
 TEST_CASE("tools/make_digits_corpus.py --size small writes 100 decodable 16 kHz files, idempotently",
           "[decode][tools]") {
   if (run_command("command -v espeak-ng > /dev/null 2>&1") != 0) {
-    WARN("skipped: espeak-ng is not installed (tools/setup.sh installs it)");
-    return;
+    MELFORGE_SKIP("espeak-ng is not installed (tools/setup.sh installs it)");
   }
   TempDir dir;
   const fs::path out = dir / "corpus";

@@ -69,5 +69,7 @@ export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/tools/lsan.supp:print_su
 #   (trainer/tests/test_trainer_reliability.cpp): ASan's allocator ignores mallopt, and its quarantine holds freed
 #   memory, so both fail under ASan whatever the code does.
 ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" --timeout 1200 \
-  -E 'stays within --max-ram|configure_allocator keeps large tensors|host memory stays flat' "$@"
+  -E 'stays within --max-ram|configure_allocator keeps large tensors|host memory stays flat' \
+  --output-junit "$build_dir/ctest-junit.xml" "$@"
+/usr/bin/python3 "$here/tools/check_skips.py" --build "$build_dir" --ctest-junit "$build_dir/ctest-junit.xml"
 echo "[sanitize] tests: $((SECONDS - start)) s"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (warnings are errors for melforge's own code) and runs all the tests:
 # C++ through CTest, then Python through pytest (tests/python). [cuda] tests report "skipped" on a machine without a
-# CUDA device.
+# CUDA device; any other skip (a missing tool or permission) fails the run (tools/check_skips.py).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # A Catch2 test name with ';' or with a '[' that no ']' closes is mangled by catch_discover_tests into CTest entries
@@ -13,5 +13,8 @@ if grep -nE 'TEST_CASE\("(--|[^"]*;|[^"]*\[[^]"]*")' -r "$here/tests" "$here/tra
 fi
 build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
 MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/build.sh" -DMELFORGE_WERROR=ON "$@"
-ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 600
-/usr/bin/python3 -m pytest -q "$here/tests/python"
+ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 600 --output-junit "$build_dir/ctest-junit.xml"
+/usr/bin/python3 -m pytest -q -rs "$here/tests/python" --junitxml "$build_dir/pytest-junit.xml"
+# A skipped test passes CTest; here a skip fails the run unless it is a [cuda] test on a machine without a GPU.
+/usr/bin/python3 "$here/tools/check_skips.py" --build "$build_dir" --ctest-junit "$build_dir/ctest-junit.xml" \
+  --pytest-junit "$build_dir/pytest-junit.xml"

@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "venv_python.h"
+#include "test_skip.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
@@ -293,8 +294,7 @@ TEST_CASE("state dicts move between models by name", "[trainer][checkpoint]") {
 TEST_CASE("Python's torch.load reads a checkpoint with weights_only (the default)", "[trainer][checkpoint][python]") {
   const std::string python = venv_python();
   if (python.empty()) {
-    WARN("skipped: the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
-    return;
+    MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
   }
   TempDir d;
   Checkpoint c = sample_checkpoint();

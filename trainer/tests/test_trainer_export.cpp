@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "venv_python.h"
+#include "test_skip.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
@@ -112,8 +113,7 @@ TEST_CASE("Python loads the export into tools/melforge_models.py and reproduces 
           "[trainer][export][python]") {
   const std::string python = venv_python();
   if (python.empty()) {
-    WARN("skipped: the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
-    return;
+    MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
   }
   TempDir d;
   auto model = seeded_checkpoint(d / "ck.pt", 17);
