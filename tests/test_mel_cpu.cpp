@@ -354,6 +354,27 @@ TEST_CASE("CPU power stage: the AVX2 tiles equal the scalar path and spectral_po
   }
 }
 
+TEST_CASE("CPU engine says the host memory it holds: per-thread scratch plus the window", "[mel_cpu]") {
+  const int n_fft = GENERATE(256, 512, 4096);
+  const int threads = GENERATE(1, 3);
+  MelArgs a;
+  a.n_fft = n_fft;
+  a.hop_length = n_fft / 4;
+  a.n_mels = 40;
+  EngineConfig config = make_config(a, 16000, DType::float32);
+  config.threads = threads;
+  CAPTURE(n_fft, threads);
+  auto engine = make_engine(Device::cpu, config);
+  const int n_frames = engine->layout().n_frames;
+  const int64_t block = std::min<int64_t>(std::max(32768 / n_fft, 1), n_frames);
+  const int64_t n_freqs = n_fft / 2 + 1;
+  const int64_t per_thread_floats =
+      (block - 1) * (n_fft / 4) + n_fft + block * n_fft + 2 * block * n_freqs + n_freqs * block + 40 * block;
+  const int64_t want = threads * per_thread_floats * 4 + int64_t{n_fft} * 4;
+  CHECK(engine->host_bytes() == want);
+  CHECK(cpu_engine_host_bytes(config) == want);
+}
+
 TEST_CASE("CPU engine reports its layout, name and time, and rejects bad configurations", "[mel_cpu]") {
   MelArgs a;
   const EngineConfig config = make_config(a, 16000, DType::float16);

@@ -190,6 +190,8 @@ TEST_CASE("CUDA engine holds device memory and reports it", "[cuda]") {
       layout.frame_floats(p.device_batch, p.mel.n_fft) * 4 + layout.spectrum_complex(p.device_batch) * 8;
   CHECK(engine->device_bytes() > 0);
   CHECK(engine->device_bytes() >= 2 * frames_and_spectra);
+  const int64_t staging = p.device_batch * (layout.segment_samples * 4 + layout.out_bytes_per_segment());
+  CHECK(engine->host_bytes() == 2 * staging);
   CHECK(cuda_available());
 }
 

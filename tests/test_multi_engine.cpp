@@ -50,6 +50,7 @@ class FakeEngine final : public MelEngine {
   std::string name() const override { return "fake"; }
   EngineTimes times() const override { return {1, 2, 3}; }
   int64_t device_bytes() const override { return 100; }
+  int64_t host_bytes() const override { return 10; }
   const MelLayout& layout() const override { return layout_; }
   int64_t segments() const { return segments_; }
   const std::vector<std::thread::id>& threads() const { return threads_; }
@@ -275,6 +276,7 @@ TEST_CASE("a multi-engine runs its engines on separate threads, sums their figur
   CHECK(fakes[0]->threads().front() != fakes[1]->threads().front());
   CHECK(fakes[1]->threads().front() != fakes[2]->threads().front());
   CHECK(multi->device_bytes() == 300);
+  CHECK(multi->host_bytes() == 30);
   CHECK(multi->times().d2h_s == 9.0);
 
   std::vector<std::unique_ptr<MelEngine>> failing;

@@ -84,12 +84,12 @@ struct Scratch {
   FftwBuffer<float> power;
   /// [n_mels][block] mel energies.
   FftwBuffer<float> mel;
-  Scratch(int block, int n_fft, int hop, int n_freqs, int n_mels)
-      : padded(static_cast<std::size_t>(block - 1) * hop + n_fft),
-        frames(static_cast<std::size_t>(block) * n_fft),
-        spectrum(static_cast<std::size_t>(block) * n_freqs),
-        power(static_cast<std::size_t>(n_freqs) * block),
-        mel(static_cast<std::size_t>(n_mels) * block) {}
+  explicit Scratch(const CpuScratchSizes& s)
+      : padded(static_cast<std::size_t>(s.padded_floats)),
+        frames(static_cast<std::size_t>(s.frame_floats)),
+        spectrum(static_cast<std::size_t>(s.spectrum_complex)),
+        power(static_cast<std::size_t>(s.power_floats)),
+        mel(static_cast<std::size_t>(s.mel_floats)) {}
 };
 
 /// A batched r2c plan over `howmany` contiguous frames; destroyed under the planner lock.
@@ -309,7 +309,9 @@ class CpuMelEngine final : public MelEngine {
     }
 
     scratch_.reserve(static_cast<std::size_t>(threads_));
-    for (int t = 0; t < threads_; ++t) scratch_.emplace_back(block_, n_fft_, hop_, layout_.n_freqs, layout_.n_mels);
+    const CpuScratchSizes sizes = cpu_scratch_sizes(block_, n_fft_, hop_, layout_.n_freqs, layout_.n_mels);
+    for (int t = 0; t < threads_; ++t) scratch_.emplace_back(sizes);
+    host_bytes_ = cpu_engine_host_bytes(config_);
     Scratch& s = scratch_.front();
     plan_block_ = R2cPlan(n_fft_, block_, s.frames.data, s.spectrum.data);
     const int tail = layout_.n_frames % block_;
@@ -348,6 +350,7 @@ class CpuMelEngine final : public MelEngine {
     return t;
   }
   int64_t device_bytes() const override { return 0; }
+  int64_t host_bytes() const override { return host_bytes_; }
   const MelLayout& layout() const override { return layout_; }
 
  private:
@@ -426,6 +429,7 @@ class CpuMelEngine final : public MelEngine {
   int blocks_per_segment_ = 1;
   int threads_ = 1;
   std::vector<float> window_;
+  int64_t host_bytes_ = 0;
   std::vector<Scratch> scratch_;
   R2cPlan plan_block_;
   R2cPlan plan_tail_;
@@ -463,6 +467,24 @@ bool cpu_power_transposed(const float* spectrum, int count, int n_freqs, float p
 int cpu_block_frames(int n_frames, int n_fft) {
   constexpr int kBlockFloats = 32768;
   return std::clamp(kBlockFloats / std::max(n_fft, 1), 1, std::max(n_frames, 1));
+}
+
+CpuScratchSizes cpu_scratch_sizes(int block, int n_fft, int hop, int n_freqs, int n_mels) {
+  CpuScratchSizes s;
+  s.padded_floats = static_cast<int64_t>(block - 1) * hop + n_fft;
+  s.frame_floats = static_cast<int64_t>(block) * n_fft;
+  s.spectrum_complex = static_cast<int64_t>(block) * n_freqs;
+  s.power_floats = static_cast<int64_t>(n_freqs) * block;
+  s.mel_floats = static_cast<int64_t>(n_mels) * block;
+  return s;
+}
+
+int64_t cpu_engine_host_bytes(const EngineConfig& config) {
+  const MelLayout layout = make_layout(config);
+  const int n_fft = config.mel.n_fft;
+  const int block = cpu_block_frames(layout.n_frames, n_fft);
+  const CpuScratchSizes sizes = cpu_scratch_sizes(block, n_fft, config.mel.hop(), layout.n_freqs, layout.n_mels);
+  return resolve_threads(config.threads) * sizes.bytes() + n_fft * static_cast<int64_t>(sizeof(float));
 }
 
 void cpu_log_compress(float* values, int64_t count, const MelArgs& args) { LogStage(args).apply(values, count); }

@@ -9,6 +9,33 @@ namespace melforge::mel {
 /// shorter when n_frames is not a multiple of it.
 int cpu_block_frames(int n_frames, int n_fft);
 
+/// Element counts of one CPU thread's working memory for blocks of `block` frames. The one place where the CPU
+/// engine's buffers are sized.
+struct CpuScratchSizes {
+  /// Padded samples under a block's edge frames: (block - 1) * hop + n_fft floats.
+  int64_t padded_floats = 0;
+  /// Windowed frames [block][n_fft], floats.
+  int64_t frame_floats = 0;
+  /// Spectra [block][n_freqs], complex floats (8 bytes each).
+  int64_t spectrum_complex = 0;
+  /// |X|^power [n_freqs][block], floats.
+  int64_t power_floats = 0;
+  /// Mel energies [n_mels][block], floats.
+  int64_t mel_floats = 0;
+  /// Bytes of all of them.
+  int64_t bytes() const {
+    return (padded_floats + frame_floats + 2 * spectrum_complex + power_floats + mel_floats) *
+           static_cast<int64_t>(sizeof(float));
+  }
+};
+
+/// Sizes for blocks of `block` frames of `n_fft` samples, hop `hop`, `n_freqs` bins and `n_mels` bands.
+CpuScratchSizes cpu_scratch_sizes(int block, int n_fft, int hop, int n_freqs, int n_mels);
+
+/// Host bytes a CPU engine of `config` holds (MelEngine::host_bytes): one CpuScratchSizes per thread
+/// (cpu_block_frames blocks) plus the n_fft-float window. Throws InvalidArgument as make_layout does.
+int64_t cpu_engine_host_bytes(const EngineConfig& config);
+
 /// The CPU engine's log stage, in place on `count` mel energies: log_compress (mel_math.h) for `args.log`, with the
 /// logarithm evaluated branch-free so that the loop vectorises. It agrees with log_compress to a few float32 ulps,
 /// and exactly at and below the floor (db: x <= amin; ln: x == 0), so that silence gives exactly silence_value(args).

@@ -219,6 +219,7 @@ class CudaMelEngine final : public MelEngine {
   std::string name() const override { return "cuda-cufft"; }
   EngineTimes times() const override { return times_; }
   int64_t device_bytes() const override { return device_bytes_; }
+  int64_t host_bytes() const override { return pinned_bytes_; }
   const MelLayout& layout() const override { return layout_; }
 
  private:
@@ -248,6 +249,7 @@ class CudaMelEngine final : public MelEngine {
   std::array<Slot, 2> slots_{};
   EngineTimes times_;
   int64_t device_bytes_ = 0;
+  int64_t pinned_bytes_ = 0;
 };
 
 template <class T>
@@ -262,6 +264,7 @@ template <class T>
 T* CudaMelEngine::pinned_alloc(int64_t bytes) {
   void* p = nullptr;
   MELFORGE_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(bytes)));
+  pinned_bytes_ += bytes;
   return static_cast<T*>(p);
 }
 

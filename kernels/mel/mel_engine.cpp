@@ -216,6 +216,12 @@ class MultiEngine final : public MelEngine {
     return sum;
   }
 
+  int64_t host_bytes() const override {
+    int64_t sum = 0;
+    for (const auto& e : engines_) sum += e->host_bytes();
+    return sum;
+  }
+
   const MelLayout& layout() const override { return engines_.front()->layout(); }
 
  private:

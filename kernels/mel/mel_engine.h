@@ -85,6 +85,10 @@ class MelEngine {
   virtual EngineTimes times() const = 0;
   /// Bytes of device memory held (0 for the CPU engine).
   virtual int64_t device_bytes() const = 0;
+  /// Bytes of host memory held for as long as the engine lives, beyond the caller's input and output: the CPU
+  /// engine's per-thread scratch (cpu_scratch_bytes), the CUDA engine's pinned staging buffers (two slots of
+  /// CudaBufferSizes::input_bytes() + output_bytes()). Callers that plan memory (the builder's --max-ram) reserve it.
+  virtual int64_t host_bytes() const = 0;
   /// The layout this engine was built for.
   virtual const MelLayout& layout() const = 0;
 };
