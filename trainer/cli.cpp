@@ -7,8 +7,6 @@
 
 #include <atomic>
 #include <boost/program_options.hpp>
-#include <cstdarg>
-#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iterator>
@@ -24,6 +22,7 @@
 #include "options.h"
 #include "predict/predict.h"
 #include "train/trainer.h"
+#include "util.h"
 
 namespace po = boost::program_options;
 
@@ -39,29 +38,6 @@ struct Command {
   std::function<void(std::ostream&, std::ostream&)> run;
 };
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
-[[gnu::format(printf, 1, 2)]] std::string format(const char* fmt, ...) {
-  std::va_list args, copy;
-  va_start(args, fmt);
-  va_copy(copy, args);
-  std::vector<char> buf(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, fmt, copy)) + 1);
-  va_end(copy);
-  std::vsnprintf(buf.data(), buf.size(), fmt, args);
-  va_end(args);
-  return buf.data();
-}
-
 /// `inspect`: loads and checks a dataset folder, builds the model for it and runs it on the first train file.
 void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& out) {
   data.validate();
@@ -71,25 +47,25 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
   out << "dataset " << d.dir.string() << " (schema_version " << kSupportedSchemaVersion << ", written by melforge "
       << m.melforge_version << ")\n";
   out << "  classes (" << d.num_classes() << "): " << join(d.class_names) << "\n";
-  out << format("  mel: %lld Hz, n_fft %lld, win %lld, hop %lld, %lld mels, %g-%g Hz, log %s, stored %s\n",
-                static_cast<long long>(m.sample_rate), static_cast<long long>(m.n_fft),
-                static_cast<long long>(m.win_length), static_cast<long long>(m.hop_length),
-                static_cast<long long>(m.n_mels), m.f_min, m.f_max, m.log.c_str(), m.dtype.c_str());
-  out << format("  segments: %lld long of %g s x %lld short of %g s, each [%lld mels x %lld frames]\n",
-                static_cast<long long>(m.num_long), m.long_seconds, static_cast<long long>(m.num_short),
-                m.short_seconds, static_cast<long long>(m.n_mels), static_cast<long long>(m.n_frames));
+  out << fmt("  mel: %lld Hz, n_fft %lld, win %lld, hop %lld, %lld mels, %g-%g Hz, log %s, stored %s\n",
+             static_cast<long long>(m.sample_rate), static_cast<long long>(m.n_fft),
+             static_cast<long long>(m.win_length), static_cast<long long>(m.hop_length),
+             static_cast<long long>(m.n_mels), m.f_min, m.f_max, m.log.c_str(), m.dtype.c_str());
+  out << fmt("  segments: %lld long of %g s x %lld short of %g s, each [%lld mels x %lld frames]\n",
+             static_cast<long long>(m.num_long), m.long_seconds, static_cast<long long>(m.num_short),
+             m.short_seconds, static_cast<long long>(m.n_mels), static_cast<long long>(m.n_frames));
   for (const auto& name : kSplitNames) {
     const Split& s = d.split(name);
     std::vector<int64_t> shape = m.file_shape();
     shape.insert(shape.begin(), s.files());
     double mib = static_cast<double>(sizeof(float)) / (1 << 20);
     for (const int64_t dim : shape) mib *= static_cast<double>(dim);
-    out << format("  %-5s %6lld files, %8lld valid short segments, mel %s float32, %.1f MiB %s\n", name.c_str(),
-                  static_cast<long long>(s.files()), static_cast<long long>(s.valid_segments()),
-                  shape_text(shape).c_str(), mib,
-                  s.streamed() ? format("streamed (%lld files per chunk)",
-                                        static_cast<long long>(s.files_per_chunk())).c_str()
-                               : "in RAM");
+    out << fmt("  %-5s %6lld files, %8lld valid short segments, mel %s float32, %.1f MiB %s\n", name.c_str(),
+               static_cast<long long>(s.files()), static_cast<long long>(s.valid_segments()),
+               shape_text(shape).c_str(), mib,
+               s.streamed() ? fmt("streamed (%lld files per chunk)",
+                                  static_cast<long long>(s.files_per_chunk())).c_str()
+                            : "in RAM");
   }
   d.require_files("train");
 
@@ -97,9 +73,9 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
   net->eval();
   int64_t params = 0;
   for (const auto& p : net->parameters()) params += p.numel();
-  out << format("model %s: %lld parameters, input [B, 1, %lld, %lld] -> logits [B, %lld], detection [B]\n",
-                model.model.c_str(), static_cast<long long>(params), static_cast<long long>(m.n_mels),
-                static_cast<long long>(m.n_frames), static_cast<long long>(d.num_classes()));
+  out << fmt("model %s: %lld parameters, input [B, 1, %lld, %lld] -> logits [B, %lld], detection [B]\n",
+             model.model.c_str(), static_cast<long long>(params), static_cast<long long>(m.n_mels),
+             static_cast<long long>(m.n_frames), static_cast<long long>(d.num_classes()));
   const int64_t valid = d.train.num_valid_long[0].item<int64_t>();
   const at::Tensor x = d.train.read_files(0, 1)[0].narrow(0, 0, valid).reshape({-1, m.n_mels, m.n_frames});
   at::NoGradGuard no_grad;
@@ -209,8 +185,8 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
   out << "best epoch: " << r.best_epoch << " of " << r.epochs_done << (r.early_stopped ? " (early stop)" : "")
       << "\n";
   if (r.test)
-    out << format("test: accuracy %.4f, macro-F1 %.4f; file accuracy %.4f, file macro-F1 %.4f\n",
-                  r.test->segment.accuracy, r.test->segment.macro_f1, r.test->file.accuracy, r.test->file.macro_f1);
+    out << fmt("test: accuracy %.4f, macro-F1 %.4f; file accuracy %.4f, file macro-F1 %.4f\n",
+               r.test->segment.accuracy, r.test->segment.macro_f1, r.test->file.accuracy, r.test->file.macro_f1);
   out << "report: " << (r.run_dir / "report.json").string() << "\n";
   if (g_stop_signal.load() != 0) return stopped("during the final evaluation (the run is complete)");
   return kExitOk;
@@ -239,7 +215,7 @@ std::string usage(const std::map<std::string, Command>& commands) {
   std::string s =
       "melforge-train: train and use classifiers on melforge-build HDF5 datasets (LibTorch)\n\n"
       "Usage: melforge-train <command> [options]\n       melforge-train <command> --help\n\nCommands:\n";
-  for (const auto& [name, c] : commands) s += format("  %-8s %s\n", name.c_str(), c.summary.c_str());
+  for (const auto& [name, c] : commands) s += fmt("  %-8s %s\n", name.c_str(), c.summary.c_str());
   return s;
 }
 

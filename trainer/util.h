@@ -1,9 +1,12 @@
 #pragma once
-/// Small helpers shared by the trainer's folders: shape and CSV text, and an autocast scope.
+/// Small helpers shared by the trainer's folders: shape, CSV, printf-style and list text, and an autocast scope.
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 
+#include <cstdarg>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "melforge/common/errors.h"
 
@@ -25,6 +28,25 @@ inline std::string csv_field(const std::string& s) {
     q += ch;
   }
   return q + "\"";
+}
+
+/// `printf(f, ...)` into a string.
+[[gnu::format(printf, 1, 2)]] inline std::string fmt(const char* f, ...) {
+  std::va_list args, copy;
+  va_start(args, f);
+  va_copy(copy, args);
+  std::string s(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, f, copy)), '\0');
+  va_end(copy);
+  std::vsnprintf(s.data(), s.size() + 1, f, args);
+  va_end(args);
+  return s;
+}
+
+/// "a, b, c".
+inline std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
 }
 
 /// Enables autocast to `dtype` (at::kBFloat16 or at::kHalf) on `device_type` for its scope, nothing for

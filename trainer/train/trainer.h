@@ -6,101 +6,23 @@
 /// line per epoch), checkpoints/last.pt and checkpoints/best.pt (written atomically after every epoch), and at the
 /// end report.json (best.pt evaluated on val and test), confusion_val.csv, confusion_test.csv and timings.json;
 /// trace.json with --profile-steps.
-#include <ATen/core/Tensor.h>
-
+///
+/// This header is the trainer's public face: train() and its hooks and result, and, included, what configures a
+/// run (config.h), the `eval` command (eval/eval_command.h) and the `bench` command (bench.h). How a run is split
+/// into stages: run.h.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
-#include <string>
-#include <vector>
 
 #include "data/loader.h"
-#include "dist/dist.h"
+#include "eval/eval_command.h"
 #include "eval/evaluate.h"
-#include "options.h"
-#include "train/optim.h"
-#include "train/spec_augment.h"
-
-namespace boost::program_options {
-class options_description;
-}
+#include "train/bench.h"
+#include "train/config.h"
 
 namespace melforge::trainer {
-
-struct Checkpoint;
-struct Dataset;
-struct MelInfo;
-
-/// The settings of `train` that are neither model, optimizer, loader, augmentation nor evaluation settings.
-struct TrainOptions {
-  /// The run folder to create (must be empty or absent, unless `overwrite`).
-  std::filesystem::path out;
-  /// A run to continue: its folder, or a checkpoint inside it (normally RUN/checkpoints/last.pt).
-  std::filesystem::path resume;
-  /// Write into a non-empty run folder, replacing the files a run writes (other files are left alone).
-  bool overwrite = false;
-  /// Epochs to train (the cosine schedule spans all of them), >= 1.
-  int64_t epochs = 30;
-  /// Mixed precision: `off`, `fp16` (CUDA only, with a GradScaler) or `bf16` (CPU or CUDA).
-  std::string amp = "off";
-  /// Class the detection head detects. Empty: the class named `leak` when there is one, else the first class.
-  std::string positive_class;
-  /// Weight of the detection head's BCE in the loss, >= 0.
-  double bce_weight = 1.0;
-  /// Weight of the positive term of the BCE: `auto` (negatives / positives among the training segments) or a
-  /// positive number.
-  std::string pos_weight = "auto";
-  /// Stop after this many epochs without improvement of best_metric; 0 never stops early.
-  int64_t patience = 10;
-  /// The metric that picks best.pt and drives early stopping: val_macro_f1, val_accuracy, val_loss (lower is
-  /// better) or val_file_accuracy.
-  std::string best_metric = "val_macro_f1";
-  /// CUDA only: capture forward, backward and optimizer step in a CUDA Graph (implies drop-last; not with fp16).
-  bool cuda_graph = false;
-  /// CUDA only: channels-last memory format for the convolutions.
-  bool channels_last = false;
-  /// Profile this many training steps of the first epoch into RUN/trace.json (Chrome trace); 0: off.
-  int64_t profile_steps = 0;
-
-  /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
-  void validate() const;
-  /// The fields that define the run (not out/resume/overwrite/profile_steps).
-  nlohmann::json to_json() const;
-  /// Reads to_json()'s fields (missing ones keep their defaults); FormatError on a mistyped one.
-  static TrainOptions from_json(const nlohmann::json& j);
-};
-
-/// Registers --out --resume --overwrite --epochs --amp --positive-class --bce-weight --pos-weight --patience
-/// --best-metric --cuda-graph --channels-last --profile-steps.
-void add_options(boost::program_options::options_description& desc, TrainOptions& opts);
-
-/// Everything `train` is configured by.
-struct TrainConfig {
-  DataOptions data;
-  ModelOptions model;
-  OptimOptions optim;
-  LoaderOptions loader;
-  SpecAugmentOptions augment;
-  EvalOptions eval;
-  TrainOptions train;
-  RuntimeOptions runtime;
-  /// Data-parallel job (not saved in config.json; a checkpoint records the world size).
-  DistOptions dist;
-
-  /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
-  void validate() const;
-  /// {"data", "model", "optim", "loader", "augment", "eval", "train"}: what the run folder's config.json and the
-  /// checkpoints record (the runtime group is not part of it: it does not change the result on the CPU).
-  nlohmann::json to_json() const;
-  /// The inverse of to_json() (runtime left at its defaults). Throws FormatError on a malformed document.
-  static TrainConfig from_json(const nlohmann::json& j);
-};
-
-/// Registers every group of TrainConfig.
-void add_options(boost::program_options::options_description& desc, TrainConfig& config);
 
 /// Optional callbacks into the loop, for tests and instrumentation.
 struct TrainHooks {
@@ -120,8 +42,9 @@ struct TrainResult {
   std::filesystem::path run_dir;
   /// Epochs completed in total (including those of a resumed run).
   int64_t epochs_done = 0;
-  /// Epoch (1-based) of best.pt and its best_metric value.
+  /// Epoch (1-based) of best.pt.
   int64_t best_epoch = 0;
+  /// best.pt's value of TrainOptions::best_metric.
   double best_value = 0;
   /// Whether patience ended the run early.
   bool early_stopped = false;
@@ -130,8 +53,9 @@ struct TrainResult {
   /// This process's rank in a data-parallel job (0 when alone); only rank 0 writes the run folder and evaluates
   /// best.pt.
   int rank = 0;
-  /// best.pt on val and test (absent when interrupted).
+  /// best.pt on val (absent when interrupted, and on ranks > 0).
   std::optional<EvalResult> val;
+  /// best.pt on test (absent when interrupted, and on ranks > 0).
   std::optional<EvalResult> test;
 };
 
@@ -141,56 +65,10 @@ struct TrainResult {
 /// run. With a world size > 1 (config.dist, resolved from the environment), or with --dist-backend gloo|nccl or
 /// --world-size 1 given (DistOptions::forces_process_group), this process is one rank of a data-parallel job joined
 /// through c10d: see trainer/README.md; only rank 0 writes the run folder, every rank returns the same
-/// TrainResult apart from run_dir's files (val/test are evaluated on rank 0 only). Logs on `log`. Throws InvalidArgument for bad options or a positive class that does not exist, FormatError
-/// for a dataset or checkpoint that does not fit, IoError for file errors, Error when the loss becomes NaN or
-/// infinite (the checkpoints of the last good epoch stay).
+/// TrainResult apart from run_dir's files (val/test are evaluated on rank 0 only). Logs on `log`. Throws
+/// InvalidArgument for bad options or a positive class that does not exist, FormatError for a dataset or
+/// checkpoint that does not fit, IoError for file errors, Error when the loss becomes NaN or infinite (the
+/// checkpoints of the last good epoch stay).
 TrainResult train(TrainConfig config, std::ostream& log, const TrainHooks& hooks = {});
-
-/// Throws FormatError, naming `what` (the checkpoint) and the dataset folder, unless the checkpoint's mel
-/// parameters and class names equal the dataset's.
-void check_checkpoint_fits(const Checkpoint& checkpoint, const MelInfo& info,
-                           const std::vector<std::string>& class_names, const std::string& what,
-                           const std::string& dataset);
-
-/// `eval` settings besides the data, evaluation and runtime groups.
-struct EvalCommandOptions {
-  /// The checkpoint to evaluate.
-  std::filesystem::path checkpoint;
-  /// Where to write the JSON report (empty: nowhere; the summary is printed either way).
-  std::filesystem::path out;
-
-  /// Throws InvalidArgument when the checkpoint is missing.
-  void validate() const;
-};
-
-/// Registers --checkpoint --out.
-void add_options(boost::program_options::options_description& desc, EvalCommandOptions& opts);
-
-/// `eval`: loads the checkpoint and the dataset, checks they fit, evaluates split eval.split and prints a summary
-/// on `out` (and the JSON report to opts.out). Returns the report: {"checkpoint", "data", "split", "classes",
-/// "positive_class", "segment", "file", "seconds", "files_per_s"}.
-nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data, const EvalOptions& eval,
-                        const RuntimeOptions& runtime, std::ostream& out, std::ostream& log);
-
-/// `bench` settings.
-struct BenchOptions {
-  /// Timed training steps (after warmup), >= 1.
-  int64_t steps = 50;
-  /// Untimed warmup steps, >= 0.
-  int64_t warmup = 5;
-  /// Where to write the JSON results (empty: nowhere).
-  std::filesystem::path out;
-
-  /// Throws InvalidArgument naming the flag.
-  void validate() const;
-};
-
-/// Registers --steps --warmup-steps --out.
-void add_options(boost::program_options::options_description& desc, BenchOptions& opts);
-
-/// `bench`: on the dataset of config.data, times separately the data pipeline (batches/s and samples/s of the
-/// loader, with prefetch), the training step on a batch already in place (samples/s), and the evaluation of
-/// the val split (files/s). Prints a table on `out` and returns (and writes to opts.out) the JSON.
-nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, std::ostream& out, std::ostream& log);
 
 }  // namespace melforge::trainer

@@ -1,0 +1,230 @@
+#include "train/config.h"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <vector>
+
+#include "melforge/common/errors.h"
+#include "util.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace melforge::trainer {
+
+namespace {
+
+const std::vector<std::string> kBestMetrics = {"val_macro_f1", "val_accuracy", "val_loss", "val_file_accuracy"};
+
+template <typename T>
+void read_field(const nlohmann::json& j, const char* name, T& value, const char* group) {
+  if (!j.contains(name)) return;
+  try {
+    j.at(name).get_to(value);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string(group) + " options: field '" + name + "': " + e.what());
+  }
+}
+
+nlohmann::json optim_to_json(const OptimOptions& o) {
+  return {{"lr", o.lr},
+          {"weight_decay", o.weight_decay},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"eps", o.eps},
+          {"warmup", o.warmup},
+          {"min_lr_ratio", o.min_lr_ratio},
+          {"clip_norm", o.clip_norm},
+          {"accumulate", o.accumulate},
+          {"adamw_impl", o.adamw_impl}};
+}
+
+OptimOptions optim_from_json(const nlohmann::json& j) {
+  OptimOptions o;
+  read_field(j, "lr", o.lr, "optim");
+  read_field(j, "weight_decay", o.weight_decay, "optim");
+  read_field(j, "beta1", o.beta1, "optim");
+  read_field(j, "beta2", o.beta2, "optim");
+  read_field(j, "eps", o.eps, "optim");
+  read_field(j, "warmup", o.warmup, "optim");
+  read_field(j, "min_lr_ratio", o.min_lr_ratio, "optim");
+  read_field(j, "clip_norm", o.clip_norm, "optim");
+  read_field(j, "accumulate", o.accumulate, "optim");
+  read_field(j, "adamw_impl", o.adamw_impl, "optim");
+  return o;
+}
+
+nlohmann::json eval_to_json(const EvalOptions& o) {
+  return {{"split", o.split}, {"batch_size", o.batch_size}, {"vote", o.vote}, {"threshold", o.threshold}};
+}
+
+EvalOptions eval_from_json(const nlohmann::json& j) {
+  EvalOptions o;
+  read_field(j, "split", o.split, "eval");
+  read_field(j, "batch_size", o.batch_size, "eval");
+  read_field(j, "vote", o.vote, "eval");
+  read_field(j, "threshold", o.threshold, "eval");
+  return o;
+}
+
+nlohmann::json augment_to_json(const SpecAugmentOptions& o) {
+  return {{"freq_masks", o.freq_masks}, {"freq_width", o.freq_width}, {"time_masks", o.time_masks},
+          {"time_width", o.time_width}};
+}
+
+SpecAugmentOptions augment_from_json(const nlohmann::json& j) {
+  SpecAugmentOptions o;
+  read_field(j, "freq_masks", o.freq_masks, "augment");
+  read_field(j, "freq_width", o.freq_width, "augment");
+  read_field(j, "time_masks", o.time_masks, "augment");
+  read_field(j, "time_width", o.time_width, "augment");
+  return o;
+}
+
+}  // namespace
+
+void TrainOptions::validate() const {
+  if (epochs < 1) throw InvalidArgument("--epochs must be >= 1, got " + std::to_string(epochs));
+  if (amp != "off" && amp != "fp16" && amp != "bf16")
+    throw InvalidArgument("--amp must be off, fp16 or bf16, got '" + amp + "'");
+  if (!(bce_weight >= 0.0) || !std::isfinite(bce_weight))
+    throw InvalidArgument("--bce-weight must be a finite number >= 0, got " + std::to_string(bce_weight));
+  if (pos_weight != "auto") {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(pos_weight, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != pos_weight.size() || !(v > 0.0) || !std::isfinite(v))
+      throw InvalidArgument("--pos-weight must be 'auto' or a positive number, got '" + pos_weight + "'");
+  }
+  if (patience < 0) throw InvalidArgument("--patience must be >= 0, got " + std::to_string(patience));
+  if (std::find(kBestMetrics.begin(), kBestMetrics.end(), best_metric) == kBestMetrics.end())
+    throw InvalidArgument("--best-metric must be one of " + join(kBestMetrics) + ", got '" + best_metric + "'");
+  if (profile_steps < 0) throw InvalidArgument("--profile-steps must be >= 0, got " + std::to_string(profile_steps));
+  if (cuda_graph && amp == "fp16")
+    throw InvalidArgument("--cuda-graph cannot be combined with --amp fp16 (the loss scale is host-driven); use bf16");
+}
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"epochs", epochs},         {"amp", amp},           {"positive_class", positive_class},
+          {"bce_weight", bce_weight}, {"pos_weight", pos_weight}, {"patience", patience},
+          {"best_metric", best_metric}, {"cuda_graph", cuda_graph}, {"channels_last", channels_last}};
+}
+
+TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
+  TrainOptions o;
+  read_field(j, "epochs", o.epochs, "train");
+  read_field(j, "amp", o.amp, "train");
+  read_field(j, "positive_class", o.positive_class, "train");
+  read_field(j, "bce_weight", o.bce_weight, "train");
+  read_field(j, "pos_weight", o.pos_weight, "train");
+  read_field(j, "patience", o.patience, "train");
+  read_field(j, "best_metric", o.best_metric, "train");
+  read_field(j, "cuda_graph", o.cuda_graph, "train");
+  read_field(j, "channels_last", o.channels_last, "train");
+  return o;
+}
+
+void add_options(po::options_description& desc, TrainOptions& o) {
+  desc.add_options()("out", po::value(&o.out)->value_name("RUN"), "run folder to create (must be empty or absent)")(
+      "resume", po::value(&o.resume)->value_name("RUN|CKPT"),
+      "continue a run: its folder or a checkpoint in it (its saved configuration is used)")(
+      "overwrite", po::bool_switch(&o.overwrite), "replace the run files in a non-empty --out folder")(
+      "epochs", po::value(&o.epochs)->default_value(o.epochs)->value_name("N"), "epochs to train")(
+      "amp", po::value(&o.amp)->default_value(o.amp)->value_name("off|fp16|bf16"),
+      "mixed precision (fp16: CUDA only, with loss scaling; bf16: CPU or CUDA)")(
+      "positive-class", po::value(&o.positive_class)->value_name("NAME"),
+      "class of the detection head (default: 'leak' if present, else the first class)")(
+      "bce-weight", po::value(&o.bce_weight)->default_value(o.bce_weight)->value_name("W"),
+      "weight of the detection head's BCE in the loss")(
+      "pos-weight", po::value(&o.pos_weight)->default_value(o.pos_weight)->value_name("auto|W"),
+      "weight of the BCE's positive term (auto: negatives/positives in train)")(
+      "patience", po::value(&o.patience)->default_value(o.patience)->value_name("N"),
+      "stop after N epochs without improvement (0: never)")(
+      "best-metric", po::value(&o.best_metric)->default_value(o.best_metric)->value_name("NAME"),
+      "val_macro_f1, val_accuracy, val_loss or val_file_accuracy: picks best.pt, drives early stopping")(
+      "cuda-graph", po::bool_switch(&o.cuda_graph),
+      "CUDA: capture forward, backward and optimizer step in a CUDA Graph (implies --drop-last)")(
+      "channels-last", po::bool_switch(&o.channels_last), "CUDA: channels-last convolutions")(
+      "profile-steps", po::value(&o.profile_steps)->default_value(o.profile_steps)->value_name("N"),
+      "write a Chrome trace of the first N training steps to RUN/trace.json");
+}
+
+void TrainConfig::validate() const {
+  if (train.resume.empty()) {
+    data.validate();
+    if (train.out.empty()) throw InvalidArgument("--out is required: the run folder to create");
+  }
+  model.validate();
+  optim.validate();
+  loader.validate();
+  augment.validate();
+  eval.validate();
+  train.validate();
+  runtime.validate();
+  dist.validate();
+  if (train.cuda_graph && optim.accumulate != 1)
+    throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  return {{"data", fs::absolute(data.data).lexically_normal().string()},
+          {"stream", data.stream.to_json()},
+          {"model", trainer::to_json(model)},
+          {"optim", optim_to_json(optim)},
+          {"loader", loader.to_json()},
+          {"augment", augment_to_json(augment)},
+          {"eval", eval_to_json(eval)},
+          {"train", train.to_json()}};
+}
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw FormatError("run configuration: not a JSON object");
+  TrainConfig c;
+  const auto group = [&](const char* name) { return j.contains(name) ? j.at(name) : nlohmann::json::object(); };
+  if (j.contains("data") && j["data"].is_string()) c.data.data = j["data"].get<std::string>();
+  c.data.stream = StreamOptions::from_json(group("stream"));
+  c.model = model_options_from_json(group("model"));
+  c.optim = optim_from_json(group("optim"));
+  c.loader = LoaderOptions::from_json(group("loader"));
+  c.augment = augment_from_json(group("augment"));
+  c.eval = eval_from_json(group("eval"));
+  c.train = TrainOptions::from_json(group("train"));
+  return c;
+}
+
+void add_options(po::options_description& desc, TrainConfig& c) {
+  add_options(desc, c.data);
+  add_options(desc, c.train);
+  add_options(desc, c.model);
+  add_options(desc, c.optim);
+  add_options(desc, c.loader);
+  add_options(desc, c.augment);
+  desc.add_options()("eval-batch-size", po::value(&c.eval.batch_size)->default_value(c.eval.batch_size)->value_name("N"),
+                     "short segments per validation forward pass")(
+      "vote", po::value(&c.eval.vote)->default_value(c.eval.vote)->value_name("mean|majority"),
+      "file-level vote over long segments")(
+      "threshold", po::value(&c.eval.threshold)->default_value(c.eval.threshold)->value_name("P"),
+      "detection probability at or above which a segment or file is positive");
+  add_options(desc, c.runtime);
+  add_options(desc, c.dist);
+}
+
+double metric_value(const EvalResult& r, const std::string& metric) {
+  if (metric == "val_accuracy") return r.segment.accuracy;
+  if (metric == "val_loss") return r.segment.loss;
+  if (metric == "val_file_accuracy") return r.file.accuracy;
+  return r.segment.macro_f1;
+}
+
+bool improves(double value, double best, bool have_best, const std::string& metric) {
+  if (std::isnan(value)) return false;
+  if (!have_best) return true;
+  return metric == "val_loss" ? value < best : value > best;
+}
+
+}  // namespace melforge::trainer

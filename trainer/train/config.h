@@ -1,0 +1,105 @@
+#pragma once
+/// What `train` is configured by: its own settings (TrainOptions), every option group together (TrainConfig), their
+/// flags, and the JSON that the run folder's config.json and the checkpoints record.
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "data/loader.h"
+#include "dist/dist.h"
+#include "eval/evaluate.h"
+#include "options.h"
+#include "train/optim.h"
+#include "train/spec_augment.h"
+
+namespace boost::program_options {
+class options_description;
+}
+
+namespace melforge::trainer {
+
+/// The settings of `train` that are neither model, optimizer, loader, augmentation nor evaluation settings.
+struct TrainOptions {
+  /// The run folder to create (must be empty or absent, unless `overwrite`).
+  std::filesystem::path out;
+  /// A run to continue: its folder, or a checkpoint inside it (normally RUN/checkpoints/last.pt).
+  std::filesystem::path resume;
+  /// Write into a non-empty run folder, replacing the files a run writes (other files are left alone).
+  bool overwrite = false;
+  /// Epochs to train (the cosine schedule spans all of them), >= 1.
+  int64_t epochs = 30;
+  /// Mixed precision: `off`, `fp16` (CUDA only, with a GradScaler) or `bf16` (CPU or CUDA).
+  std::string amp = "off";
+  /// Class the detection head detects. Empty: the class named `leak` when there is one, else the first class.
+  std::string positive_class;
+  /// Weight of the detection head's BCE in the loss, >= 0.
+  double bce_weight = 1.0;
+  /// Weight of the positive term of the BCE: `auto` (negatives / positives among the training segments) or a
+  /// positive number.
+  std::string pos_weight = "auto";
+  /// Stop after this many epochs without improvement of best_metric; 0 never stops early.
+  int64_t patience = 10;
+  /// The metric that picks best.pt and drives early stopping: val_macro_f1, val_accuracy, val_loss (lower is
+  /// better) or val_file_accuracy.
+  std::string best_metric = "val_macro_f1";
+  /// CUDA only: capture forward, backward and optimizer step in a CUDA Graph (implies drop-last; not with fp16).
+  bool cuda_graph = false;
+  /// CUDA only: channels-last memory format for the convolutions.
+  bool channels_last = false;
+  /// Profile this many training steps of the first epoch into RUN/trace.json (Chrome trace); 0: off.
+  int64_t profile_steps = 0;
+
+  /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
+  void validate() const;
+  /// The fields that define the run (not out/resume/overwrite/profile_steps).
+  nlohmann::json to_json() const;
+  /// Reads to_json()'s fields (missing ones keep their defaults); FormatError on a mistyped one.
+  static TrainOptions from_json(const nlohmann::json& j);
+};
+
+/// Registers --out --resume --overwrite --epochs --amp --positive-class --bce-weight --pos-weight --patience
+/// --best-metric --cuda-graph --channels-last --profile-steps.
+void add_options(boost::program_options::options_description& desc, TrainOptions& opts);
+
+/// Everything `train` is configured by.
+struct TrainConfig {
+  /// The dataset folder and how its spectrograms are held.
+  DataOptions data;
+  /// The architecture and its seed.
+  ModelOptions model;
+  /// AdamW, the learning-rate schedule, clipping and accumulation.
+  OptimOptions optim;
+  /// Batches of the training split.
+  LoaderOptions loader;
+  /// SpecAugment masks of the training batches.
+  SpecAugmentOptions augment;
+  /// Validation after each epoch and the final evaluation.
+  EvalOptions eval;
+  /// The settings of `train` itself.
+  TrainOptions train;
+  /// Device, threads and logging (not saved: they do not change the result on the CPU).
+  RuntimeOptions runtime;
+  /// Data-parallel job (not saved in config.json; a checkpoint records the world size).
+  DistOptions dist;
+
+  /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
+  void validate() const;
+  /// {"data", "model", "optim", "loader", "augment", "eval", "train"}: what the run folder's config.json and the
+  /// checkpoints record (the runtime group is not part of it: it does not change the result on the CPU).
+  nlohmann::json to_json() const;
+  /// The inverse of to_json() (runtime left at its defaults). Throws FormatError on a malformed document.
+  static TrainConfig from_json(const nlohmann::json& j);
+};
+
+/// Registers every group of TrainConfig.
+void add_options(boost::program_options::options_description& desc, TrainConfig& config);
+
+/// The value of `metric` (one of TrainOptions::best_metric's names) in a validation result.
+double metric_value(const EvalResult& result, const std::string& metric);
+
+/// Whether `value` improves on `best` for `metric` (lower is better for val_loss, higher for the others; NaN never
+/// improves; anything does when `have_best` is false).
+bool improves(double value, double best, bool have_best, const std::string& metric);
+
+}  // namespace melforge::trainer

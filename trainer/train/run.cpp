@@ -1,0 +1,191 @@
+#include "train/run.h"
+
+#include <ATen/Context.h>
+#include <ATen/ops/full.h>
+
+#include <cmath>
+#include <utility>
+
+#include "data/loader.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
+#include "train/graph_step.h"
+#include "train/profiling.h"
+#include "train/rng_state.h"
+#include "train/run_folder.h"
+#include "util.h"
+
+namespace fs = std::filesystem;
+
+namespace melforge::trainer {
+
+TrainResult train(TrainConfig config, std::ostream& log, const TrainHooks& hooks) {
+  Run run(std::move(config), log, hooks);
+  return run.run();
+}
+
+Run::Run(TrainConfig config, std::ostream& log_stream, const TrainHooks& hooks)
+    : cfg_(std::move(config)), log_(Logger::from(log_stream, cfg_.runtime)), rank_log_(log_), hooks_(hooks) {}
+
+Run::~Run() = default;
+
+TrainResult Run::run() {
+  Stopwatch total;
+  set_up_job();
+  check_dataset();
+  prepare_run_dir();
+  load_data();
+  make_loader();
+  resolve_pos_weight();
+  set_up_model();
+  write_config();
+  TrainResult result;
+  result.run_dir = run_dir_;
+  result.rank = rank_;
+  if (cfg_.train.profile_steps > 0 && writer())
+    profiler_ = std::make_unique<StepProfiler>(cfg_.train.profile_steps, run_dir_ / "trace.json", s_.device.is_cuda());
+  while (epoch_ < cfg_.train.epochs && !early_stopped_) {
+    if (!run_epoch()) {
+      result.interrupted = true;
+      break;
+    }
+  }
+  loader_->stop();
+  profiler_.reset();
+  result.epochs_done = epoch_;
+  result.best_epoch = best_epoch_;
+  result.best_value = best_value_;
+  result.early_stopped = early_stopped_;
+  if (result.interrupted || !writer()) return result;
+  finish(result);
+  write_timings(total.seconds());
+  return result;
+}
+
+void Run::set_up_job() {
+  cfg_.validate();
+  const DistOptions dist = cfg_.dist.resolve();
+  rank_ = dist.rank;
+  world_ = dist.world_size;
+  if (rank_ > 0 && log_.level() < LogLevel::warn) log_ = Logger(log_.stream(), LogLevel::warn);
+  resolve_resume();
+  s_.device = cfg_.runtime.resolve_device();
+  if (cfg_.train.amp == "fp16" && !s_.device.is_cuda())
+    throw InvalidArgument("--amp fp16 needs a CUDA device (use bf16 on the CPU)");
+  if (!s_.device.is_cuda() && (cfg_.train.cuda_graph || cfg_.train.channels_last))
+    log_.warn("--cuda-graph and --channels-last apply to CUDA only; ignored on the CPU");
+  s_.autocast = amp_dtype(cfg_.train.amp);
+  cfg_.runtime.apply_threads();
+  if (world_ > 1 || cfg_.dist.forces_process_group()) join_job(dist);
+  configure_cuda(s_.device.is_cuda());
+}
+
+void Run::check_dataset() {
+  const Dataset meta = load_dataset(cfg_.data.data, /*load_mel=*/false);
+  for (const auto& name : kSplitNames) meta.require_files(name);
+  std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
+  if (!resume_from_) return;
+  check_checkpoint_fits(*resume_from_, meta.info, meta.class_names, resume_checkpoint(cfg_.train.resume).string(),
+                        cfg_.data.data.string());
+  if (resume_from_->positive_index != s_.positive_index)
+    throw FormatError("--resume: the checkpoint's positive class is '" + resume_from_->positive_class + "'");
+}
+
+void Run::prepare_run_dir() {
+  if (!writer()) return;
+  if (resume_from_)
+    truncate_metrics(run_dir_ / "metrics.jsonl", resume_from_->epoch);
+  else if (cfg_.train.overwrite)
+    clear_run_files(run_dir_);
+  fs::create_directories(run_dir_ / "checkpoints");
+}
+
+void Run::load_data() {
+  {
+    ScopedStage stage(times_, "load data");
+    data_ = load_dataset(cfg_.data.data, cfg_.data.stream, -1, hooks_.on_load);
+  }
+  cfg_.data.stream.stream = data_.train.streamed() ? "on" : "off";
+  if (data_.train.streamed())
+    log_.info(fmt("streaming the spectrograms from the HDF5 files (chunk cache %lld MiB per split, shuffle windows "
+                  "of %g MiB)", static_cast<long long>(cfg_.data.stream.h5_cache), cfg_.loader.stream_window));
+  log_.info(fmt("data %s: %lld/%lld/%lld files, %lld train segments, %lld classes; device %s",
+                cfg_.data.data.string().c_str(), static_cast<long long>(data_.train.files()),
+                static_cast<long long>(data_.val.files()), static_cast<long long>(data_.test.files()),
+                static_cast<long long>(data_.train.valid_segments()), static_cast<long long>(data_.num_classes()),
+                s_.device.str().c_str()));
+}
+
+void Run::make_loader() {
+  LoaderOptions loader_opts = cfg_.loader;
+  if (cfg_.train.cuda_graph && s_.device.is_cuda()) loader_opts.drop_last = true;
+  loader_ = std::make_unique<BatchLoader>(data_.train, loader_opts, cfg_.model.seed, s_.device, rank_, world_);
+  if (loader_->batches_per_epoch() == 0)
+    throw InvalidArgument(fmt("--batch-size %lld with --drop-last leaves no batch: train has %lld segments",
+                              static_cast<long long>(cfg_.loader.batch_size),
+                              static_cast<long long>(loader_->segments())));
+  if (loader_->device_resident())
+    log_.info(fmt("train split resident on %s (%.1f MiB)", s_.device.str().c_str(),
+                  static_cast<double>(loader_->resident_bytes()) / (1 << 20)));
+}
+
+void Run::resolve_pos_weight() {
+  if (cfg_.train.pos_weight == "auto") {
+    const at::Tensor nvl = data_.train.num_valid_long;
+    const double pos = data_.train.label.eq(s_.positive_index).to(at::kLong).mul(nvl).sum().item<double>();
+    const double all = nvl.sum().item<double>();
+    s_.pos_weight = pos > 0 ? (all - pos) / pos : 1.0;
+    if (pos == 0) log_.warn("no training segment of the positive class '" + s_.positive_name + "': pos_weight 1");
+  } else {
+    s_.pos_weight = std::stod(cfg_.train.pos_weight);
+  }
+  s_.pos_weight_tensor = at::full({1}, s_.pos_weight, at::TensorOptions().dtype(at::kFloat).device(s_.device));
+}
+
+void Run::set_up_model() {
+  model_ = make_model(cfg_.model, data_.info, data_.num_classes());
+  std::tie(input_mean_, input_std_) = input_statistics(data_.train);
+  model_->set_input_normalization(input_mean_, input_std_);
+  model_->to(s_.device);
+  if (cfg_.train.channels_last && s_.device.is_cuda()) to_channels_last(*model_);
+  params_ = model_->parameters();
+  opt_ = std::make_unique<AdamW>(params_, cfg_.optim);
+  const int64_t batches = loader_->batches_per_epoch();
+  steps_per_epoch_ = (batches + cfg_.optim.accumulate - 1) / cfg_.optim.accumulate;
+  const int64_t total = std::max<int64_t>(1, cfg_.train.epochs * steps_per_epoch_);
+  const auto warmup = static_cast<int64_t>(std::llround(cfg_.optim.warmup * static_cast<double>(total)));
+  schedule_ = std::make_unique<CosineSchedule>(cfg_.optim.lr, total, std::min(warmup, total), cfg_.optim.min_lr_ratio);
+  scaler_ = std::make_unique<GradScaler>(cfg_.train.amp == "fp16", s_.device);
+  if (cfg_.train.cuda_graph && s_.device.is_cuda())
+    graph_ = std::make_unique<GraphStep>(*model_, *opt_, params_, *loader_, s_, cfg_.train.bce_weight,
+                                         cfg_.optim.clip_norm, log_);
+  if (world_ > 1 && rank_ > 0 && !resume_from_)
+    at::manual_seed(mix_seed(cfg_.model.seed, static_cast<uint64_t>(rank_)));
+  if (resume_from_) restore(*resume_from_);
+  if (group_) sync_model();
+}
+
+void Run::write_config() const {
+  nlohmann::json config = cfg_.to_json();
+  config["mel"] = data_.info.to_json();
+  config["classes"] = data_.class_names;
+  config["positive_class"] = s_.positive_name;
+  config["positive_index"] = s_.positive_index;
+  config["pos_weight_value"] = s_.pos_weight;
+  config["input_mean"] = input_mean_;
+  config["input_std"] = input_std_;
+  config["model_config"] = model_->config_json();
+  config["device"] = s_.device.str();
+  config["threads"] = cfg_.runtime.threads;
+  config["adamw"] = opt_->implementation();
+  config["steps_per_epoch"] = steps_per_epoch_;
+  config["melforge_version"] = MELFORGE_VERSION;
+  if (group_) {
+    config["world_size"] = world_;
+    config["dist_backend"] = group_->backend();
+    config["global_batch_size"] = cfg_.loader.batch_size * world_;
+  }
+  if (writer()) write_json_atomically(run_dir_ / "config.json", config);
+}
+
+}  // namespace melforge::trainer

@@ -1,0 +1,163 @@
+#pragma once
+/// The training run behind train() (trainer.h): one object holding the model, optimizer, schedule, scaler, loader
+/// and bookkeeping of a run, from set-up through the epochs to the final evaluation. Internal to the trainer; its
+/// methods are defined by stage in run.cpp (set-up), run_epoch.cpp (epochs and final evaluation), run_state.cpp
+/// (resume and checkpoint contents) and run_dist.cpp (the data-parallel job).
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "eval/metrics.h"
+#include "melforge/common/timing.h"
+#include "models/model.h"
+#include "options.h"
+#include "train/checkpoint.h"
+#include "train/setup.h"
+#include "train/trainer.h"
+
+namespace melforge::trainer {
+
+class GraphStep;
+class StepProfiler;
+
+/// The training state of one run: model, optimizer, schedule, scaler and bookkeeping.
+class Run {
+ public:
+  /// Nothing is read or validated before run().
+  Run(TrainConfig config, std::ostream& log_stream, const TrainHooks& hooks);
+  ~Run();
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  /// Trains as train() says.
+  TrainResult run();
+
+ private:
+  /// What one epoch's training pass measured.
+  struct EpochTraining {
+    /// Loss and accuracy over the epoch's training batches (all ranks together).
+    Metrics metrics;
+    /// Learning rate of the epoch's last optimizer step.
+    double lr = 0;
+    /// Seconds the loop waited for batches, and seconds of the whole pass.
+    double wait_s = 0, seconds = 0;
+  };
+
+  // Set-up (run.cpp), in the order run() calls them.
+  /// Validates the configuration, joins the data-parallel job when there is one, resolves --resume and picks the
+  /// device, autocast dtype and threads.
+  void set_up_job();
+  /// Picks the positive class from the dataset's metadata and checks that a resumed checkpoint fits the dataset.
+  void check_dataset();
+  /// Rank 0: truncates metrics.jsonl to the resumed epoch, or clears the run files with --overwrite; creates
+  /// RUN/checkpoints.
+  void prepare_run_dir();
+  /// Reads the dataset (RAM or streamed) and logs what it holds.
+  void load_data();
+  /// The training split's loader (drop-last with --cuda-graph on CUDA); InvalidArgument when it gives no batch.
+  void make_loader();
+  /// --pos-weight: the number given, or negatives / positives among the valid training segments.
+  void resolve_pos_weight();
+  /// Builds model, optimizer, schedule, scaler (and the CUDA Graph step), seeds the ranks > 0, restores a resumed
+  /// checkpoint and broadcasts rank 0's model to the job.
+  void set_up_model();
+  /// RUN/config.json (rank 0): the configuration, dataset parameters, classes and what was resolved at set-up.
+  void write_config() const;
+
+  // Epochs and the final evaluation (run_epoch.cpp).
+  /// Trains, validates and checkpoints epoch epoch_ + 1. Returns false when TrainHooks::on_epoch_end stops the run.
+  bool run_epoch();
+  /// One pass over the training split (0-based `epoch`).
+  EpochTraining train_epoch(int64_t epoch);
+  /// Augments `batch` and runs forward and backward (eagerly, or the whole step through the CUDA Graph, which
+  /// counts the step); sets `loss` and `lr` (the graph step's learning rate) and returns the model's output.
+  ModelOutput forward_backward(const Batch& batch, bool last_micro, double& lr, at::Tensor& loss);
+  /// The eager optimizer step after the last micro-batch: gradient all-reduce, unscaling and clipping, AdamW at
+  /// the schedule's rate (returned), zeroed gradients.
+  double optimizer_step();
+  /// Throws Error when the training loss of 0-based `epoch` is NaN or infinite (the previous checkpoints stay).
+  void check_finite(double loss, int64_t epoch) const;
+  /// Counts the epoch done and updates the best epoch, the epochs without improvement and early stopping from the
+  /// validation result (rank 0's value on every rank). Returns whether the epoch improved on the best.
+  bool record_validation(const EvalResult& val);
+  /// Appends `line` to metrics.jsonl and writes last.pt (and best.pt when `improved`); rank 0 writes, every rank
+  /// contributes its generator states.
+  void save_epoch(const nlohmann::json& line, bool improved);
+  /// The epoch's log line (and the early-stop line).
+  void log_epoch(const nlohmann::json& line, const EpochTraining& train, const EvalResult& val, double val_s,
+                 bool improved) const;
+  /// One line of metrics.jsonl for 0-based `epoch`.
+  nlohmann::json epoch_line(int64_t epoch, const EpochTraining& train, const EvalResult& val, double val_s) const;
+  /// Evaluates best.pt on val and test into `result` and writes report.json and the confusion CSVs.
+  void finish(TrainResult& result);
+  /// Writes timings.json: the stage times, the total since `total_s` was measured and the peak RSS.
+  void write_timings(double total_s);
+
+  // Resume and checkpoint contents (run_state.cpp).
+  /// Fresh run: checks --out. --resume: loads the checkpoint and replaces the configuration by the saved one,
+  /// keeping only data, runtime, dist, loader.prefetch/gpu_mem and profile_steps from the command line.
+  void resolve_resume();
+  /// Loads a checkpoint's model, optimizer, scaler, generators and bookkeeping.
+  void restore(const Checkpoint& c);
+  /// Everything of the run as it stands, as a checkpoint.
+  Checkpoint make_checkpoint() const;
+  /// Every rank's generator states, gathered on rank 0: [{"cpu": hex, "cuda": hex}] by rank (empty elsewhere).
+  nlohmann::json gather_rank_rng();
+  /// A rank > 0 takes its own generator states from the checkpoint (rank 0's are the checkpoint's own).
+  void restore_rank_rng(const Checkpoint& c);
+
+  // The data-parallel job (run_dist.cpp).
+  /// Joins the job through c10d: on CUDA the device of the local rank, then the process group.
+  void join_job(const DistOptions& dist);
+  /// Makes the CUDA device of `local_rank` this process's device; returns the choice's description.
+  std::string take_rank_device(int local_rank);
+  /// Rank 0's parameters and buffers on every rank; then the gradient all-reduce over the parameters.
+  void sync_model();
+
+  /// Whether this process writes the run folder (rank 0).
+  bool writer() const { return rank_ == 0; }
+
+  TrainConfig cfg_;
+  /// The log; ranks > 0 of a job log warnings and errors only, except on rank_log_ (what each rank says about
+  /// itself).
+  Logger log_;
+  Logger rank_log_;
+  const TrainHooks& hooks_;
+  std::filesystem::path run_dir_;
+  std::optional<Checkpoint> resume_from_;
+  Dataset data_;
+  StepSetup s_;
+  std::shared_ptr<Classifier> model_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<CosineSchedule> schedule_;
+  std::unique_ptr<GradScaler> scaler_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<StepProfiler> profiler_;
+  /// --cuda-graph on CUDA: the captured step (null otherwise).
+  std::unique_ptr<GraphStep> graph_;
+  StageTimes times_;
+  /// Completed epochs, and optimizer steps taken.
+  int64_t epoch_ = 0;
+  int64_t step_ = 0;
+  int64_t steps_per_epoch_ = 0;
+  int64_t best_epoch_ = 0;
+  double best_value_ = 0;
+  int64_t bad_epochs_ = 0;
+  bool early_stopped_ = false;
+  double input_mean_ = 0, input_std_ = 1;
+  /// Data-parallel job: this rank, the world size, the process group and the gradient all-reduce (world > 1 only).
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<ProcessGroup> group_;
+  std::unique_ptr<GradientSync> grad_sync_;
+};
+
+}  // namespace melforge::trainer

@@ -1,0 +1,68 @@
+#include "train/run_folder.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "melforge/common/errors.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace melforge::trainer {
+
+namespace {
+
+/// Files and folders a run writes into its folder; --overwrite removes these and nothing else.
+const std::vector<std::string> kRunFiles = {"config.json",        "metrics.jsonl",     "checkpoints",
+                                            "report.json",        "confusion_val.csv", "confusion_test.csv",
+                                            "confusion_val_files.csv", "confusion_test_files.csv",
+                                            "timings.json",       "trace.json"};
+
+}  // namespace
+
+fs::path resume_checkpoint(const fs::path& resume) {
+  if (fs::is_directory(resume)) return resume / "checkpoints" / "last.pt";
+  return resume;
+}
+
+fs::path run_dir_of(const fs::path& checkpoint) {
+  const fs::path parent = fs::absolute(checkpoint).parent_path();
+  return parent.filename() == "checkpoints" ? parent.parent_path() : parent;
+}
+
+void check_run_dir(const fs::path& dir, bool overwrite) {
+  if (!fs::exists(dir)) return;
+  if (!fs::is_directory(dir)) throw InvalidArgument("--out: '" + dir.string() + "' exists and is not a folder");
+  if (fs::is_empty(dir) || overwrite) return;
+  throw InvalidArgument("--out: '" + dir.string() +
+                        "' is not empty; pass --overwrite to replace the run in it, or --resume to continue it");
+}
+
+void clear_run_files(const fs::path& dir) {
+  for (const auto& name : kRunFiles) fs::remove_all(dir / name);
+}
+
+void append_line(const fs::path& path, const std::string& line) {
+  std::ofstream f(path, std::ios::app);
+  f << line << "\n";
+  f.flush();
+  if (!f) throw IoError("cannot append to " + path.string());
+}
+
+void truncate_metrics(const fs::path& path, int64_t epochs) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("epoch") && j["epoch"].is_number_integer() &&
+        j["epoch"].get<int64_t>() <= epochs)
+      kept += line + "\n";
+  }
+  in.close();
+  write_file_atomically(path, kept);
+}
+
+}  // namespace melforge::trainer

@@ -1,0 +1,77 @@
+#include "train/setup.h"
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "data/dataset.h"
+#include "melforge/common/errors.h"
+#include "options.h"
+#include "train/checkpoint.h"
+#include "util.h"
+
+namespace melforge::trainer {
+
+at::ScalarType amp_dtype(const std::string& amp) {
+  if (amp == "bf16") return at::kBFloat16;
+  if (amp == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+void sync_device(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+void configure_cuda(bool cuda) {
+  if (!cuda) return;
+  at::globalContext().setBenchmarkCuDNN(true);
+  at::globalContext().setFloat32MatmulPrecision("high");
+  at::globalContext().setAllowTF32CuDNN(true);
+}
+
+void to_channels_last(torch::nn::Module& module) {
+  for (auto& p : module.parameters())
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+}
+
+std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std::string& name, const Logger& log) {
+  if (!name.empty()) return {d.class_index(name, "--positive-class"), name};
+  for (std::size_t i = 0; i < d.class_names.size(); ++i)
+    if (d.class_names[i] == "leak") return {static_cast<int64_t>(i), "leak"};
+  log.info("no --positive-class and no class named 'leak': the detection head detects '" + d.class_names[0] +
+           "' (the first class)");
+  return {0, d.class_names[0]};
+}
+
+std::pair<double, double> input_statistics(const Split& split) {
+  double sum = 0, sum_sq = 0, count = 0;
+  const at::Tensor nvl = split.num_valid_long.to(at::kLong).contiguous();
+  const int64_t block = std::max<int64_t>(split.files_per_chunk(), split.streamed() ? 1 : split.files());
+  for (int64_t f0 = 0; f0 < split.files(); f0 += block) {
+    const at::Tensor files = split.read_files(f0, std::min(block, split.files() - f0));
+    for (int64_t i = 0; i < files.size(0); ++i) {
+      const at::Tensor v = files[i].narrow(0, 0, nvl.data_ptr<int64_t>()[f0 + i]).to(at::kDouble);
+      sum += v.sum().item<double>();
+      sum_sq += v.square().sum().item<double>();
+      count += static_cast<double>(v.numel());
+    }
+  }
+  const double mean = count > 0 ? sum / count : 0.0;
+  const double var = count > 0 ? std::max(0.0, sum_sq / count - mean * mean) : 1.0;
+  return {mean, var > 0 ? std::sqrt(var) : 1.0};
+}
+
+void check_checkpoint_fits(const Checkpoint& c, const MelInfo& info, const std::vector<std::string>& class_names,
+                           const std::string& what, const std::string& dataset) {
+  const MelInfo saved = MelInfo::from_json(c.mel);
+  const std::string diff = saved.first_difference(info, "the checkpoint " + what, "the dataset " + dataset);
+  if (!diff.empty()) throw FormatError("checkpoint does not fit the dataset: " + diff);
+  if (c.class_names != class_names)
+    throw FormatError("checkpoint does not fit the dataset: the checkpoint " + what + " has classes [" +
+                      join(c.class_names) + "] but the dataset " + dataset + " has [" + join(class_names) + "]");
+}
+
+}  // namespace melforge::trainer

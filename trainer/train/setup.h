@@ -1,0 +1,67 @@
+#pragma once
+/// What `train`, `eval` and `bench` set up the same way: the device (CUDA library flags, autocast dtype,
+/// channels-last parameters, synchronisation), the positive class of the detection head, the training split's
+/// input statistics, and whether a checkpoint fits a dataset.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace melforge::trainer {
+
+class Logger;
+struct Checkpoint;
+struct Dataset;
+struct MelInfo;
+struct Split;
+
+/// Everything the model's training step needs on the device.
+struct StepSetup {
+  /// Where the model, the batches and the loss live.
+  at::Device device = at::kCPU;
+  /// Autocast dtype: at::kFloat (off), at::kBFloat16 or at::kHalf (amp_dtype()).
+  at::ScalarType autocast = at::kFloat;
+  /// Label index and name of the detection head's positive class.
+  int64_t positive_index = 0;
+  std::string positive_name;
+  /// Weight of the BCE's positive term, and the same as a float32 tensor [1] on `device`.
+  double pos_weight = 1.0;
+  at::Tensor pos_weight_tensor;
+};
+
+/// The autocast dtype of --amp: at::kBFloat16 for `bf16`, at::kHalf for `fp16`, at::kFloat otherwise.
+at::ScalarType amp_dtype(const std::string& amp);
+
+/// Waits for the work queued on `device` (nothing on the CPU).
+void sync_device(const at::Device& device);
+
+/// On CUDA (`cuda`): cuDNN benchmark mode, TF32 convolutions and "high" float32 matmul precision; else nothing.
+void configure_cuda(bool cuda);
+
+/// Gives the 4-d parameters of `module` (the convolution weights) the channels-last memory format.
+void to_channels_last(torch::nn::Module& module);
+
+/// The positive class {index, name}: the one named (`name`; InvalidArgument naming --positive-class when the
+/// dataset has no such class), else `leak` when present, else the first class (said on `log`).
+std::pair<int64_t, std::string> pick_positive_class(const Dataset& dataset, const std::string& name,
+                                                    const Logger& log);
+
+/// {mean, standard deviation} of every value of the valid long segments of `split` (summed in double; standard
+/// deviation 1 for an empty or constant split).
+std::pair<double, double> input_statistics(const Split& split);
+
+/// Throws FormatError, naming `what` (the checkpoint) and the dataset folder, unless the checkpoint's mel
+/// parameters and class names equal the dataset's.
+void check_checkpoint_fits(const Checkpoint& checkpoint, const MelInfo& info,
+                           const std::vector<std::string>& class_names, const std::string& what,
+                           const std::string& dataset);
+
+}  // namespace melforge::trainer
