@@ -219,7 +219,8 @@ std::string usage(const std::map<std::string, Command>& commands) {
   return s;
 }
 
-int run_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+/// The option groups of every subcommand; the parser fills those of the command given.
+struct CommandOptions {
   DataOptions data;
   ModelOptions model;
   TrainConfig train_config;
@@ -229,8 +230,14 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   PredictOptions predict;
   ExportOptions export_opts;
   BenchOptions bench;
+  /// Exit code of the command that ran (train sets it; the others return kExitOk or throw).
   int exit_code = kExitOk;
-  std::map<std::string, Command> commands = {
+};
+
+/// The subcommands, each registering and running over `opts`.
+std::map<std::string, Command> make_commands(CommandOptions& opts) {
+  auto& [data, model, train_config, eval_command, eval, runtime, predict, export_opts, bench, exit_code] = opts;
+  return {
       {"inspect",
        {"check a dataset folder, build the model for it and run it on one file",
         [&](po::options_description& d, po::positional_options_description&) {
@@ -278,6 +285,11 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
         },
         [&](std::ostream& o, std::ostream& e) { run_bench(train_config, bench, o, e); }}},
   };
+}
+
+int run_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CommandOptions opts;
+  std::map<std::string, Command> commands = make_commands(opts);
   const std::string first = argc > 1 ? argv[1] : "";
   if (first.empty() || first == "--help" || first == "-h" || first == "help") {
     (first.empty() ? err : out) << usage(commands);
@@ -309,7 +321,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   }
   po::notify(vm);
   command.run(out, err);
-  return exit_code;
+  return opts.exit_code;
 }
 
 }  // namespace
