@@ -1,7 +1,8 @@
 #pragma once
 /// `melforge-build bench`: each stage of the build timed on its own, on a deterministic sample of the user's corpus,
-/// with the build's own code paths (scan, probe, decode into the arena, featurize::compute_files on the build's
-/// engine, the writer's ChunkCompressor and chunk layout, H5Dwrite_chunk), then a normal build of the same sample.
+/// by running the build's own stage functions (plan.h, batch_runner.h: scan, probe, the audio stages into the arena,
+/// featurize::compute_files on the build's engine, the SplitWriter's compression and H5Dwrite_chunk), then a normal
+/// build of the same sample.
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "audio_stage.h"
 #include "build_options.h"
 
 namespace boost::program_options {
@@ -43,18 +45,23 @@ std::filesystem::path scratch_parent(const BenchOptions& opts);
 
 /// Runs the bench. `config` is a build configuration whose `output` is ignored (the end-to-end build goes to the
 /// scratch folder). Validates `config` (as run_build does, but without --output) and `opts` first, so bad
-/// parameters throw InvalidArgument before any work. Stages, each timed `repeats` times over the same sample:
+/// parameters throw InvalidArgument before any work. It runs the build's own stage functions (plan.h,
+/// batch_runner.h) on the sample, each timed `repeats` times:
 ///   scan (listing of the whole corpus: entries/s), probe (headers of the sample: files/s), engine_init (the mel
-///   engine of `--device`), decode (libsndfile/soxr into the arena: files/s, audio s/s, input MB/s), mel (the engine
-///   over every valid short segment: segments/s), compress (shuffle + deflate of the writer's chunks on --threads:
-///   MB/s in and out, ratio; absent with --compression-level 0), write (the compressed chunks written with
-///   H5Dwrite_chunk into per-split HDF5 files: MB/s), write_raw (the same chunks uncompressed, no filters: MB/s),
-///   end_to_end (run_build of the sample: files/s; with the sum of the stage medians and its ratio to the
-///   end-to-end median, the overlap the pipeline achieves).
-/// Decode, mel and compress run in batches bounded by --max-ram as a build does. Skipped files (scan, probe,
-/// segment, decode) are counted and listed as in a build; --strict throws StrictError on the first one. Prints a
-/// table on `out` and notes on `log`; returns the JSON (also written to opts.bench_out). Throws IoError, CudaError,
-/// Interrupted (request_stop(), e.g. SIGINT); the scratch folder is removed in every case.
-nlohmann::json run_bench(const BuildConfig& config, const BenchOptions& opts, std::ostream& out, std::ostream& log);
+///   engine of `--device`), then `repeats` runs of the build's batch runner with the writes in line rather than on
+///   the write thread, so that each stage is timed alone, in batches bounded by --max-ram as a build makes them:
+///   decode (libsndfile/soxr into the arena: files/s, audio s/s, input MB/s), every other audio stage of the build
+///   (`extra_stages`: files/s), mel (the engine over every valid short segment: segments/s), compress (the
+///   writer's shuffle + deflate on --threads: MB/s in and out, ratio; absent with --compression-level 0), write (the
+///   writer's HDF5 calls, chunks written with H5Dwrite_chunk into per-split files: MB/s), write_raw (a second writer
+///   of the same chunks uncompressed, no filters: MB/s); finally end_to_end (run_build of the sample with the same
+///   `extra_stages`: files/s; with the sum of the stage medians and its ratio to the end-to-end median, the overlap
+///   the pipeline achieves).
+/// Skipped files (scan, probe, segment, decode or another audio stage) are counted and listed as in a build (from
+/// the first run); --strict throws StrictError on the first one. Prints a table on `out` and notes on `log`;
+/// returns the JSON (also written to opts.bench_out). Throws IoError, CudaError, Interrupted (request_stop(), e.g.
+/// SIGINT); the scratch folder is removed in every case.
+nlohmann::json run_bench(const BuildConfig& config, const BenchOptions& opts, std::ostream& out, std::ostream& log,
+                         const AudioStages& extra_stages = {});
 
 }  // namespace melforge::builder

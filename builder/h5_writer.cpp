@@ -437,4 +437,6 @@ double SplitWriter::write_seconds() const { return impl_->write_s; }
 
 int64_t SplitWriter::bytes_written() const { return impl_->bytes; }
 
+int64_t SplitWriter::chunks_written() const { return impl_->chunks_written; }
+
 }  // namespace melforge::builder

@@ -154,6 +154,8 @@ class SplitWriter {
   double write_seconds() const;
   /// Compressed bytes of `mel` written so far.
   int64_t bytes_written() const;
+  /// Chunks of `mel` written so far (a split's last chunk, zero-padded, is written by finish()).
+  int64_t chunks_written() const;
 
  private:
   struct Impl;

@@ -30,9 +30,10 @@ struct PlannedAudio {
 PlannedAudio plan_audio(const std::filesystem::path& path, const segment::SegmentArgs& segment, int sample_rate,
                         int num_long);
 
-/// Decodes `path` (mono or one channel, at decode.sample_rate) into dst[0, plan.arena_samples): the first
-/// min(decoded, arena_samples) samples, the rest left as the caller filled them (zero). Returns the decoded frame
-/// count. Throws AudioError when the file cannot be decoded.
+/// Decodes `path` (mono or one channel, at decode.sample_rate) into dst[0, plan.arena_samples), reading the file only
+/// as far as the arena needs (audio::decode with max_frames = plan.arena_samples): the first min(decoded,
+/// arena_samples) samples, the rest left as the caller filled them (zero). Returns the samples written. Throws
+/// AudioError when the part of the file read cannot be decoded. melforge-build's decode stage calls it too.
 int64_t decode_into(const std::filesystem::path& path, const audio::DecodeOptions& decode,
                     const segment::FilePlan& plan, float* dst);
 

@@ -1,0 +1,89 @@
+#pragma once
+/// Per-file audio stages of the batch runner: decode, then any stage that works on a file's waveform before the mel
+/// spectrogram (waveform augmentation, from a later issue). As with DALI's operators, a stage first says what it
+/// needs (bytes per file of the batch, bytes per worker; the --max-ram batch planning reads them) and then runs on
+/// the batch; the computation it calls lives in kernels/.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "audio/decode.h"
+#include "build_options.h"
+#include "melforge/common/progress.h"
+#include "melforge/common/timing.h"
+
+namespace melforge::builder {
+
+struct PlannedFile;
+
+/// One file of a batch as the audio stages see it.
+struct BatchFile {
+  /// The file and its plan.
+  const PlannedFile* file = nullptr;
+  /// Its arena slice: plan.arena_samples float32 samples at the target rate. Decode writes the audio and zeros after
+  /// it; the stages after decode change the samples in place.
+  std::span<float> samples;
+  /// Frames of audio the file holds at the target rate, set by decode: the frames decoded when they end inside the
+  /// slice, else at least the header's count (the report's audio_seconds).
+  int64_t decoded_frames = 0;
+  /// Why a stage skipped the file (its AudioError's message); empty while the file is kept.
+  std::string error;
+  /// Name of the stage that skipped the file.
+  std::string error_stage;
+};
+
+/// A stage that runs on each decoded file of a batch, in place in the arena, between decode and mel.
+class AudioStage {
+ public:
+  virtual ~AudioStage() = default;
+  /// Name in the stage timings (the report's times_s, the bench's stages) and in a skipped file's `stage`.
+  virtual std::string name() const = 0;
+  /// Setup: bytes the batch holds for `file` because of this stage, from the batch's start to its end (decode: the
+  /// arena slice, 4 * plan.arena_samples). batch_file_bytes() adds them up for the --max-ram batch planning.
+  virtual int64_t batch_bytes(const PlannedFile& /*file*/) const { return 0; }
+  /// Setup: bytes one worker thread holds while it runs the stage on `file`, freed when run() returns (decode:
+  /// audio::decode_bytes). --max-ram reserves the largest of them once per thread.
+  virtual int64_t worker_bytes(const PlannedFile& /*file*/) const { return 0; }
+  /// Runs the stage on one file that no earlier stage skipped. Called from several threads at once, each on another
+  /// file. Throws AudioError to skip the file (listed as skipped at this stage, or StrictError under --strict); any
+  /// other error stops the build.
+  virtual void run(BatchFile& file) const = 0;
+};
+
+/// The audio stages of a build, in the order they run.
+using AudioStages = std::vector<std::shared_ptr<const AudioStage>>;
+
+/// The first stage: decodes the file (libsndfile, soxr to the target rate, one channel or the mix-down) into its
+/// arena slice, reading only as far as the slice needs (featurize::decode_into), and zeros the rest of the slice.
+class DecodeStage final : public AudioStage {
+ public:
+  /// `decode`: the target sample rate and channel.
+  explicit DecodeStage(const audio::DecodeOptions& decode) : decode_(decode) {}
+  /// "decode".
+  std::string name() const override { return "decode"; }
+  /// 4 * plan.arena_samples.
+  int64_t batch_bytes(const PlannedFile& file) const override;
+  /// audio::decode_bytes of the file's header at the target rate, capped at the slice.
+  int64_t worker_bytes(const PlannedFile& file) const override;
+  /// Fills file.samples and file.decoded_frames; throws AudioError when the file cannot be decoded.
+  void run(BatchFile& file) const override;
+
+ private:
+  audio::DecodeOptions decode_;
+};
+
+/// The one place where the audio stages of a build are chosen, used by run_build and run_bench alike: decode (with
+/// `config.decode` at config.mel.sample_rate), then `extra` in order. A stage that the configuration turns on (e.g.
+/// waveform augmentation) is added here, after decode.
+AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra);
+
+/// Runs `stages` in order over the files of one batch: each stage on every file still kept, on `threads` threads,
+/// its wall time added to `times` under its name. A file that a stage skips gets `error` and `error_stage` and no
+/// later stage; `progress` advances by one when a file is skipped or has passed the last stage. Throws Interrupted
+/// (checked before each file), or what a stage throws other than AudioError.
+void run_audio_stages(const AudioStages& stages, std::span<BatchFile> files, int threads, StageTimes& times,
+                      Progress& progress);
+
+}  // namespace melforge::builder

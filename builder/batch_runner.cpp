@@ -1,0 +1,230 @@
+#include "batch_runner.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <span>
+
+#include "featurize/featurize.h"
+#include "melforge/common/progress.h"
+#include "plan.h"
+#include "stop.h"
+#include "write_queue.h"
+
+namespace melforge::builder {
+
+namespace {
+
+/// The files of a batch that every audio stage kept, as mel and the writer take them.
+struct KeptFiles {
+  /// Metadata of each kept file, in batch order.
+  std::vector<FileRecord> records;
+  /// Where each kept file starts in the arena, samples.
+  std::vector<int64_t> offsets;
+  /// Long segments of each kept file that hold audio.
+  std::vector<int> valid_long;
+};
+
+/// One run of the batches of a build: the arena, the spectrogram buffers, the writers and the write queue.
+class BatchRunner {
+ public:
+  /// Plans the --max-ram budget and starts the write queue; nothing is written until run().
+  BatchRunner(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+              StageTimes& times);
+  /// Runs every split and waits for the last write.
+  BatchTotals run();
+
+ private:
+  /// Opens the split's writers, runs its batches and posts its finish().
+  void run_split(std::size_t split);
+  /// The end of the batch that starts at files[begin]: that file, then as many as fit in the budget.
+  std::size_t batch_end(const std::vector<const PlannedFile*>& files, std::size_t begin) const;
+  /// Load, keep, compute_mel and write one batch.
+  void run_batch(std::size_t split, std::span<const PlannedFile* const> files, SplitOutputs& out, Progress& progress);
+  /// The batch's slices of the arena, filled by the audio stages.
+  std::vector<BatchFile> load(std::span<const PlannedFile* const> files, Progress& progress);
+  /// Lists the files a stage skipped and counts the others into the totals.
+  KeptFiles keep(std::size_t split, const std::vector<BatchFile>& batch);
+  /// Stage "mel": the spectrograms of the kept files, in the output buffer the writer is not using.
+  const std::vector<uint8_t>& compute_mel(const KeptFiles& kept);
+  /// Stage "write_wait": waits for the previous write, then posts this batch's to the write queue.
+  void write(SplitOutputs& out, const std::vector<uint8_t>& mel, std::vector<FileRecord> records);
+
+  const BuildState& state_;
+  const std::vector<WriteTarget>& targets_;
+  const RunOptions options_;
+  StageTimes& times_;
+  const int64_t out_bytes_per_file_;
+  const int64_t budget_;
+  const float silence_;
+  const featurize::BatchLayout layout_;
+  const std::vector<Attribute> attributes_;
+  BatchTotals totals_;
+  std::vector<float> arena_;
+  std::array<std::vector<uint8_t>, 2> out_buffers_;
+  int out_slot_ = 0;
+  std::vector<uint8_t> compact_;
+  std::vector<std::unique_ptr<SplitOutputs>> outputs_;
+  /// Declared last, so destroyed first: it waits for the write in flight, which uses the buffers and writers.
+  WriteQueue queue_;
+};
+
+BatchRunner::BatchRunner(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+                         StageTimes& times)
+    : state_(state),
+      targets_(targets),
+      options_(options),
+      times_(times),
+      out_bytes_per_file_(state.out_bytes_per_file()),
+      budget_(batch_budget(state.config.build.max_ram_bytes(), state.threads,
+                           largest_worker_bytes(state.audio_stages, state.usable))),
+      silence_(mel::silence_value(state.config.mel)),
+      layout_(state.batch_layout()),
+      attributes_(dataset_attributes(state)),
+      queue_(options.background_writes) {
+  totals_.counts.resize(kSplitNames.size());
+  for (auto& c : totals_.counts)
+    for (const auto& name : state.class_names) c[name] = 0;
+  totals_.writes.resize(targets.size());
+}
+
+BatchTotals BatchRunner::run() {
+  for (std::size_t split = 0; split < kSplitNames.size(); ++split) run_split(split);
+  {
+    ScopedStage stage(times_, "write_wait");
+    queue_.wait();
+  }
+  for (const auto& out : outputs_) out->add_to(totals_.writes);
+  return std::move(totals_);
+}
+
+void BatchRunner::run_split(std::size_t split) {
+  std::vector<const PlannedFile*> files;
+  for (const auto& f : state_.usable)
+    if (f.input->split == static_cast<int>(split)) files.push_back(&f);
+  outputs_.push_back(std::make_unique<SplitOutputs>(state_, split, targets_, attributes_));
+  SplitOutputs& out = *outputs_.back();
+  Progress progress(kSplitNames[split], static_cast<int64_t>(files.size()), "files",
+                    state_.config.build.quiet || !options_.show_progress);
+  for (std::size_t next = 0; next < files.size();) {
+    const std::size_t end = batch_end(files, next);
+    run_batch(split, std::span(files).subspan(next, end - next), out, progress);
+    next = end;
+  }
+  progress.finish();
+  ScopedStage stage(times_, "write_wait");
+  queue_.post([&out] { out.finish(); });
+}
+
+std::size_t BatchRunner::batch_end(const std::vector<const PlannedFile*>& files, std::size_t begin) const {
+  const auto bytes_of = [&](std::size_t i) {
+    return batch_file_bytes(state_.audio_stages, *files[i], out_bytes_per_file_);
+  };
+  std::size_t end = begin;
+  int64_t bytes = 0;
+  do {
+    bytes += bytes_of(end);
+    ++end;
+  } while (end < files.size() && bytes + bytes_of(end) <= budget_);
+  return end;
+}
+
+void BatchRunner::run_batch(std::size_t split, std::span<const PlannedFile* const> files, SplitOutputs& out,
+                            Progress& progress) {
+  totals_.stats.batches++;
+  const std::vector<BatchFile> batch = load(files, progress);
+  KeptFiles kept = keep(split, batch);
+  const std::vector<uint8_t>& mel = compute_mel(kept);
+  totals_.stats.segments +=
+      std::accumulate(kept.valid_long.begin(), kept.valid_long.end(), int64_t{0}) * state_.num_short;
+  write(out, mel, std::move(kept.records));
+}
+
+std::vector<BatchFile> BatchRunner::load(std::span<const PlannedFile* const> files, Progress& progress) {
+  int64_t samples = 0;
+  for (const PlannedFile* f : files) samples += f->plan.arena_samples;
+  arena_.resize(static_cast<std::size_t>(samples));
+  std::vector<BatchFile> batch(files.size());
+  int64_t offset = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    batch[i].file = files[i];
+    batch[i].samples = std::span(arena_).subspan(static_cast<std::size_t>(offset),
+                                                 static_cast<std::size_t>(files[i]->plan.arena_samples));
+    offset += files[i]->plan.arena_samples;
+  }
+  run_audio_stages(state_.audio_stages, batch, state_.threads, times_, progress);
+  return batch;
+}
+
+KeptFiles BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& batch) {
+  KeptFiles kept;
+  for (const BatchFile& b : batch) {
+    const PlannedFile& f = *b.file;
+    if (!b.error.empty()) {
+      skip_file(totals_.skipped, state_.config.build.strict, {f.input->rel_path, b.error, b.error_stage});
+      continue;
+    }
+    kept.records.push_back({state_.class_index.at(f.input->label), f.input->rel_path, f.plan.num_valid_long});
+    kept.offsets.push_back(b.samples.data() - arena_.data());
+    kept.valid_long.push_back(f.plan.num_valid_long);
+    totals_.counts[split][f.input->label]++;
+    totals_.stats.add_file(f.info, f.plan, b.decoded_frames, state_.sample_rate);
+    if (f.plan.num_valid_long < state_.num_long) totals_.stats.partial++;
+  }
+  return kept;
+}
+
+const std::vector<uint8_t>& BatchRunner::compute_mel(const KeptFiles& kept) {
+  std::vector<uint8_t>& out = out_buffers_[out_slot_];
+  out_slot_ ^= 1;
+  out.resize(static_cast<std::size_t>(static_cast<int64_t>(kept.records.size()) * out_bytes_per_file_));
+  check_stop();
+  ScopedStage stage(times_, "mel");
+  featurize::compute_files(*state_.engine, arena_.data(), kept.offsets, kept.valid_long, layout_,
+                           state_.config.build.dtype, silence_, out.data(), compact_);
+  return out;
+}
+
+void BatchRunner::write(SplitOutputs& out, const std::vector<uint8_t>& mel, std::vector<FileRecord> records) {
+  ScopedStage stage(times_, "write_wait");
+  queue_.post([&out, &mel, records = std::move(records)] { out.append(mel.data(), records); });
+}
+
+}  // namespace
+
+int64_t batch_file_bytes(const AudioStages& stages, const PlannedFile& file, int64_t out_bytes_per_file) {
+  int64_t bytes = 2 * out_bytes_per_file;
+  for (const auto& stage : stages) bytes += stage->batch_bytes(file);
+  return bytes;
+}
+
+int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<PlannedFile>& files) {
+  int64_t largest = 0;
+  for (const auto& f : files)
+    for (const auto& stage : stages) largest = std::max(largest, stage->worker_bytes(f));
+  return largest;
+}
+
+int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes) {
+  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * worker_bytes;
+  return std::min(std::max<int64_t>(max_ram - reserve, 1), kPipelineBatchBytes);
+}
+
+void init_engine(BuildState& state) {
+  const BuildConfig& c = state.config;
+  mel::EngineConfig engine_config;
+  engine_config.mel = c.mel;
+  engine_config.segment_samples = c.segment.short_samples(state.sample_rate);
+  engine_config.dtype = c.build.dtype;
+  engine_config.threads = state.threads;
+  engine_config.device_batch = c.build.device_batch;
+  state.engine.reset();
+  state.engine = mel::make_engine(c.build.device, engine_config, &state.engine_plan);
+}
+
+BatchTotals run_batches(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+                        StageTimes& times) {
+  return BatchRunner(state, targets, options, times).run();
+}
+
+}  // namespace melforge::builder

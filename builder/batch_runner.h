@@ -1,0 +1,70 @@
+#pragma once
+/// The batch runner of a build: the mel engine, then per split and per --max-ram batch: the audio stages (decode
+/// first; audio_stage.h) into one arena, mel (featurize::compute_files on the engine), and write (SplitOutputs on
+/// the WriteQueue, overlapping the next batch).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "audio_stage.h"
+#include "build_state.h"
+#include "melforge/common/timing.h"
+#include "report.h"
+#include "write_stage.h"
+
+namespace melforge::builder {
+
+/// Largest batch of a build, in batch_file_bytes() summed over its files, even when --max-ram allows more. The write
+/// thread compresses a batch while the main thread decodes and computes the next one, so a split must span several
+/// batches for the two to overlap: with one batch per split (the demo corpus fits in 150 MiB), the main thread
+/// waited 0.30 s of 0.87 s for the writer. At 32 MiB the wait is about 0.11 s, the build 10-20 % faster on 2 cores
+/// and its peak RSS half (docs/PERFORMANCE.md); 8-64 MiB measured alike, within the noise of this machine.
+inline constexpr int64_t kPipelineBatchBytes = int64_t{32} << 20;
+
+/// Bytes a batch holds for `file`: what each of `stages` declares for it (AudioStage::batch_bytes; decode: its
+/// arena slice), plus its spectrograms of `out_bytes_per_file` bytes and their compressed copy.
+int64_t batch_file_bytes(const AudioStages& stages, const PlannedFile& file, int64_t out_bytes_per_file);
+
+/// Largest AudioStage::worker_bytes of `stages` over `files` (0 when there are none): what one worker thread holds
+/// at most while it runs a stage on a file.
+int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<PlannedFile>& files);
+
+/// Bytes of batch_file_bytes() one batch may hold: `max_ram` less a reserve of 64 MiB plus `worker_bytes` per
+/// thread, at least 1 (a batch always takes one file), at most kPipelineBatchBytes.
+int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes);
+
+/// Stage "engine_init": makes the mel engine of --device for short segments on state.threads threads (state.engine,
+/// state.engine_plan; a previous engine is freed first). Throws CudaError or InvalidArgument.
+void init_engine(BuildState& state);
+
+/// How run_batches runs.
+struct RunOptions {
+  /// Compress and write each batch on a background thread while the next one is decoded; false writes in line.
+  bool background_writes = true;
+  /// Print a progress bar per split (unless --quiet).
+  bool show_progress = true;
+};
+
+/// What one run of the batches produced.
+struct BatchTotals {
+  /// Totals over the files written.
+  BuildStats stats;
+  /// [split] class name -> files written (every class present).
+  std::vector<std::map<std::string, int64_t>> counts;
+  /// Files the audio stages skipped, in the order found.
+  std::vector<SkippedFile> skipped;
+  /// [target]: what its writers did.
+  std::vector<WriteTotals> writes;
+};
+
+/// Runs the batches of every split in order (train, val, test) over state.usable, whose plan and engine are set:
+/// files are taken in order into batches of at most batch_budget(--max-ram, threads, largest_worker_bytes) bytes of
+/// batch_file_bytes (at least one file); each batch runs the audio stages (times under their names), mel ("mel"),
+/// then is posted to the writers of every target ("write_wait": the wait for the previous batch's write). A file an
+/// audio stage skips is listed (StrictError under --strict). Each target's folder must exist; it receives
+/// <split>.h5 for every split. Throws Interrupted at file and batch boundaries, IoError, CudaError.
+BatchTotals run_batches(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+                        StageTimes& times);
+
+}  // namespace melforge::builder

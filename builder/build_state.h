@@ -1,0 +1,85 @@
+#pragma once
+/// The one state a build's stages share, filled in stage order: the settings derived from the configuration, the
+/// plan (scan, split, probe, segment plan: plan.h), the mel engine (batch_runner.h), then the batches. run_build and
+/// run_bench are compositions of the stage functions over it.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "audio/decode.h"
+#include "audio_stage.h"
+#include "build_options.h"
+#include "featurize/featurize.h"
+#include "mel/mel_engine.h"
+#include "scan.h"
+#include "segment/segment_args.h"
+
+namespace melforge::builder {
+
+/// A file that passed scan and probe, with its segment plan.
+struct PlannedFile {
+  /// The scanned file (an element of BuildState::scan.files).
+  const InputFile* input = nullptr;
+  /// What its header says.
+  audio::AudioInfo info;
+  /// Frames after decoding at the target rate (audio::output_frames).
+  int64_t frames = 0;
+  /// How it is segmented (set by plan_segments for the files this run writes).
+  segment::FilePlan plan;
+};
+
+/// Settings, plan and engine of one build.
+struct BuildState {
+  /// Derives the settings from `config`, which must outlive the state; the audio stages are
+  /// make_audio_stages(config, extra_stages).
+  explicit BuildState(const BuildConfig& config, const AudioStages& extra_stages = {});
+
+  /// The configuration.
+  const BuildConfig& config;
+  /// Target sample rate, Hz (config.mel.sample_rate).
+  int sample_rate = 0;
+  /// Worker threads (--threads resolved: 0 is every core).
+  int threads = 1;
+  /// Per-file audio stages, decode first.
+  AudioStages audio_stages;
+
+  /// What the scan found; after select_shard or the bench's sampling, `files` are the files this run considers.
+  ScanResult scan;
+  /// [first, last) of scan.files: the files this run writes (its shard; all of them unsharded).
+  std::pair<int64_t, int64_t> files_range;
+  /// [first, last) of scan.skipped: the scan's skipped entries this run reports.
+  std::pair<int64_t, int64_t> skipped_range;
+  /// Entries found by the scan that this run reports (audio files plus skipped ones).
+  int64_t scanned = 0;
+  /// Sorted labels of scan.files; a file's label index is its position.
+  std::vector<std::string> class_names;
+  /// Label -> index into class_names.
+  std::map<std::string, int32_t> class_index;
+  /// [scan.files.size()]: headers of the probed files (probe_files).
+  std::vector<PlannedFile> planned;
+  /// [scan.files.size()]: why the probe of a file failed; empty when it succeeded or was not probed.
+  std::vector<std::string> probe_error;
+  /// Long segments stored per file (--num-long, or resolved from the probed lengths).
+  int num_long = 0;
+  /// Short segments per long segment.
+  int num_short = 0;
+  /// The files of files_range that passed probe and plan, in scan order.
+  std::vector<PlannedFile> usable;
+  /// Files the plan stages skipped (scan, probe, segment), in the order they were found.
+  std::vector<SkippedFile> skipped;
+
+  /// The mel engine (init_engine).
+  std::unique_ptr<mel::MelEngine> engine;
+  /// The plan make_engine followed (auto's fallback reason).
+  mel::EnginePlan engine_plan;
+
+  /// Bytes of one file's spectrograms: [num_long][num_short][n_mels][n_frames] elements of the engine's dtype.
+  int64_t out_bytes_per_file() const;
+  /// Geometry of the batches: num_long, num_short and the segment lengths in samples.
+  featurize::BatchLayout batch_layout() const;
+};
+
+}  // namespace melforge::builder

@@ -1,0 +1,45 @@
+#pragma once
+/// The plan stages of a build, in order: scan, select (the shard's files; the bench samples instead), label (class
+/// names and split assignment), probe (headers only), plan segments. No audio is read.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "build_state.h"
+#include "scan.h"
+
+namespace melforge::builder {
+
+/// Records a skipped file in `skipped`, or throws StrictError naming it when `strict`.
+void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file);
+
+/// Stage "scan": lists the corpus (--input folder or --manifest) into state.scan. Throws IoError or FormatError.
+void scan_corpus(BuildState& state);
+
+/// Takes the scan's entries [skipped.first, skipped.second) as the skipped entries this run reports (recorded in
+/// state.skipped, or StrictError under --strict). Throws InvalidArgument when the scan found no audio file.
+void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped);
+
+/// The build's selection: the files and scan-skipped entries of --shard K/N (all of them unsharded), through
+/// accept_scan; sets files_range, skipped_range and scanned.
+void select_shard(BuildState& state);
+
+/// Class names (sorted labels of scan.files) and the split of every file whose layout or manifest gave none
+/// (assign_splits with --split and --seed).
+void label_files(BuildState& state);
+
+/// Stage "probe": reads the header of every file of files_range (of every scanned file with --num-long auto, whose
+/// value depends on all lengths) on state.threads threads; failures go to probe_error. With `show_progress` a
+/// progress bar is printed (unless --quiet). Throws Interrupted.
+void probe_files(BuildState& state, bool show_progress);
+
+/// Resolves num_long (from the probed lengths with --num-long auto) and num_short, then plans every file of
+/// files_range in order: a failed probe is skipped at "probe", a file the plan refuses (too short) at "segment", the
+/// others go to state.usable. Throws StrictError under --strict.
+void plan_segments(BuildState& state);
+
+/// FNV-1a (64 bit, hex) over every scanned audio file's path, label and split and every skipped entry's path, in
+/// scan order: shards of one build agree on it, shards of different corpora, seeds or split ratios do not.
+std::string corpus_fingerprint(const ScanResult& scan);
+
+}  // namespace melforge::builder

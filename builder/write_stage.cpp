@@ -1,0 +1,83 @@
+#include "write_stage.h"
+
+namespace melforge::builder {
+
+std::vector<Attribute> dataset_attributes(const BuildState& state) {
+  const BuildConfig& c = state.config;
+  const auto& m = c.mel;
+  const auto& s = c.segment;
+  std::vector<Attribute> attributes = {
+      {"sample_rate", int64_t{m.sample_rate}},
+      {"n_fft", int64_t{m.n_fft}},
+      {"win_length", int64_t{m.win()}},
+      {"hop_length", int64_t{m.hop()}},
+      {"window", mel::to_string(m.window)},
+      {"center", int64_t{m.center ? 1 : 0}},
+      {"pad_mode", mel::to_string(m.pad_mode)},
+      {"power", double{m.power}},
+      {"n_mels", int64_t{m.n_mels}},
+      {"f_min", double{m.f_min}},
+      {"f_max", double{m.fmax()}},
+      {"mel_scale", mel::to_string(m.mel_scale)},
+      {"mel_norm", mel::to_string(m.mel_norm)},
+      {"log", mel::to_string(m.log)},
+      {"amin", double{m.amin}},
+      {"log_eps", double{m.log_eps}},
+      {"dtype", mel::to_string(c.build.dtype)},
+      {"long_seconds", s.long_seconds},
+      {"short_seconds", s.short_seconds},
+      {"long_samples", s.long_samples(m.sample_rate)},
+      {"short_samples", s.short_samples(m.sample_rate)},
+      {"num_long", int64_t{state.num_long}},
+      {"num_short", int64_t{state.num_short}},
+      {"n_frames", int64_t{state.engine->layout().n_frames}},
+      {"short_files", segment::to_string(s.short_files)},
+      {"channel", int64_t{c.decode.channel}},
+  };
+  if (const ShardSpec shard = c.build.shard_spec(); shard.sharded()) {
+    attributes.push_back({"shard_index", int64_t{shard.index}});
+    attributes.push_back({"shard_count", int64_t{shard.count}});
+  }
+  return attributes;
+}
+
+SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std::vector<WriteTarget>& targets,
+                           const std::vector<Attribute>& attributes) {
+  const BuildOptions& bo = state.config.build;
+  const mel::MelLayout& layout = state.engine->layout();
+  for (const WriteTarget& target : targets) {
+    SplitWriterConfig wc;
+    wc.final_path = target.folder / (kSplitNames[split] + ".h5");
+    wc.split = kSplitNames[split];
+    wc.file_shape = {state.num_long, state.num_short, layout.n_mels, layout.n_frames};
+    wc.dtype = bo.dtype;
+    wc.compression_level = target.compression_level;
+    wc.shuffle = bo.shuffle;
+    wc.files_per_chunk = bo.files_per_chunk;
+    wc.threads = state.threads;
+    wc.class_names = state.class_names;
+    wc.attributes = attributes;
+    paths_.push_back(wc.final_path);
+    writers_.push_back(std::make_unique<SplitWriter>(std::move(wc)));
+  }
+}
+
+void SplitOutputs::append(const void* mel, const std::vector<FileRecord>& records) {
+  for (const auto& w : writers_) w->append(mel, records);
+}
+
+void SplitOutputs::finish() {
+  for (const auto& w : writers_) w->finish();
+}
+
+void SplitOutputs::add_to(std::vector<WriteTotals>& totals) const {
+  for (std::size_t t = 0; t < writers_.size(); ++t) {
+    totals[t].files.push_back(paths_[t]);
+    totals[t].compress_s += writers_[t]->compress_seconds();
+    totals[t].write_s += writers_[t]->write_seconds();
+    totals[t].bytes += writers_[t]->bytes_written();
+    totals[t].chunks += writers_[t]->chunks_written();
+  }
+}
+
+}  // namespace melforge::builder

@@ -1,0 +1,61 @@
+#pragma once
+/// The write stage of the batch runner: each split's spectrograms and metadata go to <folder>/<split>.h5 through a
+/// SplitWriter (chunks compressed in parallel, then H5Dwrite_chunk), for every write target.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "build_state.h"
+#include "h5_writer.h"
+
+namespace melforge::builder {
+
+/// A folder the batch runner writes every split to. A build has one (its staging folder); the bench adds a second
+/// one without compression to time raw writes.
+struct WriteTarget {
+  /// Folder that receives <split>.h5 (must exist).
+  std::filesystem::path folder;
+  /// Deflate level of its `mel` dataset, 0..9 (0: raw chunks, no filters).
+  int compression_level = 0;
+};
+
+/// What the writers of one target did, summed over the splits.
+struct WriteTotals {
+  /// The split files written, in split order.
+  std::vector<std::filesystem::path> files;
+  /// Seconds spent compressing chunks (SplitWriter::compress_seconds).
+  double compress_s = 0;
+  /// Seconds spent in HDF5 calls that write (SplitWriter::write_seconds).
+  double write_s = 0;
+  /// Bytes of `mel` chunks written, compressed where the target compresses.
+  int64_t bytes = 0;
+  /// `mel` chunks written.
+  int64_t chunks = 0;
+};
+
+/// Root attributes describing every parameter of a build of `state` (whose plan and engine are set), with
+/// shard_index and shard_count for a --shard build.
+std::vector<Attribute> dataset_attributes(const BuildState& state);
+
+/// The writers of one split: one SplitWriter per target, each given every batch of the split.
+class SplitOutputs {
+ public:
+  /// Creates <target.folder>/<split name>.h5.partial for each of `targets`, with `attributes` as root attributes.
+  /// Throws IoError or InvalidArgument (SplitWriter).
+  SplitOutputs(const BuildState& state, std::size_t split, const std::vector<WriteTarget>& targets,
+               const std::vector<Attribute>& attributes);
+  /// Appends `records.size()` files to every target: `mel` holds [records.size()][num_long][num_short][n_mels]
+  /// [n_frames] elements of the build's dtype. Throws IoError.
+  void append(const void* mel, const std::vector<FileRecord>& records);
+  /// Finishes every target's file (metadata, close, rename to <split>.h5). Throws IoError.
+  void finish();
+  /// Adds the file, seconds, bytes and chunks of target t to totals[t], for every target.
+  void add_to(std::vector<WriteTotals>& totals) const;
+
+ private:
+  std::vector<std::unique_ptr<SplitWriter>> writers_;
+  std::vector<std::filesystem::path> paths_;
+};
+
+}  // namespace melforge::builder
