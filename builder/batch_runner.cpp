@@ -77,7 +77,7 @@ BatchRunner::BatchRunner(const BuildState& state, const std::vector<WriteTarget>
       times_(times),
       out_bytes_per_file_(state.out_bytes_per_file()),
       budget_(batch_budget(state.config.build.max_ram_bytes(), state.threads,
-                           largest_worker_bytes(state.audio_stages, state.usable))),
+                           largest_worker_bytes(state.audio_stages, state.usable), state.engine->host_bytes())),
       silence_(mel::silence_value(state.config.mel)),
       layout_(state.batch_layout()),
       attributes_(dataset_attributes(state)),
@@ -205,8 +205,8 @@ int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<Planne
   return largest;
 }
 
-int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes) {
-  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * worker_bytes;
+int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes) {
+  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * worker_bytes + engine_bytes;
   return std::min(std::max<int64_t>(max_ram - reserve, 1), kPipelineBatchBytes);
 }
 

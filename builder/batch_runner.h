@@ -30,9 +30,10 @@ int64_t batch_file_bytes(const AudioStages& stages, const PlannedFile& file, int
 /// at most while it runs a stage on a file.
 int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<PlannedFile>& files);
 
-/// Bytes of batch_file_bytes() one batch may hold: `max_ram` less a reserve of 64 MiB plus `worker_bytes` per
-/// thread, at least 1 (a batch always takes one file), at most kPipelineBatchBytes.
-int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes);
+/// Bytes of batch_file_bytes() one batch may hold: `max_ram` less a reserve of 64 MiB, `worker_bytes` per thread and
+/// the `engine_bytes` the mel engine holds (MelEngine::host_bytes: its scratch, or the CUDA engine's pinned staging
+/// buffers); at least 1 (a batch always takes one file), at most kPipelineBatchBytes.
+int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes);
 
 /// Stage "engine_init": makes the mel engine of --device for short segments on state.threads threads (state.engine,
 /// state.engine_plan; a previous engine is freed first). Throws CudaError or InvalidArgument.

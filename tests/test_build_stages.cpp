@@ -12,6 +12,7 @@
 #include "bench.h"
 #include "build_fixture.h"
 #include "build_state.h"
+#include "mel/mel_cpu.h"
 #include "melforge/common/errors.h"
 #include "pipeline.h"
 #include "test_util.h"
@@ -157,4 +158,29 @@ TEST_CASE("the --max-ram batch planning adds up the needs every audio stage decl
   c.build.output = d / "worker_bytes";
   const auto big_worker = std::make_shared<GainStage>(1.0f, 0, int64_t{1} << 30);
   CHECK(builder::run_build(c, {big_worker}).report["batches"].get<int64_t>() == files);
+}
+
+TEST_CASE("the --max-ram batch budget reserves 64 MiB, each worker's needs and the engine's host memory", "[stages]") {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  CHECK(builder::batch_budget(200 * MiB, 2, 10 * MiB, 100 * MiB) == (200 - 64 - 20 - 100) * MiB);
+  CHECK(builder::batch_budget(110 * MiB, 2, 10 * MiB, 0) == (110 - 64 - 20) * MiB);
+  CHECK(builder::batch_budget(100 * MiB, 1, 0, 100 * MiB) == 1);
+  CHECK(builder::batch_budget(int64_t{1} << 50, 1, 0, 0) == builder::kPipelineBatchBytes);
+
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 4);
+  auto c = test::tone_build_config(d / "in", d / "out");
+  c.build.threads = 1;
+  c.build.device = mel::Device::cpu;
+  builder::BuildState state(c);
+  builder::init_engine(state);
+  CHECK(state.engine->host_bytes() > 0);
+  CHECK(state.engine->host_bytes() == mel::cpu_engine_host_bytes([&] {
+    mel::EngineConfig e;
+    e.mel = c.mel;
+    e.segment_samples = c.segment.short_samples(state.sample_rate);
+    e.dtype = c.build.dtype;
+    e.threads = 1;
+    return e;
+  }()));
 }
