@@ -236,7 +236,16 @@ struct CommandOptions {
 
 /// The subcommands, each registering and running over `opts`.
 std::map<std::string, Command> make_commands(CommandOptions& opts) {
-  auto& [data, model, train_config, eval_command, eval, runtime, predict, export_opts, bench, exit_code] = opts;
+  DataOptions& data = opts.data;
+  ModelOptions& model = opts.model;
+  TrainConfig& train_config = opts.train_config;
+  EvalCommandOptions& eval_command = opts.eval_command;
+  EvalOptions& eval = opts.eval;
+  RuntimeOptions& runtime = opts.runtime;
+  PredictOptions& predict = opts.predict;
+  ExportOptions& export_opts = opts.export_opts;
+  BenchOptions& bench = opts.bench;
+  int& exit_code = opts.exit_code;
   return {
       {"inspect",
        {"check a dataset folder, build the model for it and run it on one file",
