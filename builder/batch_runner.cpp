@@ -120,12 +120,13 @@ std::size_t BatchRunner::batch_end(const std::vector<const PlannedFile*>& files,
   const auto bytes_of = [&](std::size_t i) {
     return batch_file_bytes(state_.audio_stages, *files[i], out_bytes_per_file_);
   };
-  std::size_t end = begin;
-  int64_t bytes = 0;
-  do {
-    bytes += bytes_of(end);
-    ++end;
-  } while (end < files.size() && bytes + bytes_of(end) <= budget_);
+  int64_t bytes = bytes_of(begin);
+  std::size_t end = begin + 1;
+  for (; end < files.size(); ++end) {
+    const int64_t next = bytes_of(end);
+    if (bytes + next > budget_) break;
+    bytes += next;
+  }
   return end;
 }
 

@@ -236,63 +236,59 @@ struct CommandOptions {
 
 /// The subcommands, each registering and running over `opts`.
 std::map<std::string, Command> make_commands(CommandOptions& opts) {
-  DataOptions& data = opts.data;
-  ModelOptions& model = opts.model;
-  TrainConfig& train_config = opts.train_config;
-  EvalCommandOptions& eval_command = opts.eval_command;
-  EvalOptions& eval = opts.eval;
-  RuntimeOptions& runtime = opts.runtime;
-  PredictOptions& predict = opts.predict;
-  ExportOptions& export_opts = opts.export_opts;
-  BenchOptions& bench = opts.bench;
-  int& exit_code = opts.exit_code;
   return {
       {"inspect",
        {"check a dataset folder, build the model for it and run it on one file",
-        [&](po::options_description& d, po::positional_options_description&) {
-          add_options(d, data);
-          add_options(d, model);
+        [&opts](po::options_description& d, po::positional_options_description&) {
+          add_options(d, opts.data);
+          add_options(d, opts.model);
         },
-        [&](std::ostream& o, std::ostream&) { inspect(data, model, o); }}},
+        [&opts](std::ostream& o, std::ostream&) { inspect(opts.data, opts.model, o); }}},
       {"train",
        {"train a model on a dataset folder into a run folder (or --resume one)",
-        [&](po::options_description& d, po::positional_options_description&) { add_options(d, train_config); },
-        [&](std::ostream& o, std::ostream& e) {
-          train_config.validate();
-          exit_code = run_train(train_config, o, e);
+        [&opts](po::options_description& d, po::positional_options_description&) {
+          add_options(d, opts.train_config);
+        },
+        [&opts](std::ostream& o, std::ostream& e) {
+          opts.train_config.validate();
+          opts.exit_code = run_train(opts.train_config, o, e);
         }}},
       {"eval",
        {"evaluate a checkpoint on a split of a dataset folder",
-        [&](po::options_description& d, po::positional_options_description&) {
-          add_options(d, eval_command);
-          add_options(d, data);
-          add_options(d, eval);
-          add_options(d, runtime);
+        [&opts](po::options_description& d, po::positional_options_description&) {
+          add_options(d, opts.eval_command);
+          add_options(d, opts.data);
+          add_options(d, opts.eval);
+          add_options(d, opts.runtime);
         },
-        [&](std::ostream& o, std::ostream& e) { run_eval(eval_command, data, eval, runtime, o, e); }}},
+        [&opts](std::ostream& o, std::ostream& e) {
+          run_eval(opts.eval_command, opts.data, opts.eval, opts.runtime, o, e);
+        }}},
       {"predict",
        {"classify audio files with a checkpoint",
-        [&](po::options_description& d, po::positional_options_description& p) {
-          add_options(d, predict);
+        [&opts](po::options_description& d, po::positional_options_description& p) {
+          add_options(d, opts.predict);
           p.add(kPredictInputsName, -1);
         },
-        [&](std::ostream& o, std::ostream& e) {
-          predict.validate();
-          run_predict(predict, o, e);
+        [&opts](std::ostream& o, std::ostream& e) {
+          opts.predict.validate();
+          run_predict(opts.predict, o, e);
         }}},
       {"export",
        {"write a checkpoint's weights for Python's torch.load",
-        [&](po::options_description& d, po::positional_options_description&) { add_options(d, export_opts); },
-        [&](std::ostream& o, std::ostream&) {
-          export_opts.validate();
-          run_export(export_opts, o);
+        [&opts](po::options_description& d, po::positional_options_description&) {
+          add_options(d, opts.export_opts);
+        },
+        [&opts](std::ostream& o, std::ostream&) {
+          opts.export_opts.validate();
+          run_export(opts.export_opts, o);
         }}},
       {"bench",
        {"time the data pipeline, the training step and the evaluation, each on its own",
-        [&](po::options_description& d, po::positional_options_description&) {
-          add_bench_options(d, train_config, bench);
+        [&opts](po::options_description& d, po::positional_options_description&) {
+          add_bench_options(d, opts.train_config, opts.bench);
         },
-        [&](std::ostream& o, std::ostream& e) { run_bench(train_config, bench, o, e); }}},
+        [&opts](std::ostream& o, std::ostream& e) { run_bench(opts.train_config, opts.bench, o, e); }}},
   };
 }
 
