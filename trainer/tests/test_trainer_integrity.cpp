@@ -27,6 +27,8 @@
 
 using namespace melforge;
 using melforge::test::TempDir;
+using melforge::test::run_in_process;
+using melforge::test::with;
 namespace fs = std::filesystem;
 
 namespace {
@@ -55,26 +57,12 @@ std::vector<std::string> train_args(const fs::path& data, const fs::path& out, i
           "16", "--patience", "0", "--threads", "2", "--log-level", "warn"};
 }
 
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
 /// `args` with option `name` set to `value` (replaced where it is given, appended otherwise).
 std::vector<std::string> set_option(std::vector<std::string> args, const std::string& name, const std::string& value) {
   const auto it = std::find(args.begin(), args.end(), name);
   if (it == args.end() || it + 1 == args.end()) return with(args, {name, value});
   *(it + 1) = value;
   return args;
-}
-
-/// Runs `args` (argv[0] ignored) through run_cli in this process: the exit code and stdout + stderr.
-std::pair<int, std::string> run_in_process(const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out;
-  const int code = trainer::run_cli(static_cast<int>(argv.size()), argv.data(), out, out);
-  return {code, out.str()};
 }
 
 /// The 1-epoch run of the shared dataset (made on first use); its best.pt.
@@ -154,8 +142,9 @@ TEST_CASE("a second train in a run folder that one is training in is refused at 
   CHECK(fs::exists(run / "report.json"));
   CHECK_FALSE(fs::exists(run / ".melforge-train.lock"));
 
+  std::ofstream(run / ".melforge-train.lock") << first_pid << "\n";
   const auto [code, output] = run_in_process(with(train_args(shared().data, run, 1), {"--overwrite"}));
-  INFO("after the first finished: " << output);
+  INFO("after the first finished, with its lock file left behind (as after a SIGKILL): " << output);
   CHECK(code == 0);
 }
 

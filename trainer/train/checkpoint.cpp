@@ -10,9 +10,9 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
@@ -264,22 +264,6 @@ class ZipBytes {
   const std::filesystem::path& path_;
 };
 
-/// CRC-32 (ISO-HDLC, as zip) of `n` bytes at `data`.
-uint32_t crc32(const char* data, std::size_t n) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (std::size_t i = 0; i < n; ++i) c = table[(c ^ static_cast<unsigned char>(data[i])) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
 /// One entry of a zip's central directory.
 struct ZipEntry {
   std::string name;
@@ -346,7 +330,12 @@ void verify_zip_crcs(const std::vector<char>& bytes, const std::filesystem::path
     if (z.u(e.local_offset, 4) != 0x04034b50u) z.corrupt("entry '" + e.name + "' has no local header");
     const uint64_t data = e.local_offset + 30 + z.u(e.local_offset + 26, 2) + z.u(e.local_offset + 28, 2);
     z.need(data, e.size);
-    const uint32_t actual = crc32(z.at(data), static_cast<std::size_t>(e.size));
+    uLong actual = crc32(0L, nullptr, 0);
+    for (uint64_t done = 0; done < e.size;) {
+      const auto n = static_cast<uInt>(std::min<uint64_t>(e.size - done, uint64_t{1} << 30));
+      actual = crc32(actual, reinterpret_cast<const Bytef*>(z.at(data + done)), n);
+      done += n;
+    }
     if (actual != e.crc) {
       char text[80];
       std::snprintf(text, sizeof text, " fails its CRC-32 check (stored %08llx, computed %08lx)",
