@@ -103,7 +103,7 @@ std::vector<std::string> split_paths(const fs::path& file) { return h5::read_str
 }  // namespace
 
 TEST_CASE("a second train in a run folder that one is training in is refused at once, naming the folder and the "
-          "pid; the first finishes unchanged", "[trainer][integrity][lock]") {
+          "pid, and the first finishes unchanged", "[trainer][integrity][lock]") {
   TempDir d;
   const fs::path run = d / "run";
   const int epochs = 3;
@@ -203,8 +203,8 @@ TEST_CASE("an allocation failure in train is one clear line, not a stack trace, 
   CHECK_FALSE(fs::exists(run));
 }
 
-TEST_CASE("NaN and Inf spectrograms are refused where they are read, naming split, file and row; exit 1; inspect "
-          "reports them", "[trainer][integrity][data]") {
+TEST_CASE("NaN and Inf spectrograms are refused where they are read, naming split, file and row, with exit 1, and "
+          "inspect reports them", "[trainer][integrity][data]") {
   TempDir d;
   const std::string split = GENERATE("train", "val", "test");
   const float value = GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity());
