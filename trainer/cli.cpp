@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <boost/program_options.hpp>
+#include <c10/util/Exception.h>
+#include <new>
 #include <filesystem>
 #include <functional>
 #include <iterator>
@@ -67,6 +69,8 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
                                   static_cast<long long>(s.files_per_chunk())).c_str()
                             : "in RAM");
   }
+  for (const auto& name : kSplitNames) d.split(name).check_all_finite();
+  out << "  every spectrogram is finite\n";
   d.require_files("train");
 
   const std::shared_ptr<Classifier> net = make_model(model, m, d.num_classes());
@@ -342,6 +346,18 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return kExitUsage;
   } catch (const Error& e) {
     err << "melforge-train: error: " << e.what() << "\n";
+    return kExitError;
+  } catch (const std::bad_alloc&) {
+    err << "melforge-train: error: out of memory (an allocation failed); lower --hidden, --batch-size or "
+           "--eval-batch-size, or free memory\n";
+    return kExitError;
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    what = what.substr(0, what.find('\n'));
+    const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+                     what.find("can't allocate memory") != std::string::npos;
+    err << "melforge-train: " << (oom ? "error: out of memory: " : "unexpected error: ") << what
+        << (oom ? "; lower --hidden, --batch-size or --eval-batch-size, or free memory" : "") << "\n";
     return kExitError;
   } catch (const std::exception& e) {
     err << "melforge-train: unexpected error: " << e.what() << "\n";

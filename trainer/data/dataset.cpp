@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -225,7 +226,31 @@ at::Tensor Split::read_files(int64_t first, int64_t count) const {
   shape.insert(shape.begin(), count);
   at::Tensor out = at::empty(shape, at::kFloat);
   if (count > 0) reader->read(first, count, out.data_ptr<float>());
+  check_finite(first, count, out.data_ptr<float>());
   return out;
+}
+
+void Split::check_finite(int64_t first, int64_t count, const float* data) const {
+  int64_t per_file = 1;
+  for (const int64_t d : info.file_shape()) per_file *= d;
+  const int64_t n = count * per_file;
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
+  if (!bad) return;
+  int64_t i = 0;
+  while (data[i] - data[i] == 0.0f) ++i;
+  const int64_t row = first + i / per_file, segment = i % per_file / (info.n_mels * info.n_frames);
+  throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(row) + " (file " +
+                    paths[static_cast<std::size_t>(row)] + "): the spectrogram holds " +
+                    (std::isnan(data[i]) ? "NaN" : "an infinite value") + " (long segment " +
+                    std::to_string(segment / info.num_short) + ", short segment " +
+                    std::to_string(segment % info.num_short) + "); rebuild the dataset, or remove the file");
+}
+
+void Split::check_all_finite() const {
+  if (!streamed()) return;
+  const int64_t block = std::max<int64_t>(files_per_chunk(), 1);
+  for (int64_t f0 = 0; f0 < files(); f0 += block) read_files(f0, std::min(block, files() - f0));
 }
 
 namespace {
@@ -246,7 +271,10 @@ void read_mel(Split& s, const std::function<void()>& poll = {}, int64_t block_by
   const int64_t block = chunk_files * block_chunks;
   for (int64_t first = 0; first < s.files(); first += block) {
     if (poll) poll();
-    h5::read_float(mel, first, std::min(block, s.files() - first), s.mel.data_ptr<float>() + first * per_file);
+    const int64_t count = std::min(block, s.files() - first);
+    float* dst = s.mel.data_ptr<float>() + first * per_file;
+    h5::read_float(mel, first, count, dst);
+    s.check_finite(first, count, dst);
   }
 }
 

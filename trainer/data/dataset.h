@@ -158,6 +158,13 @@ struct Split {
   /// n_frames]: a view of `mel` when it is in RAM, a fresh tensor read through `reader` when streamed. Throws
   /// InvalidArgument when the range is outside [0, files()) or the split has no spectrograms.
   at::Tensor read_files(int64_t first, int64_t count) const;
+  /// Throws FormatError naming the split, its file, the row, the audio file's path and the position when `data`
+  /// (the float32 spectrograms of files [first, first + count), laid out as read_files returns them) holds a NaN or
+  /// an infinity. Every reader of spectrograms calls it on what it read.
+  void check_finite(int64_t first, int64_t count, const float* data) const;
+  /// Reads every spectrogram of a streamed split once through read_files (so check_finite sees them all); nothing
+  /// for a split held in RAM (checked when it was loaded).
+  void check_all_finite() const;
 };
 
 

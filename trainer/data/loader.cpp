@@ -247,6 +247,7 @@ at::Tensor BatchLoader::read_window(const std::vector<int64_t>& blocks) const {
   for (const int64_t b : blocks) {
     const int64_t f0 = b * block_files_, count = std::min(split_.files(), f0 + block_files_) - f0;
     split_.reader->read(f0, count, dst);
+    split_.check_finite(f0, count, dst);
     dst += count * segment_rows_ * m * t;
   }
   return mel;

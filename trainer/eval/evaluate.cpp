@@ -184,4 +184,11 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
   return r;
 }
 
+int64_t first_non_finite_file(const EvalResult& result) {
+  const at::Tensor probs = result.files.class_probs, score = result.files.detection_score;
+  if (!probs.defined() || !score.defined()) return -1;
+  const at::Tensor bad = probs.isfinite().all(1).logical_and(score.isfinite()).logical_not().nonzero();
+  return bad.size(0) > 0 ? bad[0][0].item<int64_t>() : -1;
+}
+
 }  // namespace melforge::trainer

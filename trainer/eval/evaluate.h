@@ -59,4 +59,8 @@ struct EvalResult {
 EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_class, double bce_weight,
                     const EvalOptions& opts, at::Device device, at::ScalarType autocast = at::kFloat);
 
+/// The first file (0-based row of its split) whose class probabilities or detection score in `result` are NaN or
+/// infinite (its model output was not finite), or -1 when every file's are finite.
+int64_t first_non_finite_file(const EvalResult& result);
+
 }  // namespace melforge::trainer

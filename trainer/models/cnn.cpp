@@ -45,6 +45,19 @@ CnnConfig CnnConfig::from_json(const nlohmann::json& j) {
 
 int64_t CnnConfig::flat_features() const { return channels[2] * (n_mels / 2 / 2) * (n_frames / 2 / 2); }
 
+ModelSize CnnConfig::size() const {
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  const double m = d(n_mels), t = d(n_frames), m4 = d(n_mels / 4), t4 = d(n_frames / 4);
+  const double m2t2 = d(n_mels / 2) * d(n_frames / 2), c0 = d(channels[0]), c1 = d(channels[1]), c2 = d(channels[2]);
+  ModelSize s;
+  s.parameters = conv3x3_parameters(1, c0) + conv3x3_parameters(c0, c1) + conv3x3_parameters(c1, c2) +
+                 linear_parameters(d(flat_features()), d(hidden)) + linear_parameters(d(hidden), d(num_classes)) +
+                 linear_parameters(d(hidden), 1);
+  s.activation_floats = m * t * (1 + c0) + m2t2 * (c0 + c1) + m4 * t4 * (c1 + c2) + 2 * d(hidden) +
+                        d(num_classes) + 1;
+  return s;
+}
+
 CnnNetImpl::CnnNetImpl(const CnnConfig& config) : config_(config) {
   config_.validate();
   namespace nn = torch::nn;

@@ -42,6 +42,8 @@ struct CnnConfig {
   /// Features after the last convolution, flattened: channels[2] * (n_mels / 4) * (n_frames / 4) (floor division
   /// after each pool).
   int64_t flat_features() const;
+  /// The model's size before it is built (every weight and bias; activations of one input segment).
+  ModelSize size() const;
 };
 
 /// The CNN. Parameters are initialised by LibTorch's defaults from the global generator, so a model built after

@@ -52,6 +52,19 @@ CrnnConfig CrnnConfig::from_json(const nlohmann::json& j) {
   }
 }
 
+ModelSize CrnnConfig::size() const {
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  const double gates = rnn == "gru" ? 3 : 4, h = d(rnn_hidden), steps = d(rnn_steps()), c0 = d(channels[0]);
+  const double c1 = d(channels[1]), m2t2 = d(n_mels / 2) * d(n_frames / 2);
+  ModelSize s;
+  s.parameters = conv3x3_parameters(1, c0) + conv3x3_parameters(c0, c1) +
+                 gates * (d(rnn_features()) * h + h * h + 2 * h) + linear_parameters(h, d(hidden)) +
+                 linear_parameters(d(hidden), d(num_classes)) + linear_parameters(d(hidden), 1);
+  s.activation_floats = d(n_mels) * d(n_frames) * (1 + c0) + m2t2 * (c0 + c1) + d(rnn_features()) * steps +
+                        (gates + 1) * h * steps + 2 * d(hidden) + d(num_classes) + 1;
+  return s;
+}
+
 CrnnNetImpl::CrnnNetImpl(const CrnnConfig& config) : config_(config) {
   config_.validate();
   namespace nn = torch::nn;

@@ -49,6 +49,8 @@ struct CrnnConfig {
   int64_t rnn_steps() const { return n_frames / 2; }
   /// Features of one time step: channels[1] * (n_mels / 4) (floor division after each pool).
   int64_t rnn_features() const { return channels[1] * (n_mels / 2 / 2); }
+  /// The model's size before it is built (every weight and bias; activations of one input segment).
+  ModelSize size() const;
 };
 
 /// The CRNN: the input normalisation of Classifier, then conv3x3(1 -> c0) ReLU maxpool 2x2, conv3x3(c0 -> c1) ReLU maxpool (2, 1) (mel only), so the map is

@@ -31,23 +31,38 @@ at::Tensor Classifier::normalize_input(const at::Tensor& x) const {
   return (x - input_mean_.to(x.scalar_type())) / input_std_.to(x.scalar_type());
 }
 
+namespace {
+
+CnnConfig cnn_config(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+  CnnConfig c = CnnConfig::from_info(info, num_classes);
+  c.hidden = opts.hidden;
+  c.dropout = opts.dropout;
+  return c;
+}
+
+CrnnConfig crnn_config(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+  CrnnConfig c = CrnnConfig::from_info(info, num_classes);
+  c.rnn = opts.rnn;
+  c.rnn_hidden = opts.rnn_hidden;
+  c.hidden = opts.hidden;
+  c.dropout = opts.dropout;
+  return c;
+}
+
+}  // namespace
+
+ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+  opts.validate();
+  if (opts.model == "cnn") return cnn_config(opts, info, num_classes).size();
+  if (opts.model == "crnn") return crnn_config(opts, info, num_classes).size();
+  throw InvalidArgument("--model: unknown model '" + opts.model + "'");
+}
+
 std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
   opts.validate();
   at::manual_seed(opts.seed);
-  if (opts.model == "cnn") {
-    CnnConfig c = CnnConfig::from_info(info, num_classes);
-    c.hidden = opts.hidden;
-    c.dropout = opts.dropout;
-    return std::make_shared<CnnNetImpl>(c);
-  }
-  if (opts.model == "crnn") {
-    CrnnConfig c = CrnnConfig::from_info(info, num_classes);
-    c.rnn = opts.rnn;
-    c.rnn_hidden = opts.rnn_hidden;
-    c.hidden = opts.hidden;
-    c.dropout = opts.dropout;
-    return std::make_shared<CrnnNetImpl>(c);
-  }
+  if (opts.model == "cnn") return std::make_shared<CnnNetImpl>(cnn_config(opts, info, num_classes));
+  if (opts.model == "crnn") return std::make_shared<CrnnNetImpl>(crnn_config(opts, info, num_classes));
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
 }
 

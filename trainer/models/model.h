@@ -49,6 +49,24 @@ class Classifier : public torch::nn::Module {
   at::Tensor input_mean_, input_std_;
 };
 
+/// A model's size, known before it is built (doubles: absurd widths overflow int64).
+struct ModelSize {
+  /// Number of parameters (every weight and bias).
+  double parameters = 0;
+  /// Floats of the activations one input segment produces in a forward pass (every layer's output, the input
+  /// normalisation included): what backward keeps of it, and what its gradients take again.
+  double activation_floats = 0;
+};
+
+/// Parameters of a 3x3 convolution from `in` to `out` channels with bias.
+inline double conv3x3_parameters(double in, double out) { return in * out * 9 + out; }
+/// Parameters of a fully connected layer from `in` to `out` features with bias.
+inline double linear_parameters(double in, double out) { return in * out + out; }
+
+/// The size of the model make_model(opts, info, num_classes) builds, from the shapes alone (nothing is allocated).
+/// Throws InvalidArgument as make_model does.
+ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
+
 /// Builds the model `opts` names for spectrograms of `info` (n_mels, n_frames) and `num_classes` classes, after
 /// seeding the global generator with opts.seed. Throws InvalidArgument for an unknown model or bad widths.
 std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);

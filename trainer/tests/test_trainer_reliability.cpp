@@ -38,6 +38,8 @@
 
 using namespace melforge;
 using melforge::test::TempDir;
+using melforge::test::run_in_process;
+using melforge::test::with;
 using melforge::test::read_lines;
 using melforge::test::require_same_tensors;
 namespace fs = std::filesystem;
@@ -81,21 +83,6 @@ std::vector<std::string> train_args(const fs::path& data, const fs::path& out, i
 
 std::vector<std::string> resume_args(const fs::path& run) {
   return {train_exe().string(), "train", "--resume", run.string(), "--threads", "2", "--log-level", "warn"};
-}
-
-/// Runs `args` (argv as for the binary; argv[0] is ignored) through run_cli in this process: the exit code and
-/// stdout + stderr. Used where the process boundary is not what is tested, to save LibTorch's start-up (~2 s).
-std::pair<int, std::string> run_in_process(const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out;
-  const int code = trainer::run_cli(static_cast<int>(argv.size()), argv.data(), out, out);
-  return {code, out.str()};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 std::string file_bytes(const fs::path& p) {
@@ -189,7 +176,6 @@ KillReference& kill_reference() {
 
 /// Reads VmRSS of this process, bytes.
 int64_t own_rss_bytes() { return test::proc_status_field(::getpid(), "VmRSS") * 1024; }
-
 
 /// Flips (XOR 0xFF) `n` bytes of `file` from `offset`.
 void flip_bytes(const fs::path& file, std::uintmax_t offset, int n) {

@@ -7,9 +7,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "build_fixture.h"
+#include "cli.h"
 #include "pipeline.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -64,6 +67,22 @@ inline trainer::TrainConfig tiny_config(const std::filesystem::path& data, const
   const char* level = std::getenv("MELFORGE_TEST_LOG_LEVEL");
   c.runtime.log_level = level ? level : "warn";
   return c;
+}
+
+/// `args` followed by `more`.
+inline std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+/// Runs `args` (argv as for the binary; argv[0] is ignored) through run_cli in this process: the exit code and
+/// stdout + stderr. Used where the process boundary is not what is tested, to save LibTorch's start-up (~2 s).
+inline std::pair<int, std::string> run_in_process(const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out;
+  const int code = trainer::run_cli(static_cast<int>(argv.size()), argv.data(), out, out);
+  return {code, out.str()};
 }
 
 /// The JSON objects of a JSON-lines file (empty lines skipped).

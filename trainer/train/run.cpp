@@ -30,6 +30,15 @@ Run::Run(TrainConfig config, std::ostream& log_stream, const TrainHooks& hooks)
 Run::~Run() = default;
 
 TrainResult Run::run() {
+  try {
+    return run_stages();
+  } catch (...) {
+    if (writer() && !checkpointed_) discard_run_dir(run_dir_, lock_, cleared_);
+    throw;
+  }
+}
+
+TrainResult Run::run_stages() {
   Stopwatch total;
   set_up_job();
   check_dataset();
@@ -84,6 +93,7 @@ void Run::check_dataset() {
   const Dataset meta = load_dataset(cfg_.data.data, /*load_mel=*/false);
   for (const auto& name : kSplitNames) meta.require_files(name);
   std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
+  check_training_memory(cfg_, meta.info, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
   if (!resume_from_) return;
   check_checkpoint_fits(*resume_from_, meta.info, meta.class_names, resume_checkpoint(cfg_.train.resume).string(),
                         cfg_.data.data.string());
@@ -93,10 +103,12 @@ void Run::check_dataset() {
 
 void Run::prepare_run_dir() {
   if (!writer()) return;
-  if (resume_from_)
+  if (resume_from_) {
     truncate_metrics(run_dir_ / "metrics.jsonl", resume_from_->epoch);
-  else if (cfg_.train.overwrite)
-    clear_run_files(run_dir_);
+  } else {
+    cleared_ = true;
+    if (cfg_.train.overwrite) clear_run_files(run_dir_);
+  }
   fs::create_directories(run_dir_ / "checkpoints");
 }
 

@@ -20,6 +20,7 @@
 #include "models/model.h"
 #include "options.h"
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 #include "train/setup.h"
 #include "train/trainer.h"
 
@@ -37,10 +38,13 @@ class Run {
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
 
-  /// Trains as train() says.
+  /// Trains as train() says. When a fresh run fails before its first checkpoint, what it created in the run folder is
+  /// removed (discard_run_dir), so that the same command can run again.
   TrainResult run();
 
  private:
+  /// The stages of run(), from set-up through the epochs to the final evaluation.
+  TrainResult run_stages();
   /// What one epoch's training pass measured.
   struct EpochTraining {
     /// Loss and accuracy over the epoch's training batches (all ranks together).
@@ -85,6 +89,12 @@ class Run {
   double optimizer_step();
   /// Throws Error when the training loss of 0-based `epoch` is NaN or infinite (the previous checkpoints stay).
   void check_finite(double loss, int64_t epoch) const;
+  /// Throws Error when the validation loss or the best metric of 0-based `epoch` is NaN or infinite, naming the
+  /// split file and the first file whose output is not finite.
+  void check_finite_validation(const EvalResult& val, int64_t epoch) const;
+  /// What stays of the run after an error in an epoch: "the checkpoints of epoch N are kept in DIR", or that none
+  /// was written.
+  std::string kept_checkpoints() const;
   /// Counts the epoch done and updates the best epoch, the epochs without improvement and early stopping from the
   /// validation result (rank 0's value on every rank). Returns whether the epoch improved on the best.
   bool record_validation(const EvalResult& val);
@@ -132,6 +142,10 @@ class Run {
   Logger rank_log_;
   const TrainHooks& hooks_;
   std::filesystem::path run_dir_;
+  /// Rank 0: the lock on run_dir_ (taken by resolve_resume).
+  RunFolderLock lock_;
+  /// A fresh run has cleared (--overwrite) or taken over the run folder (prepare_run_dir); a checkpoint was written.
+  bool cleared_ = false, checkpointed_ = false;
   std::optional<Checkpoint> resume_from_;
   Dataset data_;
   StepSetup s_;

@@ -33,6 +33,7 @@ bool Run::run_epoch() {
     val = evaluate(*model_, data_.val, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device, s_.autocast);
   }
   const double val_s = vw.seconds();
+  check_finite_validation(val, e);
   const bool improved = record_validation(val);
   const nlohmann::json line = epoch_line(e, train, val, val_s);
   save_epoch(line, improved);
@@ -128,12 +129,33 @@ double Run::optimizer_step() {
   return lr;
 }
 
+std::string Run::kept_checkpoints() const {
+  if (epoch_ == 0 || !fs::exists(run_dir_ / "checkpoints" / "last.pt"))
+    return "no epoch was completed, so no checkpoint was written";
+  return fmt("the checkpoints of epoch %lld are kept in %s", static_cast<long long>(epoch_),
+             (run_dir_ / "checkpoints").string().c_str());
+}
+
 void Run::check_finite(double loss, int64_t epoch) const {
   if (std::isfinite(loss)) return;
-  throw Error(fmt("the training loss became %s in epoch %lld; stopped. The checkpoints of the last good epoch (%lld) "
-                  "are kept in %s",
+  throw Error(fmt("the training loss became %s in epoch %lld; stopped (lower --lr?); %s",
                   std::isnan(loss) ? "NaN" : "infinite", static_cast<long long>(epoch + 1),
-                  static_cast<long long>(epoch), (run_dir_ / "checkpoints").string().c_str()));
+                  kept_checkpoints().c_str()));
+}
+
+void Run::check_finite_validation(const EvalResult& val, int64_t epoch) const {
+  const double metric = metric_value(val, cfg_.train.best_metric);
+  if (std::isfinite(val.segment.loss) && std::isfinite(metric)) return;
+  const int64_t file = first_non_finite_file(val);
+  const std::string which =
+      file >= 0 ? fmt("the model's output on file %lld ('%s') of split 'val' (%s) is not finite",
+                      static_cast<long long>(file), data_.val.paths[static_cast<std::size_t>(file)].c_str(),
+                      data_.val.path.string().c_str())
+                : "split 'val' (" + data_.val.path.string() + ")";
+  throw Error(fmt("the validation %s became %s in epoch %lld: %s; the model diverged (lower --lr?); stopped; %s",
+                  std::isfinite(val.segment.loss) ? cfg_.train.best_metric.c_str() : "loss",
+                  std::isnan(std::isfinite(val.segment.loss) ? metric : val.segment.loss) ? "NaN" : "infinite",
+                  static_cast<long long>(epoch + 1), which.c_str(), kept_checkpoints().c_str()));
 }
 
 bool Run::record_validation(const EvalResult& val) {
@@ -164,8 +186,12 @@ void Run::save_epoch(const nlohmann::json& line, bool improved) {
   append_line(run_dir_ / "metrics.jsonl", line.dump());
   Checkpoint c = make_checkpoint();
   if (group_) c.state["rank_rng"] = rank_rng;
-  if (improved) save_checkpoint(c, run_dir_ / "checkpoints" / "best.pt");
+  if (improved) {
+    save_checkpoint(c, run_dir_ / "checkpoints" / "best.pt");
+    checkpointed_ = true;
+  }
   save_checkpoint(c, run_dir_ / "checkpoints" / "last.pt");
+  checkpointed_ = true;
 }
 
 void Run::log_epoch(const nlohmann::json& line, const EpochTraining& train, const EvalResult& val, double val_s,

@@ -21,6 +21,29 @@ const std::vector<std::string> kRunFiles = {"config.json",        "metrics.jsonl
 
 }  // namespace
 
+RunFolderLock lock_run_dir(const fs::path& dir) {
+  RunFolderLock r;
+  std::error_code ec;
+  r.created = fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create the run folder '" + dir.string() + "': " + ec.message());
+  try {
+    r.lock = std::make_unique<FolderLock>(dir, kRunLockName, "melforge-train", "run folder");
+  } catch (...) {
+    if (r.created) fs::remove(dir, ec);
+    throw;
+  }
+  return r;
+}
+
+void discard_run_dir(const fs::path& dir, RunFolderLock& lock, bool cleared) noexcept {
+  if (!lock.lock) return;
+  std::error_code ec;
+  if (cleared)
+    for (const auto& name : kRunFiles) fs::remove_all(dir / name, ec);
+  lock.lock.reset();
+  if (lock.created) fs::remove(dir, ec);
+}
+
 fs::path resume_checkpoint(const fs::path& resume) {
   if (fs::is_directory(resume)) return resume / "checkpoints" / "last.pt";
   return resume;
@@ -34,13 +57,18 @@ fs::path run_dir_of(const fs::path& checkpoint) {
 void check_run_dir(const fs::path& dir, bool overwrite) {
   if (!fs::exists(dir)) return;
   if (!fs::is_directory(dir)) throw InvalidArgument("--out: '" + dir.string() + "' exists and is not a folder");
-  if (fs::is_empty(dir) || overwrite) return;
-  throw InvalidArgument("--out: '" + dir.string() +
-                        "' is not empty; pass --overwrite to replace the run in it, or --resume to continue it");
+  if (overwrite) return;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename() != kRunLockName) throw InvalidArgument("--out: '" + dir.string() +
+                          "' is not empty; pass --overwrite to replace the run in it, or --resume to continue it");
 }
 
 void clear_run_files(const fs::path& dir) {
-  for (const auto& name : kRunFiles) fs::remove_all(dir / name);
+  for (const auto& name : kRunFiles) {
+    std::error_code ec;
+    fs::remove_all(dir / name, ec);
+    if (ec) throw IoError("cannot remove '" + (dir / name).string() + "': " + ec.message());
+  }
 }
 
 void append_line(const fs::path& path, const std::string& line) {

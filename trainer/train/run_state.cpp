@@ -12,12 +12,16 @@ void Run::resolve_resume() {
   TrainConfig& c = cfg_;
   if (c.train.resume.empty()) {
     run_dir_ = c.train.out;
-    if (writer()) check_run_dir(run_dir_, c.train.overwrite);
+    if (!writer()) return;
+    check_run_dir(run_dir_, c.train.overwrite);
+    lock_ = lock_run_dir(run_dir_);
+    check_run_dir(run_dir_, c.train.overwrite);
     return;
   }
   const fs::path ckpt = resume_checkpoint(c.train.resume);
   if (!fs::exists(ckpt)) throw IoError("--resume: no checkpoint at " + ckpt.string());
   run_dir_ = run_dir_of(ckpt);
+  if (writer()) lock_ = lock_run_dir(run_dir_);
   if (!c.train.out.empty() && fs::absolute(c.train.out).lexically_normal() != run_dir_.lexically_normal() &&
       !(fs::exists(c.train.out) && fs::equivalent(c.train.out, run_dir_)))
     throw InvalidArgument("--out '" + c.train.out.string() + "' differs from the run folder of --resume ('" +

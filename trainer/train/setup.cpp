@@ -9,8 +9,10 @@
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
+#include "models/model.h"
 #include "options.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "util.h"
 
 namespace melforge::trainer {
@@ -62,6 +64,31 @@ std::pair<double, double> input_statistics(const Split& split) {
   const double mean = count > 0 ? sum / count : 0.0;
   const double var = count > 0 ? std::max(0.0, sum_sq / count - mean * mean) : 1.0;
   return {mean, var > 0 ? std::sqrt(var) : 1.0};
+}
+
+double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda) {
+  const ModelSize size = model_size(config.model, info, num_classes);
+  if (cuda) return size.parameters * 12;
+  const double train_rows = 2 * static_cast<double>(config.loader.batch_size);
+  const double rows = std::max(train_rows, static_cast<double>(config.eval.batch_size));
+  return size.parameters * 16 + rows * size.activation_floats * sizeof(float);
+}
+
+void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
+                           int64_t available_bytes) {
+  const double need = training_memory_bytes(config, info, num_classes, cuda);
+  if (available_bytes < 0 || need <= static_cast<double>(available_bytes)) return;
+  const ModelSize size = model_size(config.model, info, num_classes);
+  const double gib = 1 << 30;
+  throw InvalidArgument(fmt(
+      "the model (--model %s, --hidden %lld) has %.3g parameters: training it needs about %.1f GiB of memory (%s), "
+      "more than the %.1f GiB available (MemAvailable); lower --hidden%s",
+      config.model.model.c_str(), static_cast<long long>(config.model.hidden), size.parameters, need / gib,
+      cuda ? "12 bytes a parameter for the checkpoints' host copies of the weights and AdamW's moments"
+           : "16 bytes a parameter for the weights, gradients and AdamW's two moments, plus the activations of a "
+             "batch",
+      static_cast<double>(available_bytes) / gib,
+      config.model.model == "crnn" ? " or --rnn-hidden" : cuda ? "" : " (or --batch-size, --eval-batch-size)"));
 }
 
 void check_checkpoint_fits(const Checkpoint& c, const MelInfo& info, const std::vector<std::string>& class_names,

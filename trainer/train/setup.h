@@ -22,6 +22,7 @@ struct Checkpoint;
 struct Dataset;
 struct MelInfo;
 struct Split;
+struct TrainConfig;
 
 /// Everything the model's training step needs on the device.
 struct StepSetup {
@@ -57,6 +58,17 @@ std::pair<int64_t, std::string> pick_positive_class(const Dataset& dataset, cons
 /// {mean, standard deviation} of every value of the valid long segments of `split` (summed in double; standard
 /// deviation 1 for an empty or constant split).
 std::pair<double, double> input_statistics(const Split& split);
+
+/// Bytes of host memory training the model of `config` needs at the least: on the CPU 16 bytes a parameter (weights,
+/// gradients and AdamW's two moments) plus the activations of the larger of a training batch (kept for backward and
+/// again as gradients) and an evaluation batch; on CUDA 12 bytes a parameter (the checkpoints' host copies of the
+/// weights and moments). Computed from the shapes alone (model_size), before anything is allocated.
+double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda);
+
+/// Throws InvalidArgument, naming the parameters, the bytes needed and available and the options to change, when
+/// training_memory_bytes exceeds `available_bytes` (MemAvailable; nothing is checked when it is negative).
+void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
+                           int64_t available_bytes);
 
 /// Throws FormatError, naming `what` (the checkpoint) and the dataset folder, unless the checkpoint's mel
 /// parameters and class names equal the dataset's.
