@@ -244,10 +244,10 @@ void fit_num_long(BuildState& state) {
   const int cap = num_long_cap(max_ram - held, per_long);
   if (state.num_long <= cap) return;
   const auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
+  const int64_t room = std::max<int64_t>(max_ram - held, 0);
   const std::string need = "one file of " + std::to_string(state.num_long) + " long segments needs " +
-                           mib(per_long * state.num_long) + ", more than the " + mib(std::max<int64_t>(max_ram - held, 0)) +
-                           " that --max-ram " + c.build.max_ram + " leaves after " + mib(held) +
-                           " of per-thread and engine buffers";
+                           mib(per_long * state.num_long) + ", more than the " + mib(room) + " that --max-ram " +
+                           c.build.max_ram + " leaves after " + mib(held) + " of per-thread and engine buffers";
   if (c.segment.num_long > 0) {
     std::fprintf(stderr, "melforge-build: warning: --num-long %d: %s; the build will use more memory than --max-ram\n",
                  state.num_long, need.c_str());

@@ -129,8 +129,9 @@ TEST_CASE("hour-long files stay within --max-ram: decode streams into the arena 
           "[reliability][resources]") {
   TempDir d;
   const fs::path in = d / "in";
-  for (int i = 0; i < 3; ++i) write_wav_seconds(in / ("c" + std::to_string(i % 2)) / ("hour" + std::to_string(i) + ".wav"),
-                                                8000, 1, 3600, 300.0 + 100 * i);
+  for (int i = 0; i < 3; ++i)
+    write_wav_seconds(in / ("c" + std::to_string(i % 2)) / ("hour" + std::to_string(i) + ".wav"), 8000, 1, 3600,
+                      300.0 + 100 * i);
   const std::string limit = GENERATE("96M", "256M");
   const int64_t max_ram = std::stoll(limit) * kMiB;
   const fs::path out = d / ("out" + limit);

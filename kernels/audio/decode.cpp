@@ -287,7 +287,8 @@ class Resampler {
     const soxr_runtime_spec_t runtime = soxr_runtime_spec(1);
     soxr_error_t err = nullptr;
     soxr_ = soxr_create(in_rate, out_rate, 1, &err, &io, &quality, &runtime);
-    if (err != nullptr || soxr_ == nullptr) fail(path_, std::string("resampling failed: ") + (err ? err : "soxr_create"));
+    if (err != nullptr || soxr_ == nullptr)
+      fail(path_, std::string("resampling failed: ") + (err != nullptr ? err : "soxr_create"));
   }
   ~Resampler() { soxr_delete(soxr_); }
   Resampler(const Resampler&) = delete;
@@ -331,7 +332,8 @@ void check_samples(const fs::path& path, const float* data, int64_t frames, int 
       const std::string where = " at frame " + std::to_string(first + f) + ", channel " + std::to_string(c) +
                                 " (sample index " + std::to_string((first + f) * channels + c) + ")";
       if (!std::isfinite(frame[c])) fail(path, std::string(std::isnan(frame[c]) ? "NaN" : "Inf") + " sample" + where);
-      fail(path, "sample value " + std::to_string(frame[c]) + where + " is beyond +-1e6 (audio is expected in [-1, 1])");
+      fail(path,
+           "sample value " + std::to_string(frame[c]) + where + " is beyond +-1e6 (audio is expected in [-1, 1])");
     }
   }
 }
