@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <limits>
 #include <numeric>
 #include <span>
 
@@ -14,6 +16,14 @@
 namespace melforge::builder {
 
 namespace {
+
+/// Resizes `v` to `n` elements. Growing past its capacity frees the old buffer first, so that the old and the new
+/// one (which std::vector would size up to twice the old) are never held at once.
+template <class T>
+void resize_buffer(std::vector<T>& v, std::size_t n) {
+  if (n > v.capacity()) std::vector<T>().swap(v);
+  v.resize(n);
+}
 
 /// The files of a batch that every audio stage kept, as mel and the writer take them.
 struct KeptFiles {
@@ -144,7 +154,7 @@ void BatchRunner::run_batch(std::size_t split, std::span<const PlannedFile* cons
 std::vector<BatchFile> BatchRunner::load(std::span<const PlannedFile* const> files, Progress& progress) {
   int64_t samples = 0;
   for (const PlannedFile* f : files) samples += f->plan.arena_samples;
-  arena_.resize(static_cast<std::size_t>(samples));
+  resize_buffer(arena_, static_cast<std::size_t>(samples));
   std::vector<BatchFile> batch(files.size());
   int64_t offset = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -178,7 +188,7 @@ KeptFiles BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& bat
 const std::vector<uint8_t>& BatchRunner::compute_mel(const KeptFiles& kept) {
   std::vector<uint8_t>& out = out_buffers_[out_slot_];
   out_slot_ ^= 1;
-  out.resize(static_cast<std::size_t>(static_cast<int64_t>(kept.records.size()) * out_bytes_per_file_));
+  resize_buffer(out, static_cast<std::size_t>(static_cast<int64_t>(kept.records.size()) * out_bytes_per_file_));
   check_stop();
   ScopedStage stage(times_, "mel");
   featurize::compute_files(*state_.engine, arena_.data(), kept.offsets, kept.valid_long, layout_,
@@ -206,9 +216,49 @@ int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<Planne
   return largest;
 }
 
+int64_t batch_reserve(int threads, int64_t worker_bytes, int64_t engine_bytes) {
+  return kFixedReserveBytes + int64_t{threads} * worker_bytes + engine_bytes;
+}
+
 int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes) {
-  const int64_t reserve = (int64_t{64} << 20) + int64_t{threads} * worker_bytes + engine_bytes;
+  const int64_t reserve = batch_reserve(threads, worker_bytes, engine_bytes);
   return std::min(std::max<int64_t>(max_ram - reserve, 1), kPipelineBatchBytes);
+}
+
+int num_long_cap(int64_t file_budget, int64_t long_segment_bytes) {
+  if (long_segment_bytes <= 0) return std::numeric_limits<int>::max();
+  return static_cast<int>(std::clamp<int64_t>(file_budget / long_segment_bytes, 1, std::numeric_limits<int>::max()));
+}
+
+int64_t long_segment_bytes(const BuildState& state) {
+  const int64_t spectrograms = int64_t{state.num_short} * state.engine->layout().out_bytes_per_segment();
+  return state.config.segment.long_samples(state.sample_rate) * static_cast<int64_t>(sizeof(float)) + 4 * spectrograms;
+}
+
+void fit_num_long(BuildState& state) {
+  const BuildConfig& c = state.config;
+  const int64_t max_ram = c.build.max_ram_bytes();
+  const int64_t held = batch_reserve(state.threads, largest_worker_bytes(state.audio_stages, state.usable),
+                                     state.engine->host_bytes()) - kFixedReserveBytes;
+  const int64_t per_long = long_segment_bytes(state);
+  const int cap = num_long_cap(max_ram - held, per_long);
+  if (state.num_long <= cap) return;
+  const auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; };
+  const int64_t room = std::max<int64_t>(max_ram - held, 0);
+  const std::string need = "one file of " + std::to_string(state.num_long) + " long segments needs " +
+                           mib(per_long * state.num_long) + ", more than the " + mib(room) + " that --max-ram " +
+                           c.build.max_ram + " leaves after " + mib(held) + " of per-thread and engine buffers";
+  if (c.segment.num_long > 0) {
+    std::fprintf(stderr, "melforge-build: warning: --num-long %d: %s; the build will use more memory than --max-ram\n",
+                 state.num_long, need.c_str());
+    return;
+  }
+  std::fprintf(stderr,
+               "melforge-build: warning: --num-long auto would be %d, but %s: using %d long segments per file (longer "
+               "files are cut); choose --num-long to set it\n",
+               state.num_long, need.c_str(), cap);
+  state.num_long = cap;
+  for (PlannedFile& f : state.usable) f.plan = segment::plan_file(f.frames, c.segment, state.sample_rate, cap);
 }
 
 void init_engine(BuildState& state) {
@@ -221,6 +271,7 @@ void init_engine(BuildState& state) {
   engine_config.device_batch = c.build.device_batch;
   state.engine.reset();
   state.engine = mel::make_engine(c.build.device, engine_config, &state.engine_plan);
+  fit_num_long(state);
 }
 
 BatchTotals run_batches(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,

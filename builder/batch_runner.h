@@ -30,13 +30,42 @@ int64_t batch_file_bytes(const AudioStages& stages, const PlannedFile& file, int
 /// at most while it runs a stage on a file.
 int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<PlannedFile>& files);
 
-/// Bytes of batch_file_bytes() one batch may hold: `max_ram` less a reserve of 64 MiB, `worker_bytes` per thread and
-/// the `engine_bytes` the mel engine holds (MelEngine::host_bytes: its scratch, or the CUDA engine's pinned staging
-/// buffers); at least 1 (a batch always takes one file), at most kPipelineBatchBytes.
+/// Part of --max-ram that batch_reserve keeps whatever the build: the program's own memory (binary, libraries, HDF5,
+/// FFTW and deflate state, thread stacks; about 45 MiB for a tiny build) and the write queue's small buffers.
+inline constexpr int64_t kFixedReserveBytes = int64_t{64} << 20;
+
+/// Bytes of --max-ram that no batch may use: kFixedReserveBytes, `worker_bytes` per thread (largest_worker_bytes:
+/// decode's chunk and resampler, at most about 1.6 MiB) and the `engine_bytes` the mel engine holds
+/// (MelEngine::host_bytes: its scratch, or the CUDA engine's pinned staging buffers).
+int64_t batch_reserve(int threads, int64_t worker_bytes, int64_t engine_bytes);
+
+/// Bytes of batch_file_bytes() one batch may hold: `max_ram` less batch_reserve(); at least 1 (a batch always takes
+/// one file), at most kPipelineBatchBytes.
 int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes);
 
+/// The most long segments per file that fit `file_budget` bytes at `long_segment_bytes` each: file_budget /
+/// long_segment_bytes, at least 1.
+int num_long_cap(int64_t file_budget, int64_t long_segment_bytes);
+
+/// Bytes one long segment of one file holds at most while the batches run: 4 * long_samples of arena and four
+/// copies of its spectrograms (num_short * out_bytes_per_segment): the batch's output buffer, and, while the next batch
+/// is computed into the other one, the buffer being written with its shuffled and compressed copies. Needs
+/// state.engine.
+int64_t long_segment_bytes(const BuildState& state);
+
+/// Keeps one file within --max-ram. A batch always takes one file, however large, so one file of num_long long
+/// segments may hold num_long * long_segment_bytes; with everything else the build holds, besides its fixed overhead
+/// (kFixedReserveBytes covers it in batch_budget), that must fit --max-ram: the cap is num_long_cap(max_ram - threads *
+/// largest worker bytes - engine host bytes, long_segment_bytes). When state.num_long is larger: with --num-long
+/// auto, num_long becomes the cap and every file of state.usable is planned again with it (longer files are cut and
+/// counted as capped), with a one-line warning on stderr naming the auto value, the bytes, the cap and --num-long;
+/// with --num-long given, the value is kept and the warning says that the build will exceed --max-ram. Needs
+/// state.engine.
+void fit_num_long(BuildState& state);
+
 /// Stage "engine_init": makes the mel engine of --device for short segments on state.threads threads (state.engine,
-/// state.engine_plan; a previous engine is freed first). Throws CudaError or InvalidArgument.
+/// state.engine_plan; a previous engine is freed first), then fits num_long to --max-ram (fit_num_long), which needs
+/// the engine's host bytes and spectrogram size. Throws CudaError or InvalidArgument.
 void init_engine(BuildState& state);
 
 /// How run_batches runs.

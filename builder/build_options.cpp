@@ -4,15 +4,27 @@
 
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/parallel.h"
 #include "output_folder.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace melforge::builder {
+
+namespace {
+
+/// Prints the one-line warning of threads_cap_warning for a --threads value that resolve_threads will cap.
+void warn_if_threads_capped(int threads) {
+  if (const std::string warning = threads_cap_warning(threads); !warning.empty())
+    std::fprintf(stderr, "melforge-build: warning: %s\n", warning.c_str());
+}
+
+}  // namespace
 
 int64_t parse_byte_size(const std::string& text, const std::string& flag) {
   std::size_t used = 0;
@@ -132,7 +144,8 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("split", po::value<std::string>(&o.split)->default_value(o.split), "split ratios train,val,test")
     ("seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "seed of the stratified split")
     ("device", po::value<mel::Device>(&o.device)->default_value(o.device), "mel engine: auto, cpu or cuda")
-    ("threads", po::value<int>(&o.threads)->default_value(o.threads), "worker threads (0: all cores)")
+    ("threads", po::value<int>(&o.threads)->default_value(o.threads)->notifier(warn_if_threads_capped),
+     "worker threads (0: all cores; at most 4 per core)")
     ("max-ram", po::value<std::string>(&o.max_ram)->default_value(o.max_ram),
      "memory budget for audio and output buffers (e.g. 512M, 4G; auto: half of RAM); larger corpora stream in batches")
     ("strict", po::bool_switch(&o.strict), "fail (non-zero exit naming the file) on the first skipped file")

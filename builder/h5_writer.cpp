@@ -390,7 +390,6 @@ ChunkCutter::ChunkCutter(int64_t files_per_chunk, int64_t file_bytes)
     : files_per_chunk_(files_per_chunk), file_bytes_(file_bytes) {
   if (files_per_chunk < 1 || file_bytes < 1)
     throw InvalidArgument("ChunkCutter: files per chunk and bytes per file must be >= 1");
-  for (auto& b : buffers_) b.resize(static_cast<size_t>(files_per_chunk * file_bytes));
 }
 
 std::vector<const unsigned char*> ChunkCutter::append(const unsigned char* src, int64_t n) {
@@ -410,6 +409,7 @@ std::vector<const unsigned char*> ChunkCutter::append(const unsigned char* src, 
   }
   for (; n >= files_per_chunk_; n -= files_per_chunk_, src += files_per_chunk_ * file_bytes_) chunks.push_back(src);
   if (n > 0) {
+    if (buffers_[current_].empty()) buffers_[current_].resize(static_cast<size_t>(files_per_chunk_ * file_bytes_));
     std::memcpy(buffers_[current_].data(), src, static_cast<size_t>(n * file_bytes_));
     pending_ = n;
   }

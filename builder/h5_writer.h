@@ -80,7 +80,8 @@ void write_split_metadata(h5::File& file, const std::string& split, const std::v
 /// stores them. Files of a chunk that is not yet full are copied and kept until the next call.
 class ChunkCutter {
  public:
-  /// `files_per_chunk` >= 1 files of `file_bytes` >= 1 bytes per chunk.
+  /// `files_per_chunk` >= 1 files of `file_bytes` >= 1 bytes per chunk. Its two chunk buffers are allocated when files
+  /// are first kept, so a writer whose chunks all lie whole inside the batches (one file per chunk) holds none.
   ChunkCutter(int64_t files_per_chunk, int64_t file_bytes);
   /// Appends the `n` files at `src` and returns the chunks that are now complete, in order: the kept chunk when these
   /// files fill it, then the whole chunks inside `src`. The pointers stay valid until the next append() or flush(),

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -16,16 +17,20 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <numbers>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "audio/decode.h"
+#include "featurize/featurize.h"
 #include "melforge/common/errors.h"
 #include "test_skip.h"
 
@@ -788,4 +793,147 @@ TEST_CASE("tools/make_digits_corpus.py --size small writes 100 decodable 16 kHz 
   const auto second_log = read_bytes(log);
   CHECK(std::string(second_log.begin(), second_log.end()).find("nothing to do") != std::string::npos);
   CHECK(read_bytes(out / "seven" / "en-us-f2_140_50.wav") == first);
+}
+
+namespace {
+
+/// A `key:` field of /proc/self/status in kB (VmRSS, VmHWM), or -1 when absent.
+int64_t self_status_kb(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  return -1;
+}
+
+/// Resets this process's peak RSS (VmHWM) to its current RSS (Linux 4.0+: "5" to /proc/self/clear_refs). False when
+/// the kernel refuses.
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return out.good() && self_status_kb("VmHWM") <= self_status_kb("VmRSS") + 256;
+}
+
+/// Writes `seconds` of a 440 Hz tone, mono 16-bit PCM WAV at `rate`, a second at a time.
+void write_long_wav(const fs::path& path, int rate, int seconds) {
+  SNDFILE* f = open_for_write(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 1, rate);
+  std::vector<short> second(static_cast<size_t>(rate));
+  for (size_t i = 0; i < second.size(); ++i)
+    second[i] = static_cast<short>(12000 * std::sin(2 * std::numbers::pi * 440.0 * static_cast<double>(i) / rate));
+  for (int s = 0; s < seconds; ++s) REQUIRE(sf_writef_short(f, second.data(), rate) == rate);
+  REQUIRE(sf_close(f) == 0);
+}
+
+/// The 8-byte header of RIFF chunk `id` with a `size` byte body, little-endian.
+std::string riff_chunk(const std::string& id, uint32_t size) {
+  std::string h = id;
+  for (int i = 0; i < 4; ++i) h += static_cast<char>((size >> (8 * i)) & 0xFFu);
+  return h;
+}
+
+/// A RIFF WAVE file of `chunks` (each a header from riff_chunk followed by its body).
+std::vector<char> riff_wave(const std::string& chunks) {
+  const std::string body = "WAVE" + chunks;
+  const std::string file = riff_chunk("RIFF", static_cast<uint32_t>(body.size())) + body;
+  return {file.begin(), file.end()};
+}
+
+/// A 16-byte WAVE fmt chunk body: format tag, channels, 8 kHz, 16 bits.
+std::string wave_fmt(uint16_t tag, uint16_t channels) {
+  std::string f;
+  const auto put = [&f](uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) f += static_cast<char>((v >> (8 * i)) & 0xFFu);
+  };
+  put(tag, 2), put(channels, 2), put(8000, 4), put(16000u * channels, 4), put(2u * channels, 2), put(16, 2);
+  return riff_chunk("fmt ", 16) + f;
+}
+
+}  // namespace
+
+TEST_CASE("decoding a long file into its arena slice holds a bounded buffer, not a second copy of the file",
+          "[decode][resources]") {
+  if (!reset_peak_rss()) MELFORGE_SKIP("the kernel does not reset VmHWM through /proc/self/clear_refs");
+  const int rate = GENERATE(8000, 16000);
+  CAPTURE(rate);
+  TempDir d;
+  const fs::path path = d / "long.wav";
+  write_long_wav(path, rate, 1200);
+  const DecodeOptions opts{8000, -1};
+  const AudioInfo info = probe(path);
+  const int64_t n = output_frames(info, opts.sample_rate);
+  std::vector<float> arena(static_cast<size_t>(n), 2.0f);
+  melforge::segment::FilePlan plan;
+  plan.arena_samples = n;
+
+  REQUIRE(reset_peak_rss());
+  const int64_t rss_kb = self_status_kb("VmRSS");
+  const int64_t written = melforge::featurize::decode_into(path, opts, plan, arena.data());
+  const int64_t growth = (self_status_kb("VmHWM") - rss_kb) * 1024;
+  const int64_t bound = melforge::audio::decode_bytes(info, opts, n);
+  INFO("slice " << n * 4 / 1024 << " KiB; peak RSS grew by " << growth / 1024 << " KiB while decoding; decode_bytes "
+                << bound / 1024 << " KiB");
+  CHECK(written == n);
+  CHECK(bound <= (int64_t{2} << 20));
+  CHECK(growth <= bound + (int64_t{4} << 20));
+  CHECK(std::fabs(arena[static_cast<size_t>(n / 2)]) <= 0.5f);
+  CHECK(std::fabs(arena[static_cast<size_t>(n - 1)]) <= 0.5f);
+}
+
+TEST_CASE("a file's skip reason is its own when many files are opened at once on several threads",
+          "[decode][errors][threads]") {
+  TempDir d;
+  std::vector<fs::path> files;
+  const auto add = [&](const std::string& name, const std::vector<char>& bytes) {
+    write_bytes(d / name, bytes);
+    files.push_back(d / name);
+  };
+  const std::string text(4000, 'x');
+  add("text.wav", {text.begin(), text.end()});
+  add("bad_fmt.wav", riff_wave(wave_fmt(0x3333, 1) + riff_chunk("data", 4000) + std::string(4000, '\0')));
+  add("no_data.wav", riff_wave(wave_fmt(1, 1) + riff_chunk("LIST", 4) + "INFO" + std::string(100, '\0')));
+  add("no_channels.wav", riff_wave(wave_fmt(1, 0) + riff_chunk("data", 4000) + std::string(4000, '\0')));
+  const std::string flac = "fLaC" + std::string(1000, '\x12');
+  add("cut.flac", {flac.begin(), flac.end()});
+  for (int i = 0; i < 4; ++i) {
+    files.push_back(d / ("good" + std::to_string(i) + ".wav"));
+    write_float(files.back(), SF_FORMAT_WAV | SF_FORMAT_PCM_16, 1, 8000, std::vector<float>(800 + 100 * i, 0.1f));
+  }
+  const auto outcome = [](const fs::path& path) -> std::string {
+    try {
+      probe(path);
+      return "ok";
+    } catch (const AudioError& e) {
+      return e.what();
+    }
+  };
+  std::vector<std::string> expected;
+  for (const auto& f : files) expected.push_back(outcome(f));
+  std::set<std::string> reasons(expected.begin(), expected.end());
+  for (const auto& e : expected) CHECK(e.find("No Error") == std::string::npos);
+  REQUIRE(reasons.size() == 6);
+
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 1000;
+  std::atomic<int64_t> wrong{0};
+  std::mutex first_mutex;
+  std::string first_wrong;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        for (size_t k = 0; k < files.size(); ++k) {
+          const size_t i = (k + static_cast<size_t>(t + r)) % files.size();
+          const std::string got = outcome(files[i]);
+          if (got == expected[i]) continue;
+          ++wrong;
+          const std::lock_guard lock(first_mutex);
+          if (first_wrong.empty()) first_wrong = got + " (expected " + expected[i] + ")";
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  INFO(wrong.load() << " of " << kThreads * kRounds * files.size() << " outcomes wrong; first: " << first_wrong);
+  CHECK(wrong.load() == 0);
 }

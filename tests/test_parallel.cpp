@@ -5,10 +5,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -101,4 +103,19 @@ TEST_CASE("the workers of parallel_for do not spin once a loop has ended", "[par
   CHECK(idle >= 0.0);
   CHECK(idle < 0.03);
   CHECK(sink.load() > 0.0);
+}
+
+TEST_CASE("resolve_threads caps a thread count at 4 per core, and says so", "[parallel][resources]") {
+  const int cores = std::max(1, omp_get_num_procs());
+  CHECK(max_threads() == 4 * cores);
+  CHECK(resolve_threads(0) == cores);
+  CHECK(resolve_threads(1) == 1);
+  CHECK(resolve_threads(4 * cores) == 4 * cores);
+  CHECK(resolve_threads(4 * cores + 1) == 4 * cores);
+  CHECK(resolve_threads(10000) == std::min(10000, 4 * cores));
+  CHECK(threads_cap_warning(4 * cores).empty());
+  const std::string warning = threads_cap_warning(4 * cores + 1);
+  CHECK(warning == "--threads " + std::to_string(4 * cores + 1) + " is more than 4 threads per core (" +
+                       std::to_string(cores) + " cores); using " + std::to_string(4 * cores));
+  CHECK(warning.find('\n') == std::string::npos);
 }

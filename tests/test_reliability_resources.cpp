@@ -1,9 +1,13 @@
-// Resource bounds of melforge-build (issue 5): peak RSS within --max-ram plus a fixed overhead on a corpus bigger
-// than the limit, with one file larger than the limit; thread counts that follow --threads.
+// Resource bounds of melforge-build (issues 5 and 15): peak RSS within --max-ram plus a fixed overhead on a corpus
+// bigger than the limit, with one file larger than the limit, with hour-long files and with files whose header claims
+// 1,024 channels; thread counts that follow --threads, capped at 4 per core.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <omp.h>
+
+#include <cmath>
 #include <map>
 
 #include "melforge/common/h5.h"
@@ -22,6 +26,29 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 /// libraries (the CUDA runtime and cuFFT are mapped even for the CPU engine), HDF5, FFTW and deflate state, thread
 /// stacks. `melforge-build --help` alone peaks at about 21 MiB and a tiny build at about 45 MiB.
 constexpr int64_t kFixedOverhead = 48 * kMiB;
+
+/// Writes `seconds` of a `hz` tone, 16-bit PCM WAV of `channels` channels (all alike) at `rate`, a second at a time.
+void write_wav_seconds(const fs::path& path, int rate, int channels, int seconds, double hz) {
+  fs::create_directories(path.parent_path());
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = channels;
+  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  REQUIRE(f != nullptr);
+  std::vector<short> second(static_cast<std::size_t>(rate) * static_cast<std::size_t>(channels));
+  for (int i = 0; i < rate; ++i)
+    for (int c = 0; c < channels; ++c)
+      second[static_cast<std::size_t>(i) * static_cast<std::size_t>(channels) + static_cast<std::size_t>(c)] =
+          static_cast<short>(10000 * std::sin(2 * M_PI * hz * i / rate));
+  for (int s = 0; s < seconds; ++s) REQUIRE(sf_writef_short(f, second.data(), rate) == rate);
+  REQUIRE(sf_close(f) == 0);
+}
+
+/// The larger of the child's sampled peak RSS and the one its report gives, bytes.
+int64_t build_peak(const test::ChildResult& r, const nlohmann::json& report) {
+  return std::max(r.peak_rss_bytes, report.at("peak_rss_bytes").get<int64_t>());
+}
 
 }  // namespace
 
@@ -96,4 +123,71 @@ TEST_CASE("thread counts follow --threads", "[reliability][resources]") {
     runs[threads] = r;
   }
   CHECK(runs[4].max_threads > runs[1].max_threads);
+}
+
+TEST_CASE("hour-long files stay within --max-ram: decode streams into the arena and the automatic num_long is capped",
+          "[reliability][resources]") {
+  TempDir d;
+  const fs::path in = d / "in";
+  for (int i = 0; i < 3; ++i)
+    write_wav_seconds(in / ("c" + std::to_string(i % 2)) / ("hour" + std::to_string(i) + ".wav"), 8000, 1, 3600,
+                      300.0 + 100 * i);
+  const std::string limit = GENERATE("96M", "256M");
+  const int64_t max_ram = std::stoll(limit) * kMiB;
+  const fs::path out = d / ("out" + limit);
+  const auto r = test::run_child(test::build_args(in, out, {"--max-ram", limit}), d / "build.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto report = nlohmann::json::parse(test::read_file_bytes(out / "build_report.json"));
+  const int64_t peak = build_peak(r, report);
+  const int num_long = report["config"]["num_long"].get<int>();
+  INFO("--max-ram " << limit << ": peak RSS " << peak / kMiB << " MiB (bound " << (max_ram + kFixedOverhead) / kMiB
+                    << " MiB), num_long " << num_long);
+  CHECK(peak <= max_ram + kFixedOverhead);
+  CHECK(report["files"]["written"].get<int>() == 3);
+  if (limit == "96M") {
+    CHECK(num_long > 1);
+    CHECK(num_long < 3600);
+    CHECK(report["files"]["capped"].get<int>() == 3);
+    CHECK_THAT(r.output, Catch::Contains("warning: --num-long auto would be 3600") &&
+                             Catch::Contains("using " + std::to_string(num_long) + " long segments per file") &&
+                             Catch::Contains("choose --num-long"));
+  } else {
+    CHECK(num_long == 3600);
+    CHECK(report["files"]["capped"].get<int>() == 0);
+    CHECK_THAT(r.output, !Catch::Contains("--num-long"));
+  }
+}
+
+TEST_CASE("files whose header claims 1,024 channels decode within --max-ram", "[reliability][resources]") {
+  TempDir d;
+  const fs::path in = d / "in";
+  for (int i = 0; i < 6; ++i)
+    write_wav_seconds(in / ("c" + std::to_string(i % 2)) / ("wide" + std::to_string(i) + ".wav"), 1000, 1024, 3,
+                      100.0 + 20 * i);
+  const int64_t max_ram = 64 * kMiB;
+  const fs::path out = d / "out";
+  const auto r = test::run_child(test::build_args(in, out, {"--max-ram", "64M"}), d / "build.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto report = nlohmann::json::parse(test::read_file_bytes(out / "build_report.json"));
+  const int64_t peak = build_peak(r, report);
+  INFO("peak RSS " << peak / kMiB << " MiB, bound " << (max_ram + kFixedOverhead) / kMiB << " MiB");
+  CHECK(peak <= max_ram + kFixedOverhead);
+  CHECK(report["files"]["written"].get<int>() == 6);
+  CHECK(report["files"]["resampled"].get<int>() == 6);
+}
+
+TEST_CASE("a build with --threads 10000 is capped at 4 threads per core, with a warning", "[reliability][resources]") {
+  TempDir d;
+  test::write_slow_corpus(d / "in", 2, 40);
+  const int cap = 4 * std::max(1, omp_get_num_procs());
+  const auto r = test::run_child(test::build_args(d / "in", d / "out", {"--threads", "10000"}), d / "build.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CAPTURE(cap, r.max_threads, r.peak_rss_bytes / kMiB);
+  CHECK(r.max_threads <= 3 + 2 * (cap - 1));
+  CHECK(r.peak_rss_bytes <= 70 * kMiB + kFixedOverhead);
+  CHECK_THAT(r.output, Catch::Contains("melforge-build: warning: --threads 10000 is more than 4 threads per core") &&
+                           Catch::Contains("using " + std::to_string(cap) + "\n"));
 }

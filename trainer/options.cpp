@@ -7,10 +7,12 @@
 #include <malloc.h>
 
 #include <cstdlib>
+#include <iostream>
 #include <limits>
 
 #include "melforge/common/errors.h"
 #include "melforge/common/options.h"
+#include "melforge/common/parallel.h"
 
 namespace po = boost::program_options;
 
@@ -121,7 +123,10 @@ bool configure_allocator() {
 }
 
 void RuntimeOptions::apply_threads() const {
-  if (threads > 0) at::set_num_threads(threads);
+  if (threads <= 0) return;
+  if (const std::string warning = threads_cap_warning(threads); !warning.empty())
+    std::cerr << "[melforge-train] warn: " << warning << "\n" << std::flush;
+  at::set_num_threads(resolve_threads(threads));
 }
 
 void add_options(po::options_description& desc, RuntimeOptions& opts) {

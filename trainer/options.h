@@ -87,7 +87,8 @@ struct RuntimeOptions {
   void validate() const;
   /// The device to use. Throws InvalidArgument when `cuda` is asked for and no CUDA device is available.
   c10::Device resolve_device() const;
-  /// Applies `threads` (at::set_num_threads) when it is > 0.
+  /// Applies `threads` (at::set_num_threads) when it is > 0, capped at max_threads() (common/parallel.h) with a
+  /// one-line warning on stderr when it is more.
   void apply_threads() const;
 };
 

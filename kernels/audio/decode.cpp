@@ -13,7 +13,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 
@@ -26,10 +30,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// Frames read from libsndfile per call.
-constexpr sf_count_t kReadChunkFrames = 1 << 16;
-/// Largest number of frames reserved up front from the header's claim; a longer file grows the buffer as it is read,
-/// so a header claiming an absurd length cannot trigger a huge allocation by itself.
+/// Bytes of interleaved float32 read from libsndfile per call, whatever the channel count (a header may claim 1,024
+/// channels: a chunk of 65,536 frames was then 256 MiB).
+constexpr int64_t kReadChunkBytes = int64_t{256} << 10;
+/// Output samples soxr writes per soxr_process call.
+constexpr size_t kResampleChunkFrames = size_t{1} << 14;
+/// soxr's own memory while it resamples a stream (filter tables, FFT buffers and the input it holds back): at most
+/// 560 KiB measured with 64 Ki-sample pushes for rates from 1 kHz to 192 kHz, both ways; reserved with margin.
+constexpr int64_t kResamplerStateBytes = int64_t{1} << 20;
+/// Largest number of frames decode() reserves up front from the header's claim; a longer file grows the buffer as it
+/// is read, so a header claiming an absurd length cannot trigger a huge allocation by itself.
 constexpr int64_t kMaxReserveFrames = int64_t{1} << 24;
 /// Largest sample magnitude accepted (float and double files; PCM is always within [-1, 1]). Larger finite values
 /// would overflow to Inf in the mix-down, the resampler or the power spectrum (found by tests/fuzz/fuzz_decode).
@@ -211,9 +221,22 @@ sf_count_t vio_write(const void*, sf_count_t, void*) { return 0; }
 sf_count_t vio_tell(void* user) { return ::lseek(vio_fd(user), 0, SEEK_CUR); }
 SF_VIRTUAL_IO kFdVirtualIo = {vio_filelen, vio_seek, vio_read, vio_write, vio_tell};
 
+/// libsndfile keeps the error of a failed sf_open in one process-wide variable, which every sf_open clears when it
+/// starts: read with sf_strerror(nullptr) while another thread opened a file, a skip reason showed that file's text
+/// ("No Error."). Every open holds this lock shared; a failed open is repeated with it held exclusively, so that no
+/// other open runs between the failure and sf_strerror(nullptr). Successful opens still run in parallel.
+std::shared_mutex g_sf_open_mutex;
+
+/// sf_open_virtual on `fd` from its first byte.
+SNDFILE* open_virtual(int fd, SF_INFO& sf_info) {
+  ::lseek(fd, 0, SEEK_SET);
+  sf_info = SF_INFO{};
+  return sf_open_virtual(&kFdVirtualIo, SFM_READ, &sf_info, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+}
+
 /// Rejects directories, non-regular and zero-byte files, then lets libsndfile read `fd` through virtual I/O (it
-/// never owns or closes the descriptor). On failure the reason is libsndfile's message from sf_strerror(nullptr), which reads a process-wide
-/// last error: when several threads fail at once the text may belong to another file, the failure never does.
+/// never owns or closes the descriptor). On failure the reason is libsndfile's message for this file (see
+/// g_sf_open_mutex).
 SNDFILE* OpenAudio::sf_open_checked(const fs::path& path, int fd, SF_INFO& sf_info) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
@@ -224,10 +247,17 @@ SNDFILE* OpenAudio::sf_open_checked(const fs::path& path, int fd, SF_INFO& sf_in
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     fail(path, std::string("cannot open: ") + std::strerror(errno));
   }
-  sf_info = SF_INFO{};
-  SNDFILE* handle = sf_open_virtual(&kFdVirtualIo, SFM_READ, &sf_info, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
-  if (handle == nullptr) fail(path, std::string("not an audio file: ") + sf_strerror(nullptr));
-  return handle;
+  {
+    const std::shared_lock shared(g_sf_open_mutex);
+    if (SNDFILE* handle = open_virtual(fd, sf_info)) return handle;
+  }
+  std::string reason;
+  {
+    const std::unique_lock exclusive(g_sf_open_mutex);
+    if (SNDFILE* handle = open_virtual(fd, sf_info)) return handle;
+    reason = sf_strerror(nullptr);
+  }
+  fail(path, "not an audio file: " + reason);
 }
 
 OpenAudio::OpenAudio(const fs::path& path)
@@ -242,52 +272,118 @@ OpenAudio::OpenAudio(const fs::path& path)
   info.format = major_name(sf_info.format) + " " + subtype_name(sf_info.format);
 }
 
-/// Reads the first `limit` frames (all of them when the file is shorter) of `file` in chunks, checks that every
-/// sample of every channel is finite, and returns the mean of the channels (channel < 0) or `channel` alone, [frames]
-/// at the native rate; a finite sample beyond +-kMaxAbsSample is an error too. Room for all `limit` frames is
-/// reserved up front when `reserve_limit` (the caller bounded them), else for at most kMaxReserveFrames.
+/// Receives the mono signal at the target rate, in consecutive pieces (pointer, count).
+using MonoSink = std::function<void(const float*, int64_t)>;
+
+/// Streams mono float32 through soxr (SOXR_HQ: 20-bit precision, linear phase, delay removed) from `in_rate` to
+/// `out_rate`, a read chunk at a time: soxr keeps its filter state and the input not yet used, and each push hands
+/// every output sample it can already compute to the sink, kResampleChunkFrames at a time. The output equals
+/// soxr_oneshot's on the whole input: soxr's result does not depend on how the input is cut.
+class Resampler {
+ public:
+  Resampler(const fs::path& path, int in_rate, int out_rate) : path_(path), out_(kResampleChunkFrames) {
+    const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+    const soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, SOXR_LINEAR_PHASE);
+    const soxr_runtime_spec_t runtime = soxr_runtime_spec(1);
+    soxr_error_t err = nullptr;
+    soxr_ = soxr_create(in_rate, out_rate, 1, &err, &io, &quality, &runtime);
+    if (err != nullptr || soxr_ == nullptr)
+      fail(path_, std::string("resampling failed: ") + (err != nullptr ? err : "soxr_create"));
+  }
+  ~Resampler() { soxr_delete(soxr_); }
+  Resampler(const Resampler&) = delete;
+  Resampler& operator=(const Resampler&) = delete;
+
+  /// Adds `n` input samples and passes on the output they complete.
+  void push(const float* in, int64_t n, const MonoSink& sink) { drain(in, static_cast<size_t>(n), sink); }
+  /// Ends the input (soxr pads it with silence) and passes on the rest of the output.
+  void flush(const MonoSink& sink) { drain(nullptr, 0, sink); }
+
+ private:
+  /// One soxr_process call with the input, then calls without new input while the output buffer comes back full.
+  void drain(const float* in, size_t n, const MonoSink& sink) {
+    size_t got = 0;
+    do {
+      const soxr_error_t err = soxr_process(soxr_, in, n, nullptr, out_.data(), out_.size(), &got);
+      if (err != nullptr) fail(path_, std::string("resampling failed: ") + err);
+      if (got > 0) sink(out_.data(), static_cast<int64_t>(got));
+      n = 0;
+    } while (got == out_.size() || (in == nullptr && got > 0));
+  }
+
+  const fs::path& path_;
+  soxr_t soxr_ = nullptr;
+  std::vector<float> out_;
+};
+
+/// Native frames read from libsndfile per call for a file of `channels` channels: kReadChunkBytes of interleaved
+/// float32, at least one frame.
+int64_t chunk_frames(int channels) {
+  return std::max<int64_t>(1, kReadChunkBytes / (static_cast<int64_t>(sizeof(float)) * std::max(channels, 1)));
+}
+
+/// Throws AudioError for the first sample of `frames` interleaved frames (the first at frame `first` of the file)
+/// that is NaN, Inf or beyond +-kMaxAbsSample.
+void check_samples(const fs::path& path, const float* data, int64_t frames, int channels, int64_t first) {
+  for (int64_t f = 0; f < frames; ++f) {
+    const float* frame = data + f * channels;
+    for (int c = 0; c < channels; ++c) {
+      if (std::fabs(frame[c]) <= kMaxAbsSample) continue;
+      const std::string where = " at frame " + std::to_string(first + f) + ", channel " + std::to_string(c) +
+                                " (sample index " + std::to_string((first + f) * channels + c) + ")";
+      if (!std::isfinite(frame[c])) fail(path, std::string(std::isnan(frame[c]) ? "NaN" : "Inf") + " sample" + where);
+      fail(path,
+           "sample value " + std::to_string(frame[c]) + where + " is beyond +-1e6 (audio is expected in [-1, 1])");
+    }
+  }
+}
+
+/// Writes the mean of the channels (channel < 0) or `channel` alone of `frames` interleaved frames to `mono`.
+void mix_down(const float* data, int64_t frames, int channels, int channel, float* mono) {
+  const float inv_channels = 1.0f / static_cast<float>(channels);
+  for (int64_t f = 0; f < frames; ++f) {
+    const float* frame = data + f * channels;
+    if (channel >= 0) {
+      mono[f] = frame[channel];
+      continue;
+    }
+    float sum = 0.0f;
+    for (int c = 0; c < channels; ++c) sum += frame[c];
+    mono[f] = sum * inv_channels;
+  }
+}
+
+/// Reads the first `limit` frames (all of them when the file is shorter) of `file` a chunk of at most kReadChunkBytes
+/// at a time, checks that every sample of every channel is finite and within +-kMaxAbsSample, and hands the mean of
+/// the channels (channel < 0) or `channel` alone to `sink`, resampled to `target_rate` through a Resampler when the
+/// file's rate differs (flushed at the end). No buffer grows with the file: the chunk, its mono mix and soxr's state.
 /// SFC_SET_NORM_FLOAT (libsndfile's default, set explicitly) maps integer PCM of b bits to k / 2^(b-1), in [-1, 1)
 /// (32-bit values near full scale round to 1.0f); float and double data are returned unscaled.
 /// (SFC_SET_SCALE_FLOAT_INT_READ concerns the other direction, float files read into integer buffers, so it plays
-/// no part here.) Fewer frames than the header
-/// claims is an error: this happens for compressed streams cut short (FLAC). A WAV whose data chunk claims more bytes
-/// than the file holds is not seen as truncated: libsndfile's header already clamps the frame count to the complete
-/// frames present (streaming writers leave such sizes in valid files), and exactly those frames are decoded.
-std::vector<float> read_mono(const fs::path& path, OpenAudio& file, int channel, int64_t limit, bool reserve_limit) {
+/// no part here.) Fewer frames than the header claims is an error: this happens for compressed streams cut short
+/// (FLAC). A WAV whose data chunk claims more bytes than the file holds is not seen as truncated: libsndfile's header
+/// already clamps the frame count to the complete frames present (streaming writers leave such sizes in valid
+/// files), and exactly those frames are decoded.
+void stream_mono(const fs::path& path, OpenAudio& file, int channel, int target_rate, int64_t limit,
+                 const MonoSink& sink) {
   SNDFILE* snd = file.snd.get();
   const int channels = file.info.channels;
   const int64_t claimed = std::min(file.info.frames, limit);
   sf_command(snd, SFC_SET_NORM_FLOAT, nullptr, SF_TRUE);
-
-  std::vector<float> mono;
-  mono.reserve(static_cast<size_t>(reserve_limit ? claimed : std::min(claimed, kMaxReserveFrames)));
-  std::vector<float> chunk(static_cast<size_t>(kReadChunkFrames) * static_cast<size_t>(channels));
-  const float inv_channels = 1.0f / static_cast<float>(channels);
+  const int64_t chunk = std::min(chunk_frames(channels), claimed);
+  std::vector<float> interleaved(static_cast<size_t>(chunk * channels));
+  std::vector<float> mono(static_cast<size_t>(chunk));
+  std::optional<Resampler> resampler;
+  if (file.info.sample_rate != target_rate) resampler.emplace(path, file.info.sample_rate, target_rate);
   int64_t done = 0;
   while (done < claimed) {
-    const sf_count_t want = std::min<sf_count_t>(kReadChunkFrames, claimed - done);
-    const sf_count_t got = sf_readf_float(snd, chunk.data(), want);
+    const sf_count_t want = std::min<sf_count_t>(chunk, claimed - done);
+    const sf_count_t got = sf_readf_float(snd, interleaved.data(), want);
     if (got <= 0) break;
-    for (sf_count_t f = 0; f < got; ++f) {
-      const float* frame = chunk.data() + static_cast<size_t>(f) * static_cast<size_t>(channels);
-      for (int c = 0; c < channels; ++c) {
-        if (!(std::fabs(frame[c]) <= kMaxAbsSample)) {
-          const std::string where = " at frame " + std::to_string(done + f) + ", channel " + std::to_string(c) +
-                                    " (sample index " + std::to_string((done + f) * channels + c) + ")";
-          if (!std::isfinite(frame[c]))
-            fail(path, std::string(std::isnan(frame[c]) ? "NaN" : "Inf") + " sample" + where);
-          fail(path, "sample value " + std::to_string(frame[c]) + where +
-                         " is beyond +-1e6 (audio is expected in [-1, 1])");
-        }
-      }
-      if (channel >= 0) {
-        mono.push_back(frame[channel]);
-      } else {
-        float sum = 0.0f;
-        for (int c = 0; c < channels; ++c) sum += frame[c];
-        mono.push_back(sum * inv_channels);
-      }
-    }
+    check_samples(path, interleaved.data(), got, channels, done);
+    mix_down(interleaved.data(), got, channels, channel, mono.data());
+    if (resampler) resampler->push(mono.data(), got, sink);
+    else sink(mono.data(), got);
     done += got;
     if (got < want) break;
   }
@@ -297,28 +393,7 @@ std::vector<float> read_mono(const fs::path& path, OpenAudio& file, int channel,
     if (sf_error(snd) != SF_ERR_NO_ERROR) reason += " (" + std::string(sf_strerror(snd)) + ")";
     fail(path, reason);
   }
-  return mono;
-}
-
-/// Resamples mono `in` from `in_rate` to `out_rate` with soxr (SOXR_HQ: 20-bit precision, linear phase, delay
-/// removed) and returns exactly `out_frames` samples. soxr_oneshot itself yields round(in.size() * out_rate / in_rate)
-/// samples, which equals `out_frames` (see output_frames) except for inputs of one or two samples that soxr turns into
-/// nothing. The output buffer has room for a few extra samples, so a longer result is trimmed to `out_frames`, and a
-/// shorter one is zero-extended to it.
-std::vector<float> resample(const fs::path& path, const std::vector<float>& in, int in_rate, int out_rate,
-                            int64_t out_frames) {
-  std::vector<float> out(static_cast<size_t>(out_frames) + 64, 0.0f);
-  size_t in_done = 0;
-  size_t out_done = 0;
-  const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
-  const soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, SOXR_LINEAR_PHASE);
-  const soxr_runtime_spec_t runtime = soxr_runtime_spec(1);
-  const soxr_error_t err = soxr_oneshot(in_rate, out_rate, 1, in.data(), in.size(), &in_done, out.data(),
-                                        out.size(), &out_done, &io, &quality, &runtime);
-  if (err != nullptr) fail(path, std::string("resampling failed: ") + err);
-  std::fill(out.begin() + static_cast<std::ptrdiff_t>(std::min(out_done, out.size())), out.end(), 0.0f);
-  out.resize(static_cast<size_t>(out_frames));
-  return out;
+  if (resampler) resampler->flush(sink);
 }
 
 /// Native frames decode() reads for `max_frames` output frames (0: all): see decode().
@@ -360,44 +435,88 @@ int64_t output_frames(const AudioInfo& info, int target_rate) {
 }
 
 int64_t decode_bytes(const AudioInfo& info, const DecodeOptions& opts, int64_t max_frames) {
-  const int64_t in = input_frames(info, opts.sample_rate, max_frames);
-  int64_t out = 0;
-  if (info.sample_rate != opts.sample_rate) {
-    AudioInfo part = info;
-    part.frames = in;
-    out = output_frames(part, opts.sample_rate) + 64;
+  const int64_t in = std::max<int64_t>(1, input_frames(info, opts.sample_rate, max_frames));
+  const int64_t chunk = std::min(chunk_frames(info.channels), in);
+  int64_t bytes = chunk * (std::max(info.channels, 1) + 1) * static_cast<int64_t>(sizeof(float));
+  if (info.sample_rate != opts.sample_rate)
+    bytes += static_cast<int64_t>(kResampleChunkFrames * sizeof(float)) + kResamplerStateBytes;
+  return bytes;
+}
+
+namespace {
+
+/// One decode: the checked options, the open file and the length of its signal at the target rate, known before any
+/// audio is read.
+class Decoder {
+ public:
+  /// Checks `opts` (InvalidArgument), opens `path` and checks opts.channel against it (AudioError).
+  Decoder(const fs::path& path, const DecodeOptions& opts, int64_t max_frames)
+      : path_(path), opts_(checked(opts)), file_(path) {
+    if (opts.channel >= file_.info.channels) {
+      fail(path, "channel " + std::to_string(opts.channel) + " requested but the file has " +
+                     std::to_string(file_.info.channels) + (file_.info.channels == 1 ? " channel" : " channels"));
+    }
+    result_.info = file_.info;
+    result_.resampled = file_.info.sample_rate != opts.sample_rate;
+    part_ = file_.info;
+    part_.frames = input_frames(file_.info, opts.sample_rate, max_frames);
+    result_.frames = result_.resampled ? output_frames(part_, opts.sample_rate) : part_.frames;
   }
-  const int64_t chunk = int64_t{kReadChunkFrames} * std::max(info.channels, 1);
-  return (chunk + in + out) * static_cast<int64_t>(sizeof(float));
+  /// The header, whether the audio is resampled, and `frames`: the length of the signal stream() produces (the
+  /// native frames read, or output_frames of them), before any cut to max_frames.
+  const DecodedInto& result() const { return result_; }
+  /// Streams the signal to `sink` (stream_mono); soxr may hand on a few samples past result().frames.
+  void stream(const MonoSink& sink) { stream_mono(path_, file_, opts_.channel, opts_.sample_rate, part_.frames, sink); }
+
+ private:
+  static const DecodeOptions& checked(const DecodeOptions& opts) {
+    if (opts.sample_rate <= 0)
+      throw InvalidArgument("decode: target sample rate must be positive, got " + std::to_string(opts.sample_rate));
+    if (opts.channel < -1)
+      throw InvalidArgument("decode: channel must be -1 (mix down) or a 0-based channel, got " +
+                            std::to_string(opts.channel));
+    return opts;
+  }
+
+  const fs::path& path_;
+  const DecodeOptions opts_;
+  OpenAudio file_;
+  AudioInfo part_;
+  DecodedInto result_;
+};
+
+}  // namespace
+
+DecodedInto decode_to(const std::filesystem::path& path, const DecodeOptions& opts, std::span<float> dst) {
+  if (dst.empty()) throw InvalidArgument("decode_to: empty destination for " + path.string());
+  const auto capacity = static_cast<int64_t>(dst.size());
+  Decoder decoder(path, opts, capacity);
+  int64_t written = 0;
+  decoder.stream([&](const float* samples, int64_t n) {
+    const int64_t take = std::min(n, capacity - written);
+    if (take <= 0) return;
+    std::memcpy(dst.data() + written, samples, static_cast<size_t>(take) * sizeof(float));
+    written += take;
+  });
+  DecodedInto out = decoder.result();
+  out.frames = std::min(out.frames, capacity);
+  if (written < out.frames) std::fill(dst.begin() + written, dst.begin() + out.frames, 0.0f);
+  return out;
 }
 
 DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts, int64_t max_frames) {
-  if (opts.sample_rate <= 0) {
-    throw InvalidArgument("decode: target sample rate must be positive, got " + std::to_string(opts.sample_rate));
-  }
-  if (opts.channel < -1) {
-    throw InvalidArgument("decode: channel must be -1 (mix down) or a 0-based channel, got " +
-                          std::to_string(opts.channel));
-  }
-  OpenAudio file(path);
-  if (opts.channel >= file.info.channels) {
-    fail(path, "channel " + std::to_string(opts.channel) + " requested but the file has " +
-                   std::to_string(file.info.channels) + (file.info.channels == 1 ? " channel" : " channels"));
-  }
+  Decoder decoder(path, opts, max_frames);
+  const DecodedInto& d = decoder.result();
+  const int64_t keep = max_frames > 0 ? std::min(d.frames, max_frames) : d.frames;
   DecodedAudio out;
-  out.info = file.info;
-  const int64_t limit = input_frames(file.info, opts.sample_rate, max_frames);
-  out.samples = read_mono(path, file, opts.channel, limit, max_frames > 0);
-  if (out.info.sample_rate != opts.sample_rate) {
-    AudioInfo part = out.info;
-    part.frames = limit;
-    out.samples = resample(path, out.samples, out.info.sample_rate, opts.sample_rate,
-                           output_frames(part, opts.sample_rate));
-    out.resampled = true;
-  }
-  if (max_frames > 0 && static_cast<int64_t>(out.samples.size()) > max_frames) {
-    out.samples.resize(static_cast<size_t>(max_frames));
-  }
+  out.info = d.info;
+  out.resampled = d.resampled;
+  out.samples.reserve(static_cast<size_t>(max_frames > 0 ? keep : std::min(keep, kMaxReserveFrames)));
+  decoder.stream([&](const float* samples, int64_t n) {
+    const int64_t take = std::min(n, keep - static_cast<int64_t>(out.samples.size()));
+    if (take > 0) out.samples.insert(out.samples.end(), samples, samples + take);
+  });
+  out.samples.resize(static_cast<size_t>(keep), 0.0f);
   return out;
 }
 

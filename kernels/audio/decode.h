@@ -2,6 +2,7 @@
 /// Audio decoding through libsndfile, with mix-down or channel selection and resampling through libsoxr.
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,12 +62,31 @@ int64_t output_frames(const AudioInfo& info, int target_rate);
 ///
 /// `max_frames` > 0 returns at most that many frames (at opts.sample_rate) and reads the file only as far as they
 /// need: the same number of native frames, or, when resampling, their span plus one second of native frames so that
-/// the resampler's filter sees the same input as for the whole file. Memory is then bounded by decode_bytes() however
-/// long the file is. Truncation, NaN, Inf and out-of-range values are checked only in the part that is read.
+/// the resampler's filter sees the same input as for the whole file. Truncation, NaN, Inf and out-of-range values are
+/// checked only in the part that is read. The file is read, mixed down and resampled a bounded chunk at a time
+/// (decode_bytes); the returned vector is the only buffer that grows with the file.
 DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts, int64_t max_frames = 0);
 
-/// Upper bound, in bytes, of the sample buffers decode(path, opts, max_frames) holds at once for a file of `info`
-/// (the read chunk of every channel, the mono signal at the native rate and the resampled one).
+/// What decode_to wrote.
+struct DecodedInto {
+  /// Header of the source file.
+  AudioInfo info;
+  /// Samples written at the start of the destination: decode(path, opts, dst.size()).samples.size().
+  int64_t frames = 0;
+  /// True when the source rate differed from the target and the audio was resampled.
+  bool resampled = false;
+};
+
+/// decode(path, opts, dst.size()) written straight into `dst` (float32 at opts.sample_rate) instead of a vector of
+/// its own: the same samples, the same errors, dst[frames, dst.size()) left as it was. Besides `dst` it holds at
+/// most decode_bytes(info, opts, dst.size()) bytes of buffers, however long the file. Throws InvalidArgument for an
+/// empty `dst`. On AudioError, dst holds part of the signal.
+DecodedInto decode_to(const std::filesystem::path& path, const DecodeOptions& opts, std::span<float> dst);
+
+/// Upper bound, in bytes, of the buffers decode_to(path, opts, dst of max_frames) holds besides `dst` for a file of
+/// `info` (decode holds the same plus its result): the interleaved read chunk (at most 256 KiB, whatever the channel
+/// count), its mono mix, and when the rates differ soxr's output buffer and state (1 MiB reserved, 560 KiB measured).
+/// At most about 1.6 MiB for any file.
 int64_t decode_bytes(const AudioInfo& info, const DecodeOptions& opts, int64_t max_frames = 0);
 
 }  // namespace melforge::audio

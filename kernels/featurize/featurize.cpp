@@ -19,10 +19,7 @@ PlannedAudio plan_audio(const std::filesystem::path& path, const segment::Segmen
 
 int64_t decode_into(const std::filesystem::path& path, const audio::DecodeOptions& decode,
                     const segment::FilePlan& plan, float* dst) {
-  const audio::DecodedAudio a = audio::decode(path, decode, plan.arena_samples);
-  const int64_t take = std::min<int64_t>(static_cast<int64_t>(a.samples.size()), plan.arena_samples);
-  std::memcpy(dst, a.samples.data(), static_cast<std::size_t>(take) * sizeof(float));
-  return take;
+  return audio::decode_to(path, decode, std::span<float>(dst, static_cast<std::size_t>(plan.arena_samples))).frames;
 }
 
 void fill_silence(void* out, int64_t count, mel::DType dtype, float value) {

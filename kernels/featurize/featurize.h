@@ -31,9 +31,9 @@ PlannedAudio plan_audio(const std::filesystem::path& path, const segment::Segmen
                         int num_long);
 
 /// Decodes `path` (mono or one channel, at decode.sample_rate) into dst[0, plan.arena_samples), reading the file only
-/// as far as the arena needs (audio::decode with max_frames = plan.arena_samples): the first min(decoded,
-/// arena_samples) samples, the rest left as the caller filled them (zero). Returns the samples written. Throws
-/// AudioError when the part of the file read cannot be decoded. melforge-build's decode stage calls it too.
+/// as far as the arena needs (audio::decode_to, which streams into `dst` with no second copy of the audio): the first
+/// min(decoded, arena_samples) samples, the rest left as the caller filled them (zero). Returns the samples written.
+/// Throws AudioError when the part of the file read cannot be decoded. melforge-build's decode stage calls it too.
 int64_t decode_into(const std::filesystem::path& path, const audio::DecodeOptions& decode,
                     const segment::FilePlan& plan, float* dst);
 

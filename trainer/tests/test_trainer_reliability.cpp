@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <malloc.h>
+#include <omp.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -603,4 +604,22 @@ TEST_CASE("melforge-train's thread count follows --threads", "[trainer][reliabil
   }
   INFO("threads seen: --threads 1: " << seen[1] << ", --threads 2: " << seen[2]);
   CHECK(seen[2] > seen[1]);
+}
+
+TEST_CASE("melforge-train caps --threads at 4 per core, with a one-line warning", "[trainer][reliability][resources]") {
+  // --threads 10000 made 20,000 threads (5.4 GB); 16 per core shows the cap at a cost the test can pay before it.
+  TempDir d;
+  const int cores = std::max(1, omp_get_num_procs());
+  const int requested = 16 * cores;
+  const int cap = 4 * cores;
+  auto args = train_args(shared().data, d / "run", 1, 24, requested);
+  *(std::find(args.begin(), args.end(), "--batch-size") + 1) = "4";
+  const auto r = test::run_child(args, d / "run.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CAPTURE(requested, cap, r.max_threads);
+  CHECK(r.max_threads <= 2 + 3 * (cap - 1));
+  CHECK_THAT(r.output, Catch::Contains("[melforge-train] warn: --threads " + std::to_string(requested) +
+                                       " is more than 4 threads per core (" + std::to_string(cores) +
+                                       " cores); using " + std::to_string(cap) + "\n"));
 }
