@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_walk.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/progress.h"
 #include "split.h"
@@ -119,6 +120,11 @@ void scan_corpus(BuildState& state) {
     state.scan = scan_manifest(bo.manifest);
     return;
   }
+  std::error_code in_ec, out_ec;
+  const auto in_id = folder_id(bo.input, in_ec);
+  if (in_id && in_id == folder_id(bo.output, out_ec))
+    throw InvalidArgument("--output '" + bo.output.string() + "' is the --input folder: the outputs cannot be written "
+                          "among the inputs; choose another folder (a sub-folder of the input is left out of the scan)");
   ScanOptions options;
   options.extensions = bo.extension_list();
   options.include_hidden = bo.include_hidden;
