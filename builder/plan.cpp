@@ -247,6 +247,8 @@ void check_written_splits(BuildState& state, const std::vector<SkippedFile>& ski
 }
 
 void add_scan_notes(nlohmann::json& report, const BuildState& state) {
+  const ShardSpec shard = state.config.build.shard_spec();
+  report["files"]["hidden"] = shard.index > 1 ? std::size_t{0} : state.scan.hidden.size();
   report["hidden"] = {{"count", state.scan.hidden.size()}, {"paths", state.scan.hidden}};
   nlohmann::json excluded = nlohmann::json::array();
   for (const auto& e : state.scan.excluded) excluded.push_back({{"path", e.path}, {"reason", e.reason}});

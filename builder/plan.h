@@ -50,8 +50,9 @@ void plan_segments(BuildState& state);
 /// file.
 void check_written_splits(BuildState& state, const std::vector<SkippedFile>& skipped);
 
-/// Adds the scan's notes to the build report: "hidden" {"count", "paths"} (entries whose name starts with '.', not
-/// read; a hidden folder is one entry), "excluded" [{"path", "reason"}] (the output folder inside the input) and
+/// Adds the scan's notes to the build report: files.hidden (the number of hidden entries; 0 in shards 2..N, so that
+/// the merged sum counts them once), "hidden" {"count", "paths"} (entries whose name starts with '.', not read; a
+/// hidden folder is one entry), "excluded" [{"path", "reason"}] (the output folder inside the input) and
 /// "warnings" [text] (labels differing only in case, empty splits, classes without a training file).
 void add_scan_notes(nlohmann::json& report, const BuildState& state);
 

@@ -259,9 +259,10 @@ ScanResult scan_manifest(const fs::path& manifest) {
                              .lexically_normal();
     const auto [it, inserted] = seen.emplace(key, std::make_pair(line_no, row.rel_path));
     if (!inserted)
-      throw FormatError(where + "'" + row.rel_path + "' is the same file as '" + it->second.second + "' on line " +
-                        std::to_string(it->second.first) + " (" + key.string() +
-                        "): list each file once, or it would land in several classes or splits");
+      throw FormatError(where + "line " + std::to_string(line_no) + " ('" + row.rel_path +
+                        "') lists the same file as line " + std::to_string(it->second.first) + " ('" +
+                        it->second.second + "'): " + key.string() +
+                        "; list each file once, or it would land in several classes or splits");
     out.files.push_back(row);
   }
   std::sort(out.files.begin(), out.files.end(),

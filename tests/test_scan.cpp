@@ -352,7 +352,8 @@ TEST_CASE("manifest: one file under several spellings is refused, naming both li
     scan_manifest(d / "m.csv");
     FAIL("no error for " << second);
   } catch (const melforge::FormatError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("m.csv:4: '" + second + "' is the same file as 'c/a/f0.wav' on line 2"));
+    CHECK_THAT(e.what(), Catch::Contains("m.csv:4: line 4 ('" + second + "') lists the same file as line 2 "
+                                         "('c/a/f0.wav')"));
   }
 }
 

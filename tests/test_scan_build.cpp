@@ -50,7 +50,7 @@ bool nothing_installed(const fs::path& out) {
 
 }  // namespace
 
-TEST_CASE("hidden entries are ignored and counted, not skipped; --include-hidden scans them", "[scan][hidden][e2e]") {
+TEST_CASE("hidden entries are ignored and counted, not skipped, and --include-hidden scans them", "[scan][hidden][e2e]") {
   TempDir d;
   write_corpus(d / "in");
   write_text(d / "in/c0/.DS_Store", "Bud1");
@@ -61,6 +61,7 @@ TEST_CASE("hidden entries are ignored and counted, not skipped; --include-hidden
   REQUIRE(r.exit_code == 0);
   const auto rep = report(d / "out");
   CHECK(rep["hidden"]["count"] == 3);
+  CHECK(rep["files"]["hidden"] == 3);
   CHECK(rep["hidden"]["paths"] == nlohmann::json{".Trash-1000", "c0/.DS_Store", "c1/._f0.wav"});
   CHECK(rep["files"]["scanned"] == 8);
   CHECK(rep["skipped"].empty());
@@ -205,7 +206,7 @@ TEST_CASE("a manifest listing one file twice under two spellings is refused", "[
   args.erase(std::find(args.begin(), args.end(), "--input"), std::find(args.begin(), args.end(), "--input") + 2);
   const auto r = test::run_child(args, d / "build.log");
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.output, Catch::Contains("m.csv:5: './in/c0/../c0/f0.wav' is the same file as 'in/c0/f0.wav' on "
-                                       "line 2"));
+  CHECK_THAT(r.output, Catch::Contains("m.csv:5: line 5 ('./in/c0/../c0/f0.wav') lists the same file as line 2 "
+                                       "('in/c0/f0.wav')"));
   CHECK(nothing_installed(d / "out"));
 }
