@@ -120,6 +120,10 @@ TEST_CASE("an output folder inside the input folder is left out of the scan", "[
   CHECK(rep["classes"] == nlohmann::json{"c0", "c1"});
   REQUIRE(rep["excluded"].size() == 1);
   CHECK(rep["excluded"][0]["path"] == "out");
+
+  const auto same = build(d / "in", d / "in", {"--overwrite"});
+  CHECK(same.exit_code == 2);
+  CHECK_THAT(same.output, Catch::Contains("is the --input folder"));
 }
 
 TEST_CASE("a split that would be empty fails the build before anything is installed", "[scan][empty][e2e]") {
