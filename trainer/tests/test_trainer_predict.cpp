@@ -93,6 +93,15 @@ std::shared_ptr<CnnNetImpl> write_checkpoint(const Dataset& ds, const fs::path& 
   return model;
 }
 
+/// Builds two tone classes of d/in into d/out and saves a checkpoint d/ck.pt for it (positive class 0).
+Dataset tone_dataset_with_checkpoint(const TempDir& d) {
+  test::write_tone_corpus(d / "in", 2, 2);
+  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
+  Dataset ds = load_dataset(d / "out");
+  write_checkpoint(ds, d / "ck.pt", 0);
+  return ds;
+}
+
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
@@ -173,10 +182,7 @@ TEST_CASE("run_predict scores files like evaluate() scores the dataset", "[train
 
 TEST_CASE("run_predict fails when nothing can be scored, and checks its options", "[trainer][predict]") {
   TempDir d;
-  test::write_tone_corpus(d / "in", 2, 2);
-  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
-  const Dataset ds = load_dataset(d / "out");
-  write_checkpoint(ds, d / "ck.pt", 0);
+  tone_dataset_with_checkpoint(d);
   test::write_text(d / "junk/a.wav", "x");
   PredictOptions opts;
   opts.checkpoint = d / "ck.pt";
@@ -210,10 +216,7 @@ TEST_CASE("run_predict fails when nothing can be scored, and checks its options"
 
 TEST_CASE("predict's folder walk: hidden entries ignored, broken links and link loops reported", "[trainer][predict]") {
   TempDir d;
-  test::write_tone_corpus(d / "in", 2, 2);
-  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
-  const Dataset ds = load_dataset(d / "out");
-  write_checkpoint(ds, d / "ck.pt", 0);
+  const Dataset ds = tone_dataset_with_checkpoint(d);
   fs::create_directories(d / "q/.git");
   fs::copy_file(d / "in" / ds.train.paths.at(0), d / "q/good.wav");
   test::write_text(d / "q/._good.wav", "Mac OS X AppleDouble resource fork");
