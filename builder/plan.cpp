@@ -30,7 +30,8 @@ std::string reason_kind(const InputFile& in, const std::string& reason) {
   return reason.compare(0, prefix.size(), prefix) == 0 ? reason.substr(prefix.size()) : reason;
 }
 
-/// "N files were skipped (a 'reason', b 'other reason', ...)" for the skip reasons `kinds` of one split.
+/// "all N files were skipped (a 'reason', b 'other reason', ...)" for the skip reasons `kinds` of one split: the
+/// three most frequent reasons with their counts.
 std::string skip_summary(const std::vector<std::string>& kinds) {
   std::map<std::string, int64_t> n;
   for (const auto& k : kinds) ++n[k];
@@ -78,10 +79,12 @@ struct SplitTally {
   /// Files skipped per class in train.
   std::map<std::string, int64_t> train_skipped;
 
+  /// Counts `in` as kept.
   void keep(const InputFile& in) {
     ++kept[static_cast<std::size_t>(in.split)];
     if (in.split == 0) ++train_kept[in.label];
   }
+  /// Counts `in` as skipped for `reason`.
   void skip(const InputFile& in, const std::string& reason) {
     skipped[static_cast<std::size_t>(in.split)].push_back(reason);
     if (in.split == 0) ++train_skipped[in.label];
