@@ -160,6 +160,8 @@ void add_options(po::options_description& desc, BuildOptions& o) {
      "files per HDF5 chunk (0: about 1 MiB uncompressed)")
     ("extensions", po::value<std::string>(&o.extensions)->default_value(o.extensions),
      "file extensions scanned as audio in --input folders")
+    ("include-hidden", po::bool_switch(&o.include_hidden),
+     "scan files and folders whose name starts with '.' (default: ignored and counted in the report)")
     ("device-batch", po::value<int64_t>(&o.device_batch)->default_value(o.device_batch),
      "CUDA engine: segments per device batch")
     ("shard", po::value<std::string>(&o.shard),

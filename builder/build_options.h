@@ -81,6 +81,9 @@ struct BuildOptions {
   int files_per_chunk = 0;
   /// Comma-separated file extensions treated as audio when scanning a folder (case-insensitive).
   std::string extensions = "wav,flac,ogg,oga,aif,aiff,aifc,au,snd,caf,w64,rf64,mp3,opus";
+  /// Scan --input entries whose name starts with '.' (.DS_Store, ._x.wav, .git/); by default they are left unread
+  /// and counted in the report as hidden.
+  bool include_hidden = false;
   /// CUDA engine: segments per device batch.
   int64_t device_batch = 4096;
   /// `K/N`: process only shard K of N (1-based) of the corpus into `output`; "" builds the whole corpus.
@@ -100,7 +103,7 @@ struct BuildOptions {
 };
 
 /// Registers --input --manifest --output --split --seed --device --threads --max-ram --strict --overwrite --quiet
-/// --dtype --compression-level --shuffle --files-per-chunk --extensions --device-batch --shard.
+/// --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// Everything melforge-build is configured with.

@@ -42,6 +42,7 @@ BuildResult build_result(const BuildState& state, const BatchTotals& run, StageT
                   state.num_short, state.engine->layout(), run.writes[0].bytes, state.engine_plan};
   BuildResult result;
   result.report = make_report(ri);
+  add_scan_notes(result.report, state);
   if (const ShardSpec shard = config.build.shard_spec(); shard.sharded()) {
     result.report["shard"] = {{"index", shard.index},
                               {"count", shard.count},
@@ -84,6 +85,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   const std::vector<WriteTarget> targets = {{output.fresh_staging(), config.build.compression_level}};
   const BatchTotals run = run_batches(state, targets, {state.threads > 1, true}, times);
   check_stop();
+  check_written_splits(state, run.skipped);
   const fs::path report_path = output.install(run.writes[0].files);
   BuildResult result = build_result(state, run, times, total.seconds());
   write_json_atomically(report_path, result.report);

@@ -1,9 +1,15 @@
 #include "plan.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
+#include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_walk.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/progress.h"
 #include "split.h"
@@ -18,6 +24,92 @@ bool probed(const BuildState& state, int64_t i) {
   return state.config.segment.num_long <= 0 || (i >= state.files_range.first && i < state.files_range.second);
 }
 
+/// `reason` without the "<path>: " prefix decode and probe errors start with, for counting reasons over files.
+std::string reason_kind(const InputFile& in, const std::string& reason) {
+  const std::string prefix = in.path.string() + ": ";
+  return reason.compare(0, prefix.size(), prefix) == 0 ? reason.substr(prefix.size()) : reason;
+}
+
+/// "all N files were skipped (a 'reason', b 'other reason', ...)" for the skip reasons `kinds` of one split: the
+/// three most frequent reasons with their counts.
+std::string skip_summary(const std::vector<std::string>& kinds) {
+  std::map<std::string, int64_t> n;
+  for (const auto& k : kinds) ++n[k];
+  std::vector<std::pair<int64_t, std::string>> top;
+  for (const auto& [k, c] : n) top.emplace_back(-c, k);
+  std::sort(top.begin(), top.end());
+  std::string s = "all " + std::to_string(kinds.size()) + (kinds.size() == 1 ? " file was" : " files were") +
+                  " skipped (";
+  for (std::size_t i = 0; i < top.size() && i < 3; ++i)
+    s += (i ? ", " : "") + std::to_string(-top[i].first) + " '" + top[i].second + "'";
+  return s + (top.size() > 3 ? ", ...)" : ")");
+}
+
+/// Prints `text` as a warning and keeps it for the report.
+void warn(BuildState& state, const std::string& text) {
+  std::fprintf(stderr, "melforge-build: warning: %s\n", text.c_str());
+  state.scan.warnings.push_back(text);
+}
+
+/// Warns about labels that differ only in case ("Dog" and "dog"): they are distinct classes.
+void warn_case_labels(BuildState& state) {
+  std::map<std::string, std::vector<std::string>> by_lower;
+  for (const auto& name : state.class_names) {
+    std::string l = name;
+    for (auto& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    by_lower[l].push_back(name);
+  }
+  for (const auto& [l, names] : by_lower) {
+    if (names.size() < 2) continue;
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+    warn(state, "labels " + list + " differ only in case: they are " + std::to_string(names.size()) +
+                    " different classes");
+  }
+}
+
+/// What the plan (or the batches) did with the files of each split: kept, or skipped with the reason.
+struct SplitTally {
+  /// [split]: files kept.
+  std::array<int64_t, 3> kept{};
+  /// [split]: reasons of the files skipped (without the path prefix).
+  std::array<std::vector<std::string>, 3> skipped;
+  /// Files kept per class in train.
+  std::map<std::string, int64_t> train_kept;
+  /// Files skipped per class in train.
+  std::map<std::string, int64_t> train_skipped;
+
+  /// Counts `in` as kept.
+  void keep(const InputFile& in) {
+    ++kept[static_cast<std::size_t>(in.split)];
+    if (in.split == 0) ++train_kept[in.label];
+  }
+  /// Counts `in` as skipped for `reason`.
+  void skip(const InputFile& in, const std::string& reason) {
+    skipped[static_cast<std::size_t>(in.split)].push_back(reason);
+    if (in.split == 0) ++train_skipped[in.label];
+  }
+};
+
+/// Throws FormatError naming the split and why when a split that was given files kept none ("<split> <verb>: all
+/// 12 files were skipped (12 'channel 5 requested ...')"); warns when a split the ratios ask for got no file
+/// (too few files per class) and when a class has no training file.
+void check_splits(BuildState& state, const SplitTally& t, const std::string& verb) {
+  for (std::size_t s = 0; s < 3; ++s)
+    if (t.kept[s] == 0 && !t.skipped[s].empty())
+      throw FormatError(kSplitNames[s] + " " + verb + ": " + skip_summary(t.skipped[s]) +
+                        "; nothing was installed");
+  const std::vector<double> ratios = state.config.build.split_ratios();
+  for (std::size_t s = 0; s < 3; ++s)
+    if (t.kept[s] == 0 && t.skipped[s].empty() && !state.scan.presplit && ratios[s] > 0)
+      warn(state, kSplitNames[s] + " is empty: too few files per class for --split " + state.config.build.split);
+  for (const auto& name : state.class_names)
+    if (t.kept[0] > 0 && t.train_kept.count(name) == 0)
+      warn(state, "class '" + name + "' has no training file" +
+                      (t.train_skipped.count(name) ? " (" + std::to_string(t.train_skipped.at(name)) +
+                                                         " skipped)" : std::string()));
+}
+
 }  // namespace
 
 void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file) {
@@ -27,15 +119,37 @@ void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file)
 
 void scan_corpus(BuildState& state) {
   const BuildOptions& bo = state.config.build;
-  state.scan = bo.input.empty() ? scan_manifest(bo.manifest) : scan_folder(bo.input, bo.extension_list());
+  if (bo.input.empty()) {
+    state.scan = scan_manifest(bo.manifest);
+    return;
+  }
+  std::error_code in_ec, out_ec;
+  const auto in_id = folder_id(bo.input, in_ec);
+  if (in_id && in_id == folder_id(bo.output, out_ec))
+    throw InvalidArgument("--output '" + bo.output.string() + "' is the --input folder: the outputs cannot be written "
+                          "among the inputs; choose another folder (a sub-folder of the input is left out of the scan)");
+  ScanOptions options;
+  options.extensions = bo.extension_list();
+  options.include_hidden = bo.include_hidden;
+  options.exclude = {bo.output};
+  state.scan = scan_folder(bo.input, options);
+  for (const auto& e : state.scan.excluded) std::fprintf(stderr, "melforge-build: %s\n", e.reason.c_str());
+  if (!state.scan.hidden.empty() && !bo.quiet)
+    std::fprintf(stderr, "melforge-build: %zu hidden entries (names starting with '.') ignored, listed in the "
+                 "report; --include-hidden scans them\n", state.scan.hidden.size());
 }
 
 void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped) {
   const BuildOptions& bo = state.config.build;
   for (int64_t j = skipped.first; j < skipped.second; ++j)
     skip_file(state.skipped, bo.strict, state.scan.skipped[static_cast<std::size_t>(j)]);
-  if (state.scan.files.empty())
-    throw InvalidArgument("no audio files found in " + (bo.input.empty() ? bo.manifest : bo.input).string());
+  if (state.scan.files.empty()) {
+    std::string why = std::to_string(state.scan.skipped.size()) + " entries skipped by the scan";
+    if (!state.scan.hidden.empty())
+      why += ", " + std::to_string(state.scan.hidden.size()) + " hidden entries ignored (--include-hidden scans them)";
+    throw FormatError("train would be empty: no audio file found in " +
+                      (bo.input.empty() ? bo.manifest : bo.input).string() + " (" + why + ")");
+  }
 }
 
 void select_shard(BuildState& state) {
@@ -55,6 +169,7 @@ void label_files(BuildState& state) {
   for (std::size_t i = 0; i < state.class_names.size(); ++i)
     state.class_index[state.class_names[i]] = static_cast<int32_t>(i);
   assign_splits(state.scan.files, state.config.build.split_ratios(), state.config.build.seed);
+  warn_case_labels(state);
 }
 
 void probe_files(BuildState& state, bool show_progress) {
@@ -90,21 +205,58 @@ void plan_segments(BuildState& state) {
   state.num_long = segment::resolve_num_long(lengths, c.segment, sr);
   state.num_short = c.segment.num_short(sr);
   state.usable.clear();
+  SplitTally tally;
   const auto [first, last] = state.files_range;
   for (auto i = static_cast<std::size_t>(first); i < static_cast<std::size_t>(last); ++i) {
     const InputFile& in = state.scan.files[i];
-    if (!state.probe_error[i].empty()) {
-      skip_file(state.skipped, c.build.strict, {in.rel_path, state.probe_error[i], "probe"});
+    PlannedFile& p = state.planned[i];
+    std::string error = state.probe_error[i];
+    if (error.empty() && c.decode.channel >= p.info.channels)
+      error = in.path.string() + ": channel " + std::to_string(c.decode.channel) + " requested but the file has " +
+              std::to_string(p.info.channels) + (p.info.channels == 1 ? " channel" : " channels");
+    if (!error.empty()) {
+      skip_file(state.skipped, c.build.strict, {in.rel_path, error, "probe"});
+      tally.skip(in, reason_kind(in, error));
       continue;
     }
-    PlannedFile& p = state.planned[i];
     p.plan = segment::plan_file(p.frames, c.segment, sr, state.num_long);
     if (!p.plan.skip_reason.empty()) {
       skip_file(state.skipped, c.build.strict, {in.rel_path, in.path.string() + ": " + p.plan.skip_reason, "segment"});
+      tally.skip(in, p.plan.skip_reason);
       continue;
     }
+    tally.keep(in);
     state.usable.push_back(p);
   }
+  if (!c.build.shard_spec().sharded()) check_splits(state, tally, "would be empty");
+}
+
+void check_written_splits(BuildState& state, const std::vector<SkippedFile>& skipped) {
+  if (state.config.build.shard_spec().sharded()) return;
+  std::map<std::string, std::string> why;
+  for (const auto& f : skipped) why[f.path] = f.reason;
+  SplitTally t;
+  for (const PlannedFile& p : state.usable) {
+    const auto it = why.find(p.input->rel_path);
+    if (it == why.end()) t.keep(*p.input);
+    else t.skip(*p.input, reason_kind(*p.input, it->second));
+  }
+  for (std::size_t s = 0; s < 3; ++s)
+    if (t.kept[s] == 0 && !t.skipped[s].empty())
+      throw FormatError(kSplitNames[s] + " would be empty: " + skip_summary(t.skipped[s]) + "; nothing was installed");
+  for (const auto& [label, n] : t.train_skipped)
+    if (t.train_kept.count(label) == 0)
+      warn(state, "class '" + label + "' has no training file (" + std::to_string(n) + " skipped while decoding)");
+}
+
+void add_scan_notes(nlohmann::json& report, const BuildState& state) {
+  const ShardSpec shard = state.config.build.shard_spec();
+  report["files"]["hidden"] = shard.index > 1 ? std::size_t{0} : state.scan.hidden.size();
+  report["hidden"] = {{"count", state.scan.hidden.size()}, {"paths", state.scan.hidden}};
+  nlohmann::json excluded = nlohmann::json::array();
+  for (const auto& e : state.scan.excluded) excluded.push_back({{"path", e.path}, {"reason", e.reason}});
+  report["excluded"] = excluded;
+  report["warnings"] = state.scan.warnings;
 }
 
 std::string corpus_fingerprint(const ScanResult& scan) {

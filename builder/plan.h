@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "build_state.h"
 #include "scan.h"
 
@@ -13,11 +15,12 @@ namespace melforge::builder {
 /// Records a skipped file in `skipped`, or throws StrictError naming it when `strict`.
 void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file);
 
-/// Stage "scan": lists the corpus (--input folder or --manifest) into state.scan. Throws IoError or FormatError.
+/// Stage "scan": lists the corpus (--input folder or --manifest) into state.scan, leaving out the output folder when
+/// it lies inside the input and hidden entries unless --include-hidden. Throws IoError or FormatError.
 void scan_corpus(BuildState& state);
 
 /// Takes the scan's entries [skipped.first, skipped.second) as the skipped entries this run reports (recorded in
-/// state.skipped, or StrictError under --strict). Throws InvalidArgument when the scan found no audio file.
+/// state.skipped, or StrictError under --strict). Throws FormatError when the scan found no audio file.
 void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped);
 
 /// The build's selection: the files and scan-skipped entries of --shard K/N (all of them unsharded), through
@@ -25,7 +28,7 @@ void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped);
 void select_shard(BuildState& state);
 
 /// Class names (sorted labels of scan.files) and the split of every file whose layout or manifest gave none
-/// (assign_splits with --split and --seed).
+/// (assign_splits with --split and --seed). Warns (stderr and report) about labels that differ only in case.
 void label_files(BuildState& state);
 
 /// Stage "probe": reads the header of every file of files_range (of every scanned file with --num-long auto, whose
@@ -34,9 +37,24 @@ void label_files(BuildState& state);
 void probe_files(BuildState& state, bool show_progress);
 
 /// Resolves num_long (from the probed lengths with --num-long auto) and num_short, then plans every file of
-/// files_range in order: a failed probe is skipped at "probe", a file the plan refuses (too short) at "segment", the
-/// others go to state.usable. Throws StrictError under --strict.
+/// files_range in order: a failed probe or a --channel the file does not have is skipped at "probe", a file the plan
+/// refuses (too short) at "segment", the others go to state.usable. Throws StrictError under --strict. Unsharded,
+/// throws FormatError when a split that was given files keeps none ("train would be empty: all 12 files were
+/// skipped (12 'channel 5 requested but the file has 1 channel')"), before any audio is decoded; warns (stderr and
+/// report) when the ratios leave a split empty or a class has no training file.
 void plan_segments(BuildState& state);
+
+/// After the batches of an unsharded build: throws FormatError naming the split and the skip reasons when the files
+/// `skipped` by the audio stages emptied a split the plan had filled ("val would be empty: all 3 files were skipped
+/// (...)"), before anything is installed; warns (stderr and the report) about classes left without a training
+/// file.
+void check_written_splits(BuildState& state, const std::vector<SkippedFile>& skipped);
+
+/// Adds the scan's notes to the build report: files.hidden (the number of hidden entries; 0 in shards 2..N, so that
+/// the merged sum counts them once), "hidden" {"count", "paths"} (entries whose name starts with '.', not read; a
+/// hidden folder is one entry), "excluded" [{"path", "reason"}] (the output folder inside the input) and
+/// "warnings" [text] (labels differing only in case, empty splits, classes without a training file).
+void add_scan_notes(nlohmann::json& report, const BuildState& state);
 
 /// FNV-1a (64 bit, hex) over every scanned audio file's path, label and split and every skipped entry's path, in
 /// scan order: shards of one build agree on it, shards of different corpora, seeds or split ratios do not.

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "build_options.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_walk.h"
 
 namespace fs = std::filesystem;
 
@@ -18,111 +20,180 @@ std::string lower(std::string s) {
   return s;
 }
 
-int split_index(const std::string& name) {
-  for (std::size_t i = 0; i < kSplitNames.size(); ++i)
-    if (kSplitNames[i] == name) return static_cast<int>(i);
-  return -1;
+/// `s` without leading and trailing spaces and tabs.
+std::string trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
-/// Walks `class_dir` recursively, adding audio files as `label` and everything else to skipped.
-void walk_class(const fs::path& root, const fs::path& class_dir, const std::string& label, int split,
-                const std::set<std::string>& exts, ScanResult& out) {
-  std::error_code ec;
-  fs::recursive_directory_iterator it(class_dir, fs::directory_options::skip_permission_denied, ec);
-  if (ec) {
-    out.skipped.push_back({class_dir.lexically_relative(root).generic_string(), "cannot read folder: " + ec.message(),
-                           "scan"});
-    return;
+/// One manifest row `f` (path,label[,split]; `where` is "manifest:line: " for messages) as an input file; relative
+/// paths are resolved against `base`. The label and split are trimmed. Throws FormatError.
+InputFile manifest_row(const std::vector<std::string>& f, const std::string& where, const fs::path& base) {
+  if (f.size() < 2 || f.size() > 3)
+    throw FormatError(where + "expected path,label[,split], got " + std::to_string(f.size()) + " fields");
+  if (f[0].empty()) throw FormatError(where + "empty path");
+  const std::string label = trim(f[1]);
+  if (label.empty()) throw FormatError(where + "empty label");
+  int split = -1;
+  if (f.size() == 3 && !trim(f[2]).empty()) {
+    split = split_index(lower(trim(f[2])));
+    if (split < 0) throw FormatError(where + "unknown split '" + f[2] + "' (use train, val or test)");
   }
-  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) {
-      out.skipped.push_back({it->path().generic_string(), "cannot read folder: " + ec.message(), "scan"});
-      ec.clear();
-      continue;
-    }
-    const fs::path& p = it->path();
-    std::error_code lec;
-    const std::string rel = p.lexically_relative(root).generic_string();
-    const auto link_status = fs::symlink_status(p, lec);
-    const bool is_link = fs::is_symlink(link_status);
-    const auto target_status = fs::status(p, lec);
-    if (fs::is_directory(link_status)) {
-      const std::string dext = lower(p.extension().string());
-      if (!dext.empty() && exts.contains(dext.substr(1)))
-        out.skipped.push_back({rel, "is a directory, not an audio file (its contents are still scanned)", "scan"});
-      continue;
-    }
-    if (is_link && lec) {
-      out.skipped.push_back({rel, "broken symbolic link: " + lec.message(), "scan"});
-      continue;
-    }
-    if (is_link && fs::is_directory(target_status)) {
-      out.skipped.push_back({rel, "symbolic link to a folder (not followed)", "scan"});
-      continue;
-    }
+  fs::path p(f[0]);
+  if (p.is_relative()) p = base / p;
+  return {p, f[0], label, split};
+}
+
+/// Adds what `walk` found below `root` to `out`: regular files with an audio extension as `label` / `split`, the
+/// rest as skipped with the reason.
+void absorb(const fs::path& root, const WalkResult& walk, const std::string& label, int split,
+            const std::set<std::string>& exts, ScanResult& out) {
+  const auto rel = [&root](const fs::path& p) { return p.lexically_relative(root).generic_string(); };
+  const auto audio_ext = [&exts](const fs::path& p) {
     const std::string ext = lower(p.extension().string());
-    if (ext.empty() || !exts.contains(ext.substr(1))) {
-      out.skipped.push_back({rel, "not an audio file extension", "scan"});
-      continue;
-    }
-    out.files.push_back({p, rel, label, split});
+    return !ext.empty() && exts.contains(ext.substr(1));
+  };
+  for (const auto& p : walk.files) {
+    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split});
+    else out.skipped.push_back({rel(p), "not an audio file extension", "scan"});
   }
+  for (const auto& p : walk.folders)
+    if (audio_ext(p))
+      out.skipped.push_back({rel(p), "is a directory, not an audio file (its contents are still scanned)", "scan"});
+  for (const auto& pr : walk.problems) out.skipped.push_back({rel(pr.path), pr.reason, "scan"});
+  for (const auto& p : walk.hidden) out.hidden.push_back(rel(p));
+  for (const auto& ex : walk.excluded) out.excluded.push_back({rel(ex.path), ex.reason, "scan"});
 }
 
-void scan_classes(const fs::path& root, const fs::path& dir, int split, const std::set<std::string>& exts,
-                  ScanResult& out) {
-  std::error_code ec;
-  std::vector<fs::path> entries;
-  for (fs::directory_iterator it(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    entries.push_back(it->path());
-  if (ec) throw IoError("cannot read folder '" + dir.string() + "': " + ec.message());
-  std::sort(entries.begin(), entries.end());
+/// The identities of the folders in `paths` that exist, with the reason for leaving them out.
+std::vector<std::pair<FolderId, std::string>> excluded_ids(const std::vector<fs::path>& paths) {
+  std::vector<std::pair<FolderId, std::string>> out;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (const auto id = folder_id(p, ec))
+      out.emplace_back(*id, "the build's output folder '" + p.string() + "' is inside the input folder: not scanned");
+  }
+  return out;
+}
+
+/// A class folder to walk.
+struct ClassDir {
+  fs::path path;
+  std::string label;
+  int split = -1;
+};
+
+/// The top-level folders of a pre-split layout (`splits`, each a train/val/test alias), checked: no other folder
+/// beside them (`others`), no split given twice. Throws FormatError naming the folders.
+void check_presplit(const fs::path& root, const std::vector<WalkEntry>& splits, const std::vector<WalkEntry>& others) {
+  const auto names = [](const std::vector<WalkEntry>& v) {
+    std::string s;
+    for (const auto& e : v) s += (s.empty() ? "'" : ", '") + e.path.filename().string() + "'";
+    return s;
+  };
+  if (!others.empty())
+    throw FormatError("input folder '" + root.string() + "' holds split folders (" + names(splits) +
+                      ") and other folders (" + names(others) + "): in a pre-split layout every top-level folder "
+                      "must be train, val (or valid, validation) or test, each holding class folders; move the "
+                      "others away or into a split (hidden folders, starting with '.', are ignored)");
+  for (std::size_t i = 0; i < splits.size(); ++i)
+    for (std::size_t j = i + 1; j < splits.size(); ++j)
+      if (split_index(splits[i].path.filename().string()) == split_index(splits[j].path.filename().string()))
+        throw FormatError("input folder '" + root.string() + "' has two folders for one split: '" +
+                          splits[i].path.filename().string() + "' and '" + splits[j].path.filename().string() + "'");
+}
+
+/// Sorts the `entries` of `dir` (the root, or a split folder of a pre-split layout) listed into `listed`: its
+/// folders become classes of `split`, its files are skipped as `loose_reason`.
+void add_classes(const fs::path& root, const std::vector<WalkEntry>& entries, const WalkResult& listed, int split,
+                 const std::string& loose_reason, const std::set<std::string>& exts, std::vector<ClassDir>& classes,
+                 ScanResult& out) {
   for (const auto& e : entries) {
-    std::error_code sec;
-    const std::string rel = e.lexically_relative(root).generic_string();
-    if (fs::is_directory(fs::symlink_status(e, sec))) {
-      walk_class(root, e, e.filename().string(), split, exts, out);
-    } else {
-      out.skipped.push_back({rel, "not inside a class folder", "scan"});
+    if (e.is_folder) classes.push_back({e.path, e.path.filename().string(), split});
+    else out.skipped.push_back({e.path.lexically_relative(root).generic_string(), loose_reason, "scan"});
+  }
+  absorb(root, listed, "", split, exts, out);
+}
+
+/// The class folders of a pre-split layout: those of each split folder of `splits` (checked by check_presplit).
+void add_presplit_classes(FolderWalk& walk, const fs::path& root, const std::vector<WalkEntry>& splits,
+                          const std::set<std::string>& exts, std::vector<ClassDir>& classes, ScanResult& out) {
+  for (const auto& s : splits) {
+    if (const auto prev = walk.claim(s.path)) {
+      out.skipped.push_back({s.path.filename().string(),
+                             "split folder leads to the folder already scanned as '" + walk.display(*prev) +
+                                 "' (not scanned twice)", "scan"});
+      continue;
     }
+    WalkResult listed;
+    const std::vector<WalkEntry> entries = walk.list(s.path, listed);
+    add_classes(root, entries, listed, split_index(s.path.filename().string()), "not inside a class folder", exts,
+                classes, out);
   }
 }
 
 }  // namespace
 
-ScanResult scan_folder(const fs::path& input_root, const std::vector<std::string>& extensions) {
-  const std::set<std::string> exts(extensions.begin(), extensions.end());
+int split_index(const std::string& name) {
+  if (name == "validation" || name == "valid") return 1;
+  for (std::size_t i = 0; i < kSplitNames.size(); ++i)
+    if (kSplitNames[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+ScanResult scan_folder(const fs::path& root, const std::vector<std::string>& extensions) {
+  ScanOptions options;
+  options.extensions = extensions;
+  return scan_folder(root, options);
+}
+
+ScanResult scan_folder(const fs::path& input_root, const ScanOptions& options) {
+  const std::set<std::string> exts(options.extensions.begin(), options.extensions.end());
   fs::path root = input_root.lexically_normal();
   if (!root.has_filename() && root.has_parent_path()) root = root.parent_path();
-  ScanResult out;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) throw IoError("input folder '" + root.string() + "' does not exist");
-  std::vector<fs::path> subdirs;
-  bool any_file = false;
-  for (fs::directory_iterator it(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    if (fs::is_directory(fs::symlink_status(it->path(), ec))) subdirs.push_back(it->path());
-    else any_file = true;
-  }
-  if (ec) throw IoError("cannot read input folder '" + root.string() + "': " + ec.message());
-  const bool presplit = !subdirs.empty() && std::all_of(subdirs.begin(), subdirs.end(), [](const fs::path& d) {
-    return split_index(d.filename().string()) >= 0;
-  });
-  if (presplit) {
+  FolderWalk walk({options.include_hidden, excluded_ids(options.exclude), root, options.before_open});
+  walk.claim(root);
+  WalkResult top;
+  const std::vector<WalkEntry> entries = walk.list(root, top);
+  for (const auto& p : top.problems)
+    if (p.path == root) throw IoError("cannot read input folder '" + root.string() + "': " + p.reason);
+  ScanResult out;
+  std::vector<WalkEntry> splits, others;
+  for (const auto& e : entries)
+    if (e.is_folder) (split_index(e.path.filename().string()) >= 0 ? splits : others).push_back(e);
+  std::vector<ClassDir> classes;
+  if (!splits.empty()) {
+    check_presplit(root, splits, others);
     out.presplit = true;
-    std::sort(subdirs.begin(), subdirs.end());
-    for (const auto& d : subdirs) scan_classes(root, d, split_index(d.filename().string()), exts, out);
-    if (any_file) {
-      for (fs::directory_iterator it(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-        if (!fs::is_directory(fs::symlink_status(it->path(), ec)))
-          out.skipped.push_back({it->path().filename().string(), "not inside a split/class folder", "scan"});
-    }
+    absorb(root, top, "", -1, exts, out);
+    for (const auto& e : entries)
+      if (!e.is_folder) out.skipped.push_back({e.path.filename().string(), "not inside a split/class folder", "scan"});
+    add_presplit_classes(walk, root, splits, exts, classes, out);
   } else {
-    scan_classes(root, root, -1, exts, out);
+    add_classes(root, entries, top, -1, "not inside a class folder", exts, classes, out);
+  }
+  std::vector<ClassDir> claimed;
+  for (const auto& c : classes) {
+    if (const auto prev = walk.claim(c.path))
+      out.skipped.push_back({c.path.lexically_relative(root).generic_string(),
+                             "class folder leads to the folder already scanned as '" + walk.display(*prev) +
+                                 "' (not scanned twice)", "scan"});
+    else
+      claimed.push_back(c);
+  }
+  for (const auto& c : claimed) {
+    WalkResult r;
+    walk.walk(c.path, r);
+    absorb(root, r, c.label, c.split, exts, out);
   }
   std::sort(out.files.begin(), out.files.end(),
             [](const InputFile& a, const InputFile& b) { return a.rel_path < b.rel_path; });
   std::sort(out.skipped.begin(), out.skipped.end(),
             [](const SkippedFile& a, const SkippedFile& b) { return a.path < b.path; });
+  std::sort(out.hidden.begin(), out.hidden.end());
   return out;
 }
 
@@ -164,10 +235,11 @@ ScanResult scan_manifest(const fs::path& manifest) {
   std::ifstream in(manifest, std::ios::binary);
   if (!in) throw IoError("cannot open manifest '" + manifest.string() + "'");
   const fs::path base = manifest.parent_path();
+  const fs::path abs_base = fs::absolute(manifest).parent_path();
   ScanResult out;
   std::string line;
   int64_t line_no = 0;
-  std::set<std::string> seen;
+  std::map<fs::path, std::pair<int64_t, std::string>> seen;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -181,24 +253,17 @@ ScanResult scan_manifest(const fs::path& manifest) {
       throw FormatError(where + e.what());
     }
     if (line_no == 1 && !f.empty() && lower(f[0]) == "path") continue;
-    if (f.size() < 2 || f.size() > 3)
-      throw FormatError(where + "expected path,label[,split], got " + std::to_string(f.size()) + " fields");
-    if (f[0].empty()) throw FormatError(where + "empty path");
-    if (f[1].empty()) throw FormatError(where + "empty label");
-    int split = -1;
-    if (f.size() == 3 && !f[2].empty()) {
-      split = split_index(lower(f[2]));
-      if (split < 0) throw FormatError(where + "unknown split '" + f[2] + "' (use train, val or test)");
-      out.presplit = true;
-    }
-    if (!seen.insert(f[0]).second) {
-      out.skipped.push_back({f[0], "listed more than once in the manifest (line " + std::to_string(line_no) + ")",
-                             "scan"});
-      continue;
-    }
-    fs::path p(f[0]);
-    if (p.is_relative()) p = base / p;
-    out.files.push_back({p, f[0], f[1], split});
+    const InputFile row = manifest_row(f, where, base);
+    if (row.split >= 0) out.presplit = true;
+    const fs::path key = (fs::path(row.rel_path).is_relative() ? abs_base / row.rel_path : fs::path(row.rel_path))
+                             .lexically_normal();
+    const auto [it, inserted] = seen.emplace(key, std::make_pair(line_no, row.rel_path));
+    if (!inserted)
+      throw FormatError(where + "line " + std::to_string(line_no) + " ('" + row.rel_path +
+                        "') lists the same file as line " + std::to_string(it->second.first) + " ('" +
+                        it->second.second + "'): " + key.string() +
+                        "; list each file once, or it would land in several classes or splits");
+    out.files.push_back(row);
   }
   std::sort(out.files.begin(), out.files.end(),
             [](const InputFile& a, const InputFile& b) { return a.rel_path < b.rel_path; });

@@ -1,6 +1,7 @@
 #pragma once
 /// Finds the input files of a build: a class-per-folder tree, a tree already split, or a CSV manifest.
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,22 +33,55 @@ struct SkippedFile {
 struct ScanResult {
   /// Audio files, sorted by rel_path.
   std::vector<InputFile> files;
-  /// Entries that were found but cannot be inputs (wrong extension, outside a class folder, broken link, ...).
+  /// Entries that were found but cannot be inputs (wrong extension, outside a class folder, broken link, a folder
+  /// that cannot be read, a link leading to a folder already scanned, ...), sorted by path.
   std::vector<SkippedFile> skipped;
+  /// Hidden entries (name starting with '.') left unread, relative to the input root, sorted; a hidden folder is
+  /// one entry. Not inputs: they are counted in the report, not skipped.
+  std::vector<std::string> hidden;
+  /// Folders left out of the scan on purpose (the build's own output folder inside the input), with the reason.
+  std::vector<SkippedFile> excluded;
+  /// Notes on the corpus that are not errors (labels differing only in case, ...), for stderr and the report.
+  std::vector<std::string> warnings;
   /// True when the layout or manifest gave the splits (all or some).
   bool presplit = false;
 };
 
-/// Scans `root`. If every sub-folder of root is named train, val or test, the tree is taken as already split
-/// (`root/<split>/<class>/**`); otherwise each sub-folder is a class. Files whose extension (case-insensitive) is not
-/// in `extensions` and files outside a class folder are listed as skipped. Symbolic links to files are followed;
-/// links to folders are not (listed as skipped), so a link loop cannot hang the scan. Throws IoError if root cannot
-/// be read.
+/// How scan_folder scans.
+struct ScanOptions {
+  /// File extensions taken as audio, lower case, without dots.
+  std::vector<std::string> extensions;
+  /// Scan entries whose name starts with '.' like any other (default: list them in ScanResult::hidden, unread).
+  bool include_hidden = false;
+  /// Folders left out of the scan (the build's output folder), matched by identity (st_dev, st_ino); a folder
+  /// that does not exist is ignored.
+  std::vector<std::filesystem::path> exclude;
+  /// Test seam: called with each folder's path just before the scan opens it; may be empty.
+  std::function<void(const std::filesystem::path&)> before_open;
+};
+
+/// The split index (0 train, 1 val, 2 test) a pre-split layout's top-level folder or a manifest's split field
+/// names: train; val, valid or validation; test. -1 for any other name.
+int split_index(const std::string& name);
+
+/// Scans `root`. If a sub-folder of root is named train, val (valid, validation) or test, the tree is taken as
+/// already split (`root/<split>/<class>/**`), and any other non-hidden sub-folder is an error (FormatError naming
+/// it), as are two folders for one split; otherwise each sub-folder is a class. Files whose extension
+/// (case-insensitive) is not in `options.extensions` and files outside a class folder are listed as skipped.
+/// Symbolic links are followed, to files and to folders (a class folder may be a link); a folder is scanned once,
+/// so a link loop or a second link to a folder is listed as skipped, as is every folder that cannot be read or read
+/// to the end (FolderWalk, melforge/common/fs_walk.h). Hidden entries are listed in `hidden` unless
+/// `include_hidden`. Throws IoError if root cannot be read.
+ScanResult scan_folder(const std::filesystem::path& root, const ScanOptions& options);
+
+/// scan_folder with default options and `extensions`.
 ScanResult scan_folder(const std::filesystem::path& root, const std::vector<std::string>& extensions);
 
 /// Reads a CSV manifest: `path,label[,split]` per row, an optional header row starting with `path`, RFC 4180 quoting,
-/// blank lines ignored. Relative paths are resolved against the manifest's folder. Throws FormatError naming the line
-/// for a malformed row, an empty label or an unknown split name.
+/// blank lines ignored. Relative paths are resolved against the manifest's folder. Labels and split fields are
+/// trimmed of surrounding spaces and tabs. Throws FormatError naming the line for a malformed row, an empty label,
+/// an unknown split name, or a file listed twice: two paths that are equal once made absolute and normalised
+/// lexically (`c/a/f0.wav`, `./c/a/f0.wav`, `c//a/../a/f0.wav`, `/data/c/a/f0.wav`), naming both lines.
 ScanResult scan_manifest(const std::filesystem::path& manifest);
 
 /// Parses one CSV line into fields (RFC 4180: quotes, doubled quotes inside quotes). Throws FormatError on an

@@ -317,8 +317,8 @@ TEST_CASE("the demo configuration builds the small spoken-digit corpus plus host
   CHECK(r["files"]["scanned"].get<int>() == r["files"]["written"].get<int>() + r["files"]["skipped"].get<int>());
   std::map<std::string, std::string> skipped;
   for (const auto& s : r["skipped"]) skipped[s["path"].get<std::string>()] = s["reason"].get<std::string>();
+  CHECK(r["hidden"]["paths"] == nlohmann::json{".melforge_corpus.json"});
   const std::map<std::string, std::string> expected = {
-      {".melforge_corpus.json", "not inside a class folder"},
       {"zero/bad_dir.wav", "is a directory"},
       {"zero/bad_empty.wav", "empty file"},
       {"zero/bad_nan.wav", "NaN sample at frame 1234"},

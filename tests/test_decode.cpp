@@ -32,6 +32,7 @@
 #include "audio/decode.h"
 #include "featurize/featurize.h"
 #include "melforge/common/errors.h"
+#include "reliability/child_process.h"
 #include "test_skip.h"
 
 namespace fs = std::filesystem;
@@ -151,14 +152,9 @@ struct ProbeDecodeOutcome {
 /// bypass file permissions, so chmod 000 blocks nothing for it). std::nullopt when the child could not drop its
 /// privileges.
 std::optional<ProbeDecodeOutcome> probe_and_decode_as_nobody(const fs::path& path) {
-  constexpr uid_t kNobody = 65534;
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(121);
+  melforge::test::ChildOptions as;
+  as.uid = 65534;
+  const auto text = melforge::test::run_in_child([&] {
     const auto outcome = [](const std::function<void()>& fn) -> std::string {
       try {
         fn();
@@ -169,23 +165,12 @@ std::optional<ProbeDecodeOutcome> probe_and_decode_as_nobody(const fs::path& pat
         return std::string("other error: ") + e.what();
       }
     };
-    const std::string text = outcome([&] { probe(path); }) + '\0' + outcome([&] { decode(path, DecodeOptions{}); });
-    const bool written = ::write(fds[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ::_exit(written ? 0 : 122);
-  }
-  ::close(fds[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 121) return std::nullopt;
-  REQUIRE(WEXITSTATUS(status) == 0);
-  const auto sep = text.find('\0');
+    return outcome([&] { probe(path); }) + '\0' + outcome([&] { decode(path, DecodeOptions{}); });
+  }, as);
+  if (!text) return std::nullopt;
+  const auto sep = text->find('\0');
   REQUIRE(sep != std::string::npos);
-  return ProbeDecodeOutcome{text.substr(0, sep), text.substr(sep + 1)};
+  return ProbeDecodeOutcome{text->substr(0, sep), text->substr(sep + 1)};
 }
 
 /// Deterministic integer samples covering [-2^(bits-1), 2^(bits-1)-1], both extremes included.

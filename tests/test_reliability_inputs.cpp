@@ -82,7 +82,11 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
     fs::create_directories(out);
     REQUIRE(::chown(out.c_str(), kNobody, kNobody) == 0);
   } else {
-    fs::remove(in / "odd" / "bad_unreadable.wav");
+    for (const auto& e : m.at("files"))
+      if (e.value("needs_non_root", false)) {
+        fs::permissions(in / "odd" / e.at("name").get<std::string>(), fs::perms::owner_all);
+        fs::remove_all(in / "odd" / e.at("name").get<std::string>());
+      }
     unreadable_case = false;
   }
   test::ChildOptions opts;
@@ -96,6 +100,8 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
   std::map<std::string, std::string> skipped;
   for (const auto& s : report.at("skipped"))
     skipped[s.at("path").get<std::string>()] = s.at("reason").get<std::string>();
+  const std::set<std::string> hidden = report.at("hidden").at("paths").get<std::set<std::string>>();
+  CHECK(report.at("hidden").at("count").get<std::size_t>() == hidden.size());
   std::map<std::string, Stored> written;
   const int num_long = report["config"]["num_long"].get<int>();
   const int num_short = report["config"]["num_short"].get<int>();
@@ -122,9 +128,15 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
   int checked = 0;
   for (const auto& e : m.at("files")) {
     const std::string rel = "odd/" + e.at("name").get<std::string>();
-    if (rel == "odd/bad_unreadable.wav" && !unreadable_case) continue;
-    expected_paths.insert(rel);
+    if (e.value("needs_non_root", false) && !unreadable_case) continue;
     CAPTURE(rel, e.at("kind").get<std::string>());
+    if (e.at("build") == "hidden") {
+      CHECK(hidden.count(rel) == 1);
+      CHECK(written.count(rel) + skipped.count(rel) == 0);
+      ++checked;
+      continue;
+    }
+    expected_paths.insert(rel);
     if (e.at("build") == "written") {
       REQUIRE(written.count(rel) == 1);
       CHECK(skipped.count(rel) == 0);
@@ -135,7 +147,8 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
     }
     ++checked;
   }
-  CHECK(checked >= 40);
+  CHECK(checked >= 45);
+  CHECK(hidden == std::set<std::string>{"odd/.DS_Store", "odd/._ok_f32.wav", "odd/.hidden_dir"});
   std::set<std::string> accounted;
   for (const auto& [p, _] : written) accounted.insert(p);
   for (const auto& [p, _] : skipped) accounted.insert(p);
@@ -173,6 +186,6 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
   CHECK(written.count("odd/ok name with spaces.wav") == 1);
   CHECK(written.count("odd/ok_nön_äscii_音.wav") == 1);
   if (!unreadable_case)
-    MELFORGE_SKIP("partly run: every other input was checked, but the unreadable-file case could not run (root, "
-                  "and a child cannot switch to uid 65534 to make bad_unreadable.wav unreadable)");
+    MELFORGE_SKIP("partly run: every other input was checked, but the unreadable file and folder cases could not "
+                  "run (root, and a child cannot switch to uid 65534 to make bad_unreadable.wav unreadable)");
 }

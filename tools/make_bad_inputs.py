@@ -47,14 +47,21 @@ segment). The full set adds:
     link_ok.wav                  relative symbolic link to ok_f32.wav         written (as link_ok.wav)
     link_loop.wav                symbolic link to itself                      skipped "symbolic link"
     link_dangling.wav            symbolic link to a missing file              skipped "broken symbolic link"
-    link_dir_loop/               symbolic link to its own folder (a loop)     skipped "symbolic link to a folder"
+    link_dir_loop/               symbolic link to its own folder (a loop)     skipped "symbolic link loop" (links to
+                                                                              folders are followed, each folder once)
+    bad_unreadable_dir/          a folder with mode 000 holding a valid WAV   skipped "cannot read folder: permission
+                                                                              denied" (only when not run as root)
+    sub/ok_nested.wav            a valid WAV in a sub-folder of the class     written
+    ._ok_f32.wav .DS_Store       AppleDouble and Finder files (hidden)        "hidden": ignored, counted in the report
+    .hidden_dir/ok_hidden.wav    a valid WAV in a hidden folder               "hidden" (the folder, unread)
 
 --manifest writes the table as JSON: {"class", "folder", "set", "files": [{"name", "path", "kind", "expect",
 "reason", "build", "build_reason"}, ...]}. "expect" is what audio::decode does with the path ("error", with a
 substring of the message in "reason", or "ok"); "build" is what melforge-build does with the entry ("written" into a
-split, or "skipped" with a substring of the skip reason in "build_reason"). The basic set's ok_short_0.05s.wav is
+split, "skipped" with a substring of the skip reason in "build_reason", or "hidden": listed in the report's
+"hidden" paths, unread, for a name starting with '.' or inside such a folder, where "name" is the hidden entry). The basic set's ok_short_0.05s.wav is
 "skipped" ("too short") for a build whose short segment is longer than 0.05 s. Entries with "needs_non_root": true
-(bad_unreadable.wav) are only unreadable to a user other than root.
+(bad_unreadable.wav, bad_unreadable_dir) are only unreadable to a user other than root.
 
 Everything is deterministic (sox runs with -D, no dither; the random Ogg stream serial number is rewritten to 1 and
 the page checksums recomputed); existing files of these names are replaced. Needs Debian's python3 and numpy, and
@@ -152,6 +159,7 @@ def remove(path):
     if os.path.islink(path):
         os.remove(path)
     elif os.path.isdir(path):
+        os.chmod(path, 0o755)
         shutil.rmtree(path)
     elif os.path.lexists(path):
         os.chmod(path, 0o644)
@@ -276,7 +284,23 @@ def main():
         add("link_dangling.wav", "symbolic link to a missing file", "error", "no such file",
             link="does_not_exist.wav", build_reason="broken symbolic link")
         add("link_dir_loop", "symbolic link to its own folder (a directory loop)", "error", "is a directory",
-            link=".", build_reason="symbolic link to a folder")
+            link=".", build_reason="symbolic link loop")
+        add("bad_unreadable_dir", "folder with mode 000 holding a valid WAV (unreadable unless root)", "error",
+            "is a directory", directory=True, build="skipped", build_reason="cannot read folder: permission denied")
+        write(os.path.join(folder, "bad_unreadable_dir", "inside.wav"), pcm16_wav_bytes(base, r, 1))
+        os.chmod(os.path.join(folder, "bad_unreadable_dir"), 0)
+        files[-1]["needs_non_root"] = True
+        os.makedirs(os.path.join(folder, "sub"), exist_ok=True)
+        add("sub/ok_nested.wav", "valid WAV in a sub-folder of the class folder", "ok", "",
+            pcm16_wav_bytes(tone(440.0, sec, r), r, 1))
+        add("._ok_f32.wav", "AppleDouble companion file (hidden)", "error", "not an audio file",
+            b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ", build="hidden")
+        add(".DS_Store", "Finder metadata (hidden)", "error", "not an audio file", b"\x00\x00\x00\x01Bud1",
+            build="hidden")
+        os.makedirs(os.path.join(folder, ".hidden_dir"), exist_ok=True)
+        write(os.path.join(folder, ".hidden_dir", "ok_hidden.wav"), pcm16_wav_bytes(base, r, 1))
+        add(".hidden_dir", "hidden folder holding a valid WAV", "error", "is a directory", directory=True,
+            build="hidden")
 
     if args.manifest:
         with open(args.manifest, "w") as f:

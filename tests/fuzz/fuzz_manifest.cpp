@@ -2,10 +2,12 @@
 // The input is the manifest's bytes. Checks, besides crashes and sanitizer reports:
 //   - every line that parses re-encodes (every field quoted, quotes doubled) to a line that parses to the same fields;
 //   - an accepted manifest gives files sorted by rel_path, unique, with non-empty path and label, a split in
-//     [-1, 2], and the path resolved against the manifest's folder.
+//     [-1, 2], and the path resolved against the manifest's folder; labels trimmed of spaces and tabs, and no file
+//     twice under two spellings (equal once absolute and lexically normal).
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,9 +67,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::filesystem::path base = std::filesystem::path(file.path()).parent_path();
+  std::set<std::filesystem::path> files;
   for (std::size_t i = 0; i < scan.files.size(); ++i) {
     const auto& f = scan.files[i];
     require(!f.rel_path.empty() && !f.label.empty(), "accepted a row with an empty path or label");
+    require(f.label.find_first_of(" \t") != 0 && f.label.find_last_of(" \t") != f.label.size() - 1,
+            "label not trimmed");
+    require(files.insert(std::filesystem::absolute(f.path).lexically_normal()).second,
+            "one file accepted twice under two spellings");
     require(f.split >= -1 && f.split <= 2, "split index out of range");
     require(i == 0 || scan.files[i - 1].rel_path < f.rel_path, "files not sorted or not unique");
     const std::filesystem::path p(f.rel_path);

@@ -28,6 +28,8 @@ struct ChildOptions {
   std::optional<rlim_t> file_size_limit;
   /// Run as this uid and gid (as `setpriv --reuid --regid --clear-groups`).
   std::optional<uid_t> uid;
+  /// RLIMIT_NOFILE (soft and hard) in file descriptors, as `ulimit -n`.
+  std::optional<rlim_t> open_files_limit;
   /// Send `signal` this long after the start (nothing when `signal` is 0).
   std::chrono::duration<double> signal_after{0};
   /// Signal to send (SIGINT, SIGTERM, SIGKILL), 0 for none.
@@ -102,6 +104,53 @@ inline double own_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
+/// In a forked child: sets RLIMIT_NOFILE and drops to opts.uid as `opts` says. Returns 0, or the exit code the child
+/// should end with: 121 when it cannot switch user, 123 when it cannot set the limit.
+inline int enter_child_identity(const ChildOptions& opts) {
+  if (opts.uid) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(*opts.uid) != 0 || ::setuid(*opts.uid) != 0) return 121;
+  }
+  if (opts.open_files_limit) {
+    const rlimit lim{*opts.open_files_limit, *opts.open_files_limit};
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 123;
+  }
+  return 0;
+}
+
+/// Runs `fn` in a forked child of this test process, after enter_child_identity(opts) (uid and open-file limit; the
+/// other fields are not used), and returns the text `fn` returned, or "exception: <what>" when it threw.
+/// std::nullopt when the child could not switch user or set the limit. Throws std::runtime_error when the child
+/// died or its answer could not be read.
+inline std::optional<std::string> run_in_child(const std::function<std::string()>& fn, const ChildOptions& opts) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::close(fds[0]);
+    if (const int code = enter_child_identity(opts); code != 0) ::_exit(code);
+    std::string text;
+    try {
+      text = fn();
+    } catch (const std::exception& e) {
+      text = std::string("exception: ") + e.what();
+    }
+    const bool written = ::write(fds[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::_exit(written ? 0 : 122);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+    throw std::runtime_error("the test child did not exit normally");
+  if (WEXITSTATUS(status) == 121 || WEXITSTATUS(status) == 123) return std::nullopt;
+  if (WEXITSTATUS(status) != 0) throw std::runtime_error("the test child could not send its answer");
+  return text;
+}
+
 /// Runs `argv` (argv[0] is the executable path) and waits for it. Output goes to `log_path` and is returned.
 inline ChildResult run_child(const std::vector<std::string>& argv, const std::filesystem::path& log_path,
                              const ChildOptions& opts = {}) {
@@ -127,9 +176,7 @@ inline ChildResult run_child(const std::vector<std::string>& argv, const std::fi
       const rlimit lim{*opts.file_size_limit, *opts.file_size_limit};
       if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(120);
     }
-    if (opts.uid) {
-      if (::setgroups(0, nullptr) != 0 || ::setgid(*opts.uid) != 0 || ::setuid(*opts.uid) != 0) ::_exit(121);
-    }
+    if (const int code = enter_child_identity(opts); code != 0) ::_exit(code);
     ::execv(args[0], args.data());
     ::_exit(122);
   }

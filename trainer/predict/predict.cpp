@@ -25,6 +25,7 @@
 #include "mel/half.h"
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_walk.h"
 #include "melforge/common/options.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
@@ -140,6 +141,8 @@ void add_options(po::options_description& desc, PredictOptions& opts) {
     ("threads", po::value<int>(&opts.threads)->default_value(opts.threads),
      "CPU threads for the spectrograms (0: all cores)")
     ("device", po::value<std::string>(&opts.device)->default_value(opts.device), "model device: cpu, cuda or auto")
+    ("include-hidden", po::bool_switch(&opts.include_hidden),
+     "also read files and folders whose name starts with '.' inside input folders (default: ignored)")
     (kPredictInputsName, po::value<std::vector<std::string>>()->multitoken()->notifier(
          [&opts](const std::vector<std::string>& v) { opts.inputs.assign(v.begin(), v.end()); }),
      "audio files or folders (searched recursively)");
@@ -210,21 +213,23 @@ FileFeatures featurize_file(const fs::path& path, const MelInfo& info, int threa
   return f(path);
 }
 
-std::vector<fs::path> collect_inputs(const std::vector<fs::path>& inputs) {
-  std::vector<fs::path> out;
+std::vector<PredictInput> collect_inputs(const std::vector<fs::path>& inputs, bool include_hidden) {
+  std::vector<PredictInput> out;
+  FolderWalk walk({include_hidden, {}, {}, {}});
   for (const auto& in : inputs) {
     std::error_code ec;
     if (!fs::is_directory(in, ec)) {
-      out.push_back(in);
+      out.push_back({in, ""});
       continue;
     }
-    std::vector<fs::path> found;
-    for (auto it = fs::recursive_directory_iterator(in, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      if (it->is_regular_file(ec) && is_audio_name(it->path())) found.push_back(it->path());
-    if (ec) throw IoError("cannot list '" + in.string() + "': " + ec.message());
-    std::sort(found.begin(), found.end());
-    out.insert(out.end(), found.begin(), found.end());
+    WalkResult found;
+    walk.walk(in, found);
+    std::vector<PredictInput> here;
+    for (const auto& p : found.files)
+      if (is_audio_name(p)) here.push_back({p, ""});
+    for (const auto& pr : found.problems) here.push_back({pr.path, pr.path.string() + ": " + pr.reason});
+    std::sort(here.begin(), here.end(), [](const PredictInput& a, const PredictInput& b) { return a.path < b.path; });
+    out.insert(out.end(), here.begin(), here.end());
   }
   return out;
 }
@@ -245,7 +250,7 @@ void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& lo
   model->eval();
   c10::NoGradGuard no_grad;
 
-  const std::vector<fs::path> files = collect_inputs(opts.inputs);
+  const std::vector<PredictInput> files = collect_inputs(opts.inputs, opts.include_hidden);
   if (files.empty()) throw InvalidArgument("no audio files found in the inputs");
   Featurizer featurize(info, opts.threads);
   std::vector<Row> rows(files.size());
@@ -255,10 +260,13 @@ void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& lo
   std::vector<Row*> pending;
   int64_t scored = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
-    rows[i].path = files[i].string();
+    rows[i].path = files[i].path.string();
+    rows[i].error = files[i].error;
     try {
-      feats.push_back(featurize(files[i]));
-      pending.push_back(&rows[i]);
+      if (rows[i].error.empty()) {
+        feats.push_back(featurize(files[i].path));
+        pending.push_back(&rows[i]);
+      }
     } catch (const AudioError& e) {
       rows[i].error = e.what();
     } catch (const IoError& e) {

@@ -14,6 +14,8 @@
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
 #include "predict/predict.h"
+#include "reliability/child_process.h"
+#include "test_skip.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "trainer_fixture.h"
@@ -89,6 +91,15 @@ std::shared_ptr<CnnNetImpl> write_checkpoint(const Dataset& ds, const fs::path& 
   ck.model = state_dict(*model);
   save_checkpoint(ck, path);
   return model;
+}
+
+/// Builds two tone classes of d/in into d/out and saves a checkpoint d/ck.pt for it (positive class 0).
+Dataset tone_dataset_with_checkpoint(const TempDir& d) {
+  test::write_tone_corpus(d / "in", 2, 2);
+  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
+  Dataset ds = load_dataset(d / "out");
+  write_checkpoint(ds, d / "ck.pt", 0);
+  return ds;
 }
 
 std::vector<std::string> split_lines(const std::string& s) {
@@ -171,10 +182,7 @@ TEST_CASE("run_predict scores files like evaluate() scores the dataset", "[train
 
 TEST_CASE("run_predict fails when nothing can be scored, and checks its options", "[trainer][predict]") {
   TempDir d;
-  test::write_tone_corpus(d / "in", 2, 2);
-  builder::run_build(test::tiny_build_config(d / "in", d / "out"));
-  const Dataset ds = load_dataset(d / "out");
-  write_checkpoint(ds, d / "ck.pt", 0);
+  tone_dataset_with_checkpoint(d);
   test::write_text(d / "junk/a.wav", "x");
   PredictOptions opts;
   opts.checkpoint = d / "ck.pt";
@@ -204,4 +212,53 @@ TEST_CASE("run_predict fails when nothing can be scored, and checks its options"
   opts.inputs = {d / "in"};
   opts.checkpoint = d / "nope.pt";
   CHECK_THROWS_AS(run_predict(opts, out, log), IoError);
+}
+
+TEST_CASE("predict's folder walk: hidden entries ignored, broken links and link loops reported", "[trainer][predict]") {
+  TempDir d;
+  const Dataset ds = tone_dataset_with_checkpoint(d);
+  fs::create_directories(d / "q/.git");
+  fs::copy_file(d / "in" / ds.train.paths.at(0), d / "q/good.wav");
+  test::write_text(d / "q/._good.wav", "Mac OS X AppleDouble resource fork");
+  test::write_text(d / "q/.git/x.wav", "not audio");
+  fs::create_symlink(d / "q/missing.wav", d / "q/dangling.wav");
+  fs::create_symlink(".", d / "q/loop");
+  PredictOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.inputs = {d / "q"};
+  std::ostringstream out, log;
+  run_predict(opts, out, log);
+  const auto lines = split_lines(out.str());
+  INFO(out.str());
+  REQUIRE(lines.size() == 4);
+  CHECK_THAT(lines[1], Catch::StartsWith((d / "q/dangling.wav").string() + ",") &&
+                           Catch::Contains("broken symbolic link"));
+  CHECK_THAT(lines[2], Catch::StartsWith((d / "q/good.wav").string() + ",c"));
+  CHECK_THAT(lines[3], Catch::StartsWith((d / "q/loop").string() + ",") && Catch::Contains("symbolic link loop"));
+
+  opts.include_hidden = true;
+  std::ostringstream all;
+  run_predict(opts, all, log);
+  CHECK_THAT(all.str(), Catch::Contains((d / "q/._good.wav").string()) &&
+                            Catch::Contains((d / "q/.git/x.wav").string()));
+}
+
+TEST_CASE("predict's folder walk reports a folder it cannot read, never drops it", "[trainer][predict]") {
+  TempDir d;
+  fs::permissions(d.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  test::write_text(d / "q/a.wav", "x");
+  test::write_text(d / "q/locked/b.wav", "x");
+  fs::permissions(d / "q/locked", fs::perms::none);
+  test::ChildOptions as;
+  if (::geteuid() == 0) as.uid = 65534;
+  const auto text = test::run_in_child([&] {
+    std::string s;
+    for (const auto& in : collect_inputs({d / "q"})) s += in.path.string() + "|" + in.error + "\n";
+    return s;
+  }, as);
+  fs::permissions(d / "q/locked", fs::perms::owner_all);
+  if (!text) MELFORGE_SKIP("running as root, whose reads bypass chmod 000, and a child cannot switch to uid 65534");
+  CHECK(*text == (d / "q/a.wav").string() + "|\n" + (d / "q/locked").string() + "|" + (d / "q/locked").string() +
+                     ": cannot read folder: Permission denied\n");
 }
