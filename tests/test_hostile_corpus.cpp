@@ -174,7 +174,7 @@ TEST_CASE("hostile corpus: --strict stops on the unreadable folder and installs 
   const fs::path out = c.output("out_strict");
   const auto r = c.build(out, folder_build(c.dir / "in", out, {"--strict"}));
   INFO(r.output);
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == 3);
   CHECK_THAT(r.output, Catch::Contains("beta/locked"));
   CHECK_THAT(r.output, Catch::Contains("cannot read folder", Catch::CaseSensitive::No));
   CHECK(nothing_installed(out));
