@@ -14,7 +14,7 @@ using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
-TEST_CASE("--log none with --dtype float16 is refused before any work, saying what to use", "[messages]") {
+TEST_CASE("float16 with log none is refused before any work, saying what to use", "[messages]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
   const std::vector<std::string> dtype = GENERATE(std::vector<std::string>{},
