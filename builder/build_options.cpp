@@ -174,6 +174,10 @@ void BuildConfig::validate() const {
   mel.validate();
   segment.validate(mel.sample_rate);
   mel.validate(segment.short_samples(mel.sample_rate));
+  if (mel.log == mel::LogMode::none && build.dtype == mel::DType::float16)
+    throw InvalidArgument("--log none with --dtype float16 (the default dtype) would store +Inf wherever the linear "
+                          "mel power exceeds 65504, the largest float16 (a loud 16-bit file exceeds it); use --log "
+                          "none with --dtype float32, or keep float16 with --log db or --log ln");
   if (decode.channel < -1) throw InvalidArgument("--channel must be -1 (mix down) or a channel index >= 0");
 }
 

@@ -116,7 +116,8 @@ struct BuildConfig {
   segment::SegmentArgs segment;
   /// Decoding (channel choice; the sample rate is mel.sample_rate).
   audio::DecodeOptions decode;
-  /// Validates every part, in the order a user would fix them. Throws InvalidArgument.
+  /// Validates every part, in the order a user would fix them, then the combinations (--log none with
+  /// --dtype float16 is refused: linear power above 65504 would be stored as +Inf). Throws InvalidArgument.
   void validate() const;
 };
 

@@ -11,6 +11,7 @@
 #include "melforge/common/h5.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/timing.h"
+#include "melforge/common/utf8.h"
 
 namespace melforge::builder {
 
@@ -354,10 +355,16 @@ SplitWriter::~SplitWriter() {
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
                           const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long) {
+  const auto escaped = [](const std::vector<std::string>& names) {
+    std::vector<std::string> out;
+    out.reserve(names.size());
+    for (const auto& n : names) out.push_back(utf8::escape(n));
+    return out;
+  };
   h5::write_int32(file, "label", labels);
-  h5::write_strings(file, "path", paths);
+  h5::write_strings(file, "path", escaped(paths));
   h5::write_int32(file, "num_valid_long", num_valid_long);
-  h5::write_strings(file, "class_names", class_names);
+  h5::write_strings(file, "class_names", escaped(class_names));
   h5::write_attribute_int64(file, "schema_version", kSchemaVersion);
   h5::write_attribute_string(file, "split", split);
   h5::write_attribute_string(file, "melforge_version", MELFORGE_VERSION);

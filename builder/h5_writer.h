@@ -71,7 +71,8 @@ h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_
 
 /// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path`, `num_valid_long` (one
 /// entry per file, in dataset order), `class_names`, and the root attributes schema_version, `split`,
-/// melforge_version and then `attributes`. SplitWriter::finish and melforge-build merge call it.
+/// melforge_version and then `attributes`. Paths and class names are stored as UTF-8 strings, bytes that are not
+/// valid UTF-8 escaped by utf8::escape (`\xNN`). SplitWriter::finish and melforge-build merge call it.
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
                           const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long);

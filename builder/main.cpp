@@ -6,7 +6,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "bench.h"
@@ -75,6 +78,24 @@ void add_build_groups(po::options_description& all, melforge::builder::BuildConf
   all.add(general).add(build).add(mel).add(seg);
 }
 
+/// The text of the --config file `path`, without the UTF-8 byte order mark some editors write at its start. Throws
+/// InvalidArgument when it cannot be read.
+std::string read_config_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw melforge::InvalidArgument("--config: '" + path + "' is a folder; give the options file");
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception& e) {
+    throw melforge::InvalidArgument("--config: cannot read '" + path + "': " + e.what());
+  }
+  if (!in.is_open() || in.bad()) throw melforge::InvalidArgument("--config: cannot read '" + path + "'");
+  if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
+  return text;
+}
+
 /// Parses the command line and then the --config file (the command line wins) into the variables bound by `all`.
 /// Returns false after printing the help when --help was given.
 bool parse(int argc, char** argv, const po::options_description& all) {
@@ -86,11 +107,8 @@ bool parse(int argc, char** argv, const po::options_description& all) {
   }
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
-    try {
-      po::store(po::parse_config_file<char>(path.c_str(), all), vm);
-    } catch (const po::reading_file&) {
-      throw melforge::InvalidArgument("--config: cannot read '" + path + "'");
-    }
+    std::istringstream text(read_config_text(path));
+    po::store(po::parse_config_file(text, all), vm);
   }
   po::notify(vm);
   return true;

@@ -428,9 +428,8 @@ json run_merge(const MergeOptions& options) {
     mel_bytes += write_split(splits[i], kSplitNames[i], staged.back(), options.output, options);
   }
   splits.clear();
-  const fs::path report_path = output.install(staged);
   json report = merged_report(shards, options, mel_bytes, watch.seconds());
-  write_json_atomically(report_path, report);
+  output.install(staged, report);
   return report;
 }
 

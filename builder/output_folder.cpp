@@ -11,6 +11,7 @@
 
 #include "build_options.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 
 namespace fs = std::filesystem;
 
@@ -43,7 +44,7 @@ OutputFolder::OutputFolder(const fs::path& folder) : folder_(folder), lock_path_
 
 OutputFolder::~OutputFolder() {
   std::error_code ec;
-  if (!committed_) fs::remove_all(staging(), ec);
+  if (!committed_ && !keep_staging_) fs::remove_all(staging(), ec);
   ::unlink(lock_path_.c_str());
   ::close(fd_);
   if (created_ && !committed_) fs::remove(folder_, ec);
@@ -60,22 +61,86 @@ fs::path OutputFolder::fresh_staging() const {
   return dir;
 }
 
-fs::path OutputFolder::install(const std::vector<fs::path>& staged) {
+namespace {
+
+/// Name of the folder inside the staging folder that holds hard links to the outputs a build replaces.
+constexpr const char* kPreviousName = ".previous";
+
+/// Flushes `path` (a file or a folder) to disk with fsync(2). Throws IoError.
+void sync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open '" + path.string() + "' to sync it: " + std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok && err != EINVAL) throw IoError("cannot sync '" + path.string() + "' to disk: " + std::strerror(err));
+}
+
+}  // namespace
+
+void OutputFolder::install(const std::vector<fs::path>& staged, const nlohmann::json& report) {
+  write_json_atomically(staging() / kReportName, report);
+  std::vector<std::string> names;
+  for (const auto& p : staged) names.push_back(p.filename().string());
+  names.push_back(kReportName);
+  for (const auto& name : names) sync_path(staging() / name);
+  sync_path(staging());
+  const std::vector<std::string> unkept = keep_previous(names);
+  std::vector<std::string> moved;
   std::error_code ec;
-  const fs::path report_path = folder_ / kReportName;
-  fs::remove(report_path, ec);
-  if (ec) throw IoError("cannot remove the old '" + report_path.string() + "': " + ec.message());
-  for (const auto& p : staged) {
-    fs::remove(folder_ / p.filename(), ec);
-    if (ec) throw IoError("cannot remove the old '" + (folder_ / p.filename()).string() + "': " + ec.message());
+  fs::remove(folder_ / kReportName, ec);
+  for (std::size_t i = 0; !ec && i < names.size(); ++i) {
+    fs::rename(staging() / names[i], folder_ / names[i], ec);
+    if (!ec) moved.push_back(names[i]);
   }
-  for (const auto& p : staged) {
-    fs::rename(p, folder_ / p.filename(), ec);
-    if (ec) throw IoError("cannot move '" + p.string() + "' into '" + folder_.string() + "': " + ec.message());
+  if (ec) {
+    const std::string failed = moved.size() < names.size() ? names[moved.size()] : kReportName;
+    const std::string left = restore(moved, unkept);
+    throw IoError("cannot install '" + (folder_ / failed).string() + "': " + ec.message() +
+                  (left.empty() ? "; the previous outputs were put back" : "; " + left));
   }
   committed_ = true;
+  sync_path(folder_);
   fs::remove_all(staging(), ec);
-  return report_path;
+}
+
+std::vector<std::string> OutputFolder::keep_previous(const std::vector<std::string>& names) const {
+  const fs::path previous = staging() / kPreviousName;
+  std::error_code ec;
+  fs::create_directory(previous, ec);
+  if (ec) throw IoError("cannot create '" + previous.string() + "': " + ec.message());
+  std::vector<std::string> unkept;
+  for (const auto& name : names) {
+    if (::link((folder_ / name).c_str(), (previous / name).c_str()) == 0 || errno == ENOENT) continue;
+    if (errno != EPERM && errno != EXDEV && errno != EMLINK && errno != ENOTSUP)
+      throw IoError("cannot keep the previous '" + (folder_ / name).string() + "' until the new one is installed: " +
+                    std::strerror(errno));
+    unkept.push_back(name);
+  }
+  return unkept;
+}
+
+std::string OutputFolder::restore(const std::vector<std::string>& moved, const std::vector<std::string>& unkept) {
+  const fs::path previous = staging() / kPreviousName;
+  std::string left;
+  std::vector<std::string> names = moved;
+  if (std::find(names.begin(), names.end(), kReportName) == names.end()) names.push_back(kReportName);
+  for (const auto& name : names) {
+    std::error_code ec;
+    if (fs::exists(previous / name, ec)) {
+      fs::rename(previous / name, folder_ / name, ec);
+    } else if (std::find(unkept.begin(), unkept.end(), name) != unkept.end()) {
+      ec = std::make_error_code(std::errc::operation_not_permitted);
+    } else if (name != kReportName) {
+      fs::remove(folder_ / name, ec);
+    }
+    if (ec) left += (left.empty() ? "" : ", ") + name + " (" + ec.message() + ")";
+  }
+  if (left.empty()) return "";
+  keep_staging_ = true;
+  return "could not put back the previous " + left + "; what was kept of the previous files is in '" +
+         previous.string() + "': move it into '" + folder_.string() + "' before the next build, which empties '" +
+         staging().string() + "'";
 }
 
 void OutputFolder::lock() {

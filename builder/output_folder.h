@@ -2,6 +2,7 @@
 /// The output folder of melforge-build and melforge-build merge: locked while in use, outputs staged in
 /// OUT/.partial/ and moved in only when all are complete.
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,15 @@ class OutputFolder {
   std::filesystem::path staging() const;
   /// Empties and creates the staging folder; returns it. Throws IoError.
   std::filesystem::path fresh_staging() const;
-  /// Moves the complete files `staged` (in the staging folder) into OUT: removes OUT/build_report.json first, then
-  /// the old files of the same names, renames each (atomically replacing), removes the staging folder. The folder
-  /// is then kept. Returns the path of the report, which the caller writes last (write_json_atomically). Throws
-  /// IoError.
-  std::filesystem::path install(const std::vector<std::filesystem::path>& staged);
+  /// Installs a complete build or merge: writes `report` into the staging folder as build_report.json, syncs it
+  /// and the complete files `staged` (in the staging folder) to disk, then moves them into OUT with rename(2), which
+  /// replaces an old file of the same name atomically: first removes OUT/build_report.json, then renames each of
+  /// `staged`, then the report last, so that OUT holds a report only when every output beside it is new and
+  /// complete. The old files are kept as hard links in OUT/.partial/.previous until the report is in place; when a
+  /// step fails, the files already moved are replaced by the old ones again (or removed where there was none) and
+  /// the old report is put back, so OUT is as before. Throws IoError naming the file and the cause (and, when the
+  /// old files could not all be put back, where they are).
+  void install(const std::vector<std::filesystem::path>& staged, const nlohmann::json& report);
 
  private:
   /// Takes the exclusive flock on the lock file, retrying when the file was replaced meanwhile. Throws IoError
@@ -45,12 +50,21 @@ class OutputFolder {
   /// Writes our pid into the lock file for the message of a refused second run. Failures (a full disk) are ignored:
   /// the pid is informational and the flock alone is the lock.
   void write_pid() const;
+  /// Hard-links each existing OUT/<name> of `names` into OUT/.partial/.previous. Returns the names that exist but
+  /// could not be linked (a file system without hard links): restore() cannot put those back. Throws IoError.
+  std::vector<std::string> keep_previous(const std::vector<std::string>& names) const;
+  /// Undoes a failed install(): each of `moved` (names already renamed into OUT) is replaced by its old file from
+  /// .previous, or removed where there was none, and the old report is put back; `unkept` are the names
+  /// keep_previous() could not link. Returns "" or what could not be put back and where the rest is.
+  std::string restore(const std::vector<std::string>& moved, const std::vector<std::string>& unkept);
 
   std::filesystem::path folder_;
   std::filesystem::path lock_path_;
   int fd_ = -1;
   bool created_ = false;
   bool committed_ = false;
+  /// Set when restore() failed: the staging folder holds the only copy of old outputs and is kept.
+  bool keep_staging_ = false;
 };
 
 }  // namespace melforge::builder

@@ -5,7 +5,6 @@
 #include "batch_runner.h"
 #include "build_state.h"
 #include "melforge/common/errors.h"
-#include "melforge/common/fs_util.h"
 #include "melforge/common/timing.h"
 #include "output_folder.h"
 #include "plan.h"
@@ -86,9 +85,8 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   const BatchTotals run = run_batches(state, targets, {state.threads > 1, true}, times);
   check_stop();
   check_written_splits(state, run.skipped);
-  const fs::path report_path = output.install(run.writes[0].files);
   BuildResult result = build_result(state, run, times, total.seconds());
-  write_json_atomically(report_path, result.report);
+  output.install(run.writes[0].files, result.report);
   return result;
 }
 

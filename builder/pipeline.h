@@ -22,9 +22,9 @@ struct BuildResult {
 /// Runs a whole build. Validates `config` first, so bad parameters fail before any work. Then takes an exclusive
 /// lock on OUT/.melforge-build.lock (flock; released by the kernel when the process dies, so a killed build never
 /// blocks the next one); a second build into the same folder is refused with IoError while the first runs. Outputs
-/// are written in OUT/.partial/ and moved into OUT only when all three splits are complete; old outputs are removed
-/// first (build_report.json before the HDF5 files), and build_report.json is written last and marks a complete
-/// build. `extra_stages` run on every decoded file after decode and before mel (make_audio_stages). Throws
+/// are written in OUT/.partial/, the report too, and moved into OUT only when all of them are complete
+/// (OutputFolder::install: the old build_report.json is removed first, the HDF5 files are renamed over the old ones,
+/// and build_report.json is renamed last: it marks a complete build). `extra_stages` run on every decoded file after decode and before mel (make_audio_stages). Throws
 /// InvalidArgument, IoError, StrictError (with --strict, on the first skipped file), Interrupted or CudaError; on any
 /// error nothing in OUT is replaced, and the staging folder, the lock file and an output folder the build created
 /// itself are removed.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "build_options.h"
+#include "output_folder.h"
 #include "reliability/child_process.h"
 #include "reliability/corpus.h"
 #include "test_skip.h"
@@ -318,4 +319,74 @@ TEST_CASE("a full disk (a 64 KiB tmpfs) fails cleanly with ENOSPC, naming the fi
   const auto r = test::run_child(test::build_args(d / "in", sout), d / "enospc.log");
   check_write_failure(r, sout, "No space left on device");
   CHECK_FALSE(fs::exists(sout));
+}
+
+namespace {
+
+/// Adds `count` files with .wav names of about 200 bytes that hold no audio to class c0 of `in`: each is skipped
+/// with its path and reason, about 550 bytes of build_report.json each, which makes the report larger than any
+/// split file of a small corpus.
+void add_junk_files(const fs::path& in, int count) {
+  for (int k = 0; k < count; ++k) test::write_text(in / "c0" / (std::string(200, 'j') + std::to_string(k) + ".wav"), "junk");
+}
+
+/// Every regular file under `folder` (relative path -> bytes); empty when the folder does not exist.
+std::map<std::string, std::string> files_in(const fs::path& folder) {
+  std::map<std::string, std::string> out;
+  if (!fs::exists(folder)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(folder))
+    if (e.is_regular_file()) out[fs::relative(e.path(), folder).string()] = test::read_file_bytes(e.path());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a build whose report cannot be written installs nothing, and a previous build stays byte for byte",
+          "[reliability][faults]") {
+  const bool overwrite = GENERATE(false, true);
+  CAPTURE(overwrite);
+  constexpr rlim_t kLimit = 256 * 1024;
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 12);
+  const fs::path out = d / "out";
+  if (overwrite) REQUIRE(test::run_child(test::build_args(d / "in", out), d / "first.log").exit_code == 0);
+  const auto before = files_in(out);
+  CHECK(before.size() == (overwrite ? 4u : 0u));
+  add_junk_files(d / "in", 800);
+  const std::vector<std::string> extra = overwrite ? std::vector<std::string>{"--overwrite"} : std::vector<std::string>{};
+  test::ChildOptions opts;
+  opts.file_size_limit = kLimit;
+  const auto r = test::run_child(test::build_args(d / "in", out, extra), d / "report.log", opts);
+  {
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains("build_report.json") && Catch::Contains("File too large"));
+  }
+  CHECK(files_in(out) == before);
+  CHECK(fs::exists(out) == overwrite);
+
+  const auto ok = test::run_child(test::build_args(d / "in", out, {"--overwrite"}), d / "ok.log");
+  INFO(ok.output);
+  REQUIRE(ok.exit_code == 0);
+  CHECK(fs::file_size(out / builder::kReportName) > kLimit);
+  for (const char* h5 : {"train.h5", "val.h5", "test.h5"}) CHECK(fs::file_size(out / h5) < kLimit * 3 / 4);
+}
+
+TEST_CASE("an install that fails half-way puts the previous build back", "[reliability][faults]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 3, 12);
+  const fs::path out = d / "out";
+  REQUIRE(test::run_child(test::build_args(d / "in", out), d / "first.log").exit_code == 0);
+  fs::remove(out / "val.h5");
+  test::write_text(out / "val.h5" / "keep", "a folder in the way");
+  const auto before = files_in(out);
+  add_junk_files(d / "in", 3);
+  const auto r = test::run_child(test::build_args(d / "in", out, {"--overwrite"}), d / "install.log");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("cannot install '" + (out / "val.h5").string() + "'") &&
+                           Catch::Contains("the previous outputs were put back"));
+  CHECK(files_in(out) == before);
+  CHECK(before.count("train.h5") == 1);
+  CHECK(before.count(builder::kReportName) == 1);
 }

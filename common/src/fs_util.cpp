@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 
 namespace melforge {
 
@@ -28,7 +29,7 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 }
 
 void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& j) {
-  write_file_atomically(path, j.dump(2) + "\n");
+  write_file_atomically(path, utf8::dump(j, 2) + "\n");
 }
 
 }  // namespace melforge

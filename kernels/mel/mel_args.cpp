@@ -125,19 +125,32 @@ void MelArgs::validate(int64_t segment_samples) const {
   require(std::isfinite(f_max) && f_max >= 0.0f, "f_max must be >= 0 (0 means sample_rate/2), got " +
                                                      format_float(f_max));
   require(fmax() <= nyquist, "f_max " + format_float(fmax()) + " Hz is above the Nyquist frequency " +
-                                 format_float(nyquist) + " Hz");
+                                 format_float(nyquist) + " Hz of --sample-rate " + std::to_string(sample_rate) +
+                                 " Hz: lower --f-max or raise --sample-rate");
+  if (f_max <= 0.0f && f_min == 0.0f) {
+    require(fmax() > 0.0f, "--sample-rate " + std::to_string(sample_rate) + " Hz is too low: f_max is half of it (" +
+                               format_float(fmax()) + " Hz, as --f-max 0 means), which must be above f_min 0 Hz " +
+                               "for " + std::to_string(n_mels) + " mel bands; raise --sample-rate (e.g. 16000)");
+  } else if (f_max <= 0.0f) {
+    require(f_min < fmax(), "f_min " + format_float(f_min) + " Hz must be below f_max " + format_float(fmax()) +
+                                " Hz, half of --sample-rate " + std::to_string(sample_rate) +
+                                " (as --f-max 0 means): lower --f-min or raise --sample-rate");
+  }
   require(f_min < fmax(), "f_min " + format_float(f_min) + " Hz must be below f_max " + format_float(fmax()) + " Hz");
   require(std::isfinite(amin) && amin > 0.0f, "amin must be > 0, got " + format_float(amin));
   require(std::isfinite(log_eps) && log_eps > 0.0f, "log_eps must be > 0, got " + format_float(log_eps));
   build_filterbank(*this);
   if (segment_samples > 0) {
+    const std::string segment = "a short segment of " + std::to_string(segment_samples) +
+                                " samples (--short-seconds x --sample-rate " + std::to_string(sample_rate) + " Hz)";
     require(n_frames(segment_samples) >= 1,
-            "a segment of " + std::to_string(segment_samples) + " samples gives no frame with n_fft " +
-                std::to_string(n_fft) + (center ? " and centre padding" : " without centre padding"));
+            segment + " gives no frame with --n-fft " + std::to_string(n_fft) +
+                (center ? " and centre padding" : " without centre padding") +
+                ": raise --short-seconds or --sample-rate, or lower --n-fft");
     if (center && pad_mode == PadMode::reflect) {
-      require(segment_samples > pad(), "reflect padding by n_fft/2 = " + std::to_string(pad()) +
-                                           " needs segments longer than that, got " +
-                                           std::to_string(segment_samples) + " samples");
+      require(segment_samples > pad(), segment + " is too short for reflect padding by n_fft/2 = " +
+                                           std::to_string(pad()) + " samples: raise --short-seconds or " +
+                                           "--sample-rate, lower --n-fft, or use --pad-mode constant");
     }
   }
 }

@@ -6,8 +6,12 @@
 #include <boost/program_options.hpp>
 
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
 
@@ -27,6 +31,45 @@ void add_options(po::options_description& desc, ExportOptions& opts) {
     ("out", po::value<std::string>()->notifier([&opts](const std::string& s) { opts.out = s; }),
      "state-dict file to write (e.g. weights.pt); <out>.json receives the model configuration");
 }
+
+namespace {
+
+/// Writes each (path, bytes) of `files` as one unit: all to `<path>.new` first (write_file_atomically, with fsync), then
+/// renamed into place in order, so that a path changes only when every file is complete. When a write fails, the
+/// temporaries are removed and no path has changed; when a rename fails, the temporaries and the files already
+/// renamed are removed (a previous file of such a name is then gone too). Throws IoError naming the file.
+void write_files_together(const std::vector<std::pair<std::filesystem::path, std::string_view>>& files) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& [path, bytes] : files)
+    if (fs::is_directory(path, ec)) throw IoError("cannot write '" + path.string() + "': it is a folder");
+  std::vector<fs::path> temps;
+  std::vector<fs::path> renamed;
+  const auto remove_all_of = [&ec](const std::vector<fs::path>& paths) {
+    for (const auto& p : paths) fs::remove(p, ec);
+  };
+  try {
+    for (const auto& [path, bytes] : files) {
+      temps.push_back(path.string() + ".new");
+      write_file_atomically(temps.back(), bytes);
+    }
+  } catch (const IoError& e) {
+    remove_all_of(temps);
+    throw IoError(std::string(e.what()) + "; nothing was replaced");
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    fs::rename(temps[i], files[i].first, ec);
+    if (ec) {
+      const std::string why = ec.message();
+      remove_all_of(temps);
+      remove_all_of(renamed);
+      throw IoError("cannot rename '" + temps[i].string() + "' to '" + files[i].first.string() + "': " + why);
+    }
+    renamed.push_back(files[i].first);
+  }
+}
+
+}  // namespace
 
 void run_export(const ExportOptions& opts, std::ostream& out) {
   opts.validate();
@@ -50,8 +93,8 @@ void run_export(const ExportOptions& opts, std::ostream& out) {
                                {"epoch", ck.epoch},
                                {"checkpoint", opts.checkpoint.string()}};
   const std::filesystem::path json_path = opts.out.string() + ".json";
-  write_file_atomically(opts.out, std::string_view(bytes.data(), bytes.size()));
-  write_file_atomically(json_path, meta.dump(2) + "\n");
+  const std::string json_text = utf8::dump(meta, 2) + "\n";
+  write_files_together({{json_path, json_text}, {opts.out, std::string_view(bytes.data(), bytes.size())}});
   out << "wrote " << opts.out.string() << " (" << state.size() << " tensors, " << numel << " values, model "
       << model->kind() << ", epoch " << ck.epoch << ")\n"
       << "wrote " << json_path.string() << '\n';

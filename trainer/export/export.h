@@ -25,7 +25,10 @@ struct ExportOptions {
 /// Registers --checkpoint --out.
 void add_options(boost::program_options::options_description& desc, ExportOptions& opts);
 
-/// Writes the state dict (atomically) and the JSON beside it, and says what it wrote on `out`.
+/// Writes the state dict and the JSON beside it (names not valid UTF-8 escaped as utf8::escape does), both or
+/// neither: each goes to a temporary name first, and they are renamed into place (the JSON first) only when both
+/// are complete; on failure the temporaries are removed and a previous export is left as it was. Says what it wrote
+/// on `out`. Throws IoError naming the file (a folder in the way, a full disk, ...).
 void run_export(const ExportOptions& opts, std::ostream& out);
 
 }  // namespace melforge::trainer

@@ -27,6 +27,7 @@
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_walk.h"
 #include "melforge/common/options.h"
+#include "melforge/common/utf8.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
 #include "util.h"
@@ -113,6 +114,50 @@ void score_chunk(Classifier& model, const std::vector<FileFeatures>& feats, cons
     r.detected = detected.data_ptr<bool>()[f];
     r.num_valid_long = nvl[f];
   }
+}
+
+/// Writes `rows` as CSV with a header: path, predicted, detection_score, detected, p_<class> per class of
+/// `class_names`, error. Paths, class names and errors go through utf8::escape, as in the JSON output.
+void write_csv(const std::vector<Row>& rows, const std::vector<std::string>& class_names, std::ostream& out) {
+  const auto field = [](const std::string& text) { return csv_field(utf8::escape(text)); };
+  out << "path,predicted,detection_score,detected";
+  for (const auto& n : class_names) out << ',' << field("p_" + n);
+  out << ",error\n";
+  for (const Row& r : rows) {
+    out << field(r.path);
+    if (r.error.empty()) {
+      out << ',' << field(class_names[static_cast<std::size_t>(r.predicted)]) << ',' << number(r.score) << ','
+          << (r.detected ? 1 : 0);
+      for (float p : r.probs) out << ',' << number(p);
+      out << ",\n";
+    } else {
+      out << ",,,";
+      for (std::size_t c = 0; c < class_names.size(); ++c) out << ',';
+      out << ',' << field(r.error) << '\n';
+    }
+  }
+}
+
+/// Writes `rows` as a JSON array of objects (path and error, or path, predicted, probabilities by class name,
+/// positive_class, detection_score, detected, num_valid_long), names not valid UTF-8 escaped (utf8::dump).
+void write_json(const std::vector<Row>& rows, const Checkpoint& ck, std::ostream& out) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      arr.push_back({{"path", r.path}, {"error", r.error}});
+      continue;
+    }
+    nlohmann::json probs = nlohmann::json::object();
+    for (std::size_t c = 0; c < ck.class_names.size(); ++c) probs[ck.class_names[c]] = r.probs[c];
+    arr.push_back({{"path", r.path},
+                   {"predicted", ck.class_names[static_cast<std::size_t>(r.predicted)]},
+                   {"probabilities", probs},
+                   {"positive_class", ck.positive_class},
+                   {"detection_score", r.score},
+                   {"detected", r.detected},
+                   {"num_valid_long", r.num_valid_long}});
+  }
+  out << utf8::dump(arr, 2) << '\n';
 }
 
 }  // namespace
@@ -280,42 +325,10 @@ void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& lo
     }
   }
 
-  if (opts.format == "csv") {
-    out << "path,predicted,detection_score,detected";
-    for (const auto& n : ck.class_names) out << ',' << csv_field("p_" + n);
-    out << ",error\n";
-    for (const Row& r : rows) {
-      out << csv_field(r.path);
-      if (r.error.empty()) {
-        out << ',' << csv_field(ck.class_names[static_cast<std::size_t>(r.predicted)]) << ',' << number(r.score)
-            << ',' << (r.detected ? 1 : 0);
-        for (float p : r.probs) out << ',' << number(p);
-        out << ",\n";
-      } else {
-        out << ",,,";
-        for (int64_t c = 0; c < C; ++c) out << ',';
-        out << ',' << csv_field(r.error) << '\n';
-      }
-    }
-  } else {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const Row& r : rows) {
-      if (!r.error.empty()) {
-        arr.push_back({{"path", r.path}, {"error", r.error}});
-        continue;
-      }
-      nlohmann::json probs = nlohmann::json::object();
-      for (int64_t c = 0; c < C; ++c) probs[ck.class_names[c]] = r.probs[c];
-      arr.push_back({{"path", r.path},
-                     {"predicted", ck.class_names[static_cast<std::size_t>(r.predicted)]},
-                     {"probabilities", probs},
-                     {"positive_class", ck.positive_class},
-                     {"detection_score", r.score},
-                     {"detected", r.detected},
-                     {"num_valid_long", r.num_valid_long}});
-    }
-    out << arr.dump(2) << '\n';
-  }
+  if (opts.format == "csv")
+    write_csv(rows, ck.class_names, out);
+  else
+    write_json(rows, ck, out);
   const int64_t failed = static_cast<int64_t>(files.size()) - scored;
   log << "predict: " << scored << " file(s) scored, " << failed << " unreadable; model " << model->kind()
       << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", detection of '" << ck.positive_class

@@ -10,11 +10,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "export/export.h"
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
+#include "reliability/child_process.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "venv_python.h"
@@ -152,4 +154,69 @@ TEST_CASE("Python loads the export into tools/melforge_models.py and reproduces 
                         (d / "expected.pt").string() + "' 1e-5",
                     output2) == 1);
   CHECK_THAT(output2, Catch::Contains("logits"));
+}
+
+namespace {
+
+/// The whole file `p` as a string.
+std::string read_text(const fs::path& p) {
+  const std::vector<char> bytes = read_bytes(p);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+/// The names in folder `dir`.
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("export writes the weights and their JSON both or neither", "[trainer][export]") {
+  TempDir d;
+  seeded_checkpoint(d / "ck.pt", 3);
+  const fs::path weights = d / "weights.pt";
+  const fs::path json = d / "weights.pt.json";
+
+  SECTION("the .json path is a folder") {
+    fs::create_directories(json / "inside");
+    ExportOptions opts;
+    opts.checkpoint = d / "ck.pt";
+    opts.out = weights;
+    std::ostringstream out;
+    CHECK_THROWS_WITH(run_export(opts, out), Catch::Contains(json.string()) && Catch::Contains("is a folder"));
+    CHECK(names_in(d.path()) == std::set<std::string>{"ck.pt", "weights.pt.json"});
+  }
+
+  SECTION("a file size limit fails the .json write, over a previous export") {
+    // The limit lies between the sizes of the two files, so that weights.pt could be written and its .json not.
+    Checkpoint ck = load_checkpoint(d / "ck.pt");
+    ck.mel["note"] = std::string(400000, 'n');
+    save_checkpoint(ck, d / "big.pt");
+    const std::vector<std::string> args = {MELFORGE_TRAIN_EXE, "export", "--checkpoint", (d / "big.pt").string(),
+                                           "--out"};
+    std::vector<std::string> ref_args = args;
+    ref_args.push_back((d / "ref.pt").string());
+    REQUIRE(test::run_child(ref_args, d / "ref.log").exit_code == 0);
+    const auto weights_size = fs::file_size(d / "ref.pt");
+    const auto json_size = fs::file_size(d / "ref.pt.json");
+    REQUIRE(weights_size < json_size / 2);
+
+    test::write_text(weights, "previous weights");
+    test::write_text(json, "previous json");
+    std::vector<std::string> failing = args;
+    failing.push_back(weights.string());
+    test::ChildOptions limit;
+    limit.file_size_limit = json_size / 2;
+    const auto r = test::run_child(failing, d / "failing.log", limit);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(json.string()) && Catch::Contains("File too large") &&
+                             Catch::Contains("nothing was replaced"));
+    CHECK(read_text(weights) == "previous weights");
+    CHECK(read_text(json) == "previous json");
+    CHECK(names_in(d.path()) == std::set<std::string>{"ck.pt", "big.pt", "ref.pt", "ref.pt.json", "ref.log",
+                                                      "failing.log", "weights.pt", "weights.pt.json"});
+  }
 }

@@ -6,12 +6,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "data/dataset.h"
 #include "eval/evaluate.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
 #include "models/cnn.h"
 #include "predict/predict.h"
 #include "reliability/child_process.h"
@@ -19,6 +22,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "trainer_fixture.h"
+#include "venv_python.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
@@ -261,4 +265,80 @@ TEST_CASE("predict's folder walk reports a folder it cannot read, never drops it
   if (!text) MELFORGE_SKIP("running as root, whose reads bypass chmod 000, and a child cannot switch to uid 65534");
   CHECK(*text == (d / "q/a.wav").string() + "|\n" + (d / "q/locked").string() + "|" + (d / "q/locked").string() +
                      ": cannot read folder: Permission denied\n");
+}
+
+namespace {
+
+/// Replaces the class_names dataset of the three split files of `data` by `names` (raw bytes, as a dataset written
+/// by another tool may hold them).
+void rewrite_class_names(const fs::path& data, const std::vector<std::string>& names) {
+  for (const char* split : {"train.h5", "val.h5", "test.h5"}) {
+    h5::File file = h5::open_file(data / split, true);
+    REQUIRE(H5Ldelete(file.id(), "class_names", H5P_DEFAULT) >= 0);
+    h5::write_strings(file, "class_names", names);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("names that are not UTF-8 go through build, train and predict, and Python reads every output",
+          "[trainer][predict][utf8]") {
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
+    MELFORGE_SKIP("/usr/bin/python3 with h5py is not available (tools/setup.sh installs it)");
+  const bool raw_in_dataset = GENERATE(false, true);
+  CAPTURE(raw_in_dataset);
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 6);
+  fs::rename(d / "in" / "class1", d / "in" / "c\xff");
+  test::write_tone(d / "in" / "c\xff" / "f\xff.wav", 600, 12000, 8000);
+  test::write_text(d / "in" / "class0" / "bad\xfe.wav", "not audio");
+  builder::run_build(test::tiny_build_config(d / "in", d / "data"));
+  if (raw_in_dataset) rewrite_class_names(d / "data", {"class0", "c\xff"});
+
+  std::ostringstream log;
+  const auto result = trainer::train(test::tiny_config(d / "data", d / "run", 1), log);
+  INFO(log.str());
+  REQUIRE(result.test.has_value());
+
+  PredictOptions opts;
+  opts.checkpoint = d / "run" / "checkpoints" / "best.pt";
+  opts.inputs = {d / "in"};
+  opts.threads = 2;
+  opts.device = "cpu";
+  for (const std::string format : {"json", "csv"}) {
+    opts.format = format;
+    std::ostringstream out, plog;
+    run_predict(opts, out, plog);
+    std::ofstream(d / ("predict." + format), std::ios::binary) << out.str();
+  }
+  test::write_text(d / "check.py",
+                   "import csv, json, os, sys, h5py\n"
+                   "d = sys.argv[1]\n"
+                   "classes = ['class0', 'c\\\\xff']\n"
+                   "for split in ('train', 'val', 'test'):\n"
+                   "    with h5py.File(os.path.join(d, 'data', split + '.h5'), 'r') as h:\n"
+                   "        h['class_names'][:]; h['path'].asstr()[:]\n"
+                   "assert json.load(open(os.path.join(d, 'data', 'build_report.json')))['classes'] == classes\n"
+                   "for line in open(os.path.join(d, 'run', 'metrics.jsonl'), encoding='utf-8'):\n"
+                   "    json.loads(line)\n"
+                   "assert json.load(open(os.path.join(d, 'run', 'report.json'), encoding='utf-8'))\n"
+                   "rows = json.load(open(os.path.join(d, 'predict.json'), encoding='utf-8'))\n"
+                   "paths = [os.path.basename(r['path']) for r in rows]\n"
+                   "assert len(rows) == 16, len(rows)\n"
+                   "assert 'f\\\\xff.wav' in paths and 'bad\\\\xfe.wav' in paths, paths\n"
+                   "scored = [r for r in rows if 'error' not in r]\n"
+                   "assert len(scored) == 15, rows\n"
+                   "assert all(sorted(r['probabilities']) == sorted(classes) for r in scored)\n"
+                   "assert all(r['predicted'] in classes for r in scored)\n"
+                   "assert any('c\\\\xff' in r['path'] for r in scored)\n"
+                   "table = list(csv.DictReader(open(os.path.join(d, 'predict.csv'), encoding='utf-8', newline='')))\n"
+                   "assert [os.path.basename(r['path']) for r in table] == paths\n"
+                   "assert 'p_c\\\\xff' in table[0], list(table[0])\n"
+                   "print('OK', len(rows))\n");
+  std::string output;
+  const int rc = test::run_command("/usr/bin/python3 '" + (d / "check.py").string() + "' '" + d.path().string() + "'",
+                                   output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK_THAT(output, Catch::Contains("OK 16"));
 }
