@@ -47,6 +47,8 @@ run_one() {
   local t="$1" exe="$build_dir/tests/fuzz/$1" work="$build_dir/fuzz/$1" dict=()
   mkdir -p "$work/corpus"
   [[ -f "$here/tests/fuzz/$t.dict" ]] && dict=(-dict="$here/tests/fuzz/$t.dict")
+  # Decoding holds about 1.6 MiB whatever a header claims (issue 15): an allocation of 256 MiB is a finding.
+  [[ "$t" == fuzz_decode ]] && dict+=(-malloc_limit_mb=256)
   "$exe" "${dict[@]}" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 -print_final_stats=1 \
     -artifact_prefix="$work/" "$work/corpus" "$here/tests/fuzz/corpus/$t" >"$work.log" 2>&1
 }

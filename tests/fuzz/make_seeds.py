@@ -35,6 +35,14 @@ def float_wav(samples, rate):
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
+def claimed_channels_wav(channels, frames, rate=8000):
+    """A 16-bit WAV whose fmt chunk claims `channels` channels, with `frames` frames of a ramp."""
+    data = b"".join(struct.pack("<h", (i * 37) % 2000 - 1000) for i in range(channels * frames))
+    fmt = struct.pack("<HHIIHH", 1, channels, rate, rate * 2 * channels, 2 * channels, 16)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
 def decode_seeds():
     def synth(seconds, freq="440"):
         return ["synth", seconds, "sine", freq]
@@ -55,6 +63,10 @@ def decode_seeds():
         "float_near_max_44k": (bytes([0, 0, 0x00, 0]),
                                float_wav([3e38 if (i // 3) % 2 else -3e38 for i in range(2205)], 44100)),
     }
+    # Issue 15: a decode chunk of 65,536 frames x channels made these allocate 256 MiB (the seed replay runs with
+    # -malloc_limit_mb=64, tests/fuzz/CMakeLists.txt).
+    seeds["wav_1024ch_claim"] = (bytes([0, 0, 0x00, 0]), claimed_channels_wav(1024, 12))
+    seeds["wav_4096ch_claim"] = (bytes([0, 0, 0x00, 0]), claimed_channels_wav(4096, 2))
     wav = seeds["wav16_mono_8k"][1]
     seeds["truncated_header"] = (bytes([0, 0, 0, 0]), wav[:30])
     seeds["text"] = (bytes([0, 0, 0, 0]), b"this is not audio\n")
@@ -70,6 +82,9 @@ def manifest_seeds():
         "bad_split.csv": b"a.wav,x,holdout\n",
         "unterminated.csv": b'"a.wav,x\n',
         "fields.csv": b"a.wav\na.wav,x,train,extra\n,x\na.wav,\n",
+        # Issue 15: one file under several spellings (refused), labels with stray spaces (trimmed).
+        "spellings.csv": b"c/a/f0.wav,a\n./c/a/f0.wav,a\nc//a/../a/f0.wav,a\n",
+        "label_spaces.csv": b"x.wav, a\ny.wav,a \nz.wav,\ta\t,\t test \n",
     }
 
 

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 
 namespace torch::jit {
 // Declared in <torch/csrc/jit/serialization/export.h>, which costs a TorchScript and ONNX include tree.
@@ -176,9 +177,9 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path) {
   c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
   d.insert("format", std::string(kFormatTag));
   d.insert("version", c.version);
-  d.insert("model_config", c.model_config.dump());
-  d.insert("config", c.config.dump());
-  d.insert("mel", c.mel.dump());
+  d.insert("model_config", utf8::dump(c.model_config));
+  d.insert("config", utf8::dump(c.config));
+  d.insert("mel", utf8::dump(c.mel));
   c10::List<std::string> names;
   for (const auto& n : c.class_names) names.push_back(n);
   d.insert("class_names", names);
@@ -189,13 +190,13 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path) {
   d.insert("model", tensor_dict(c.model));
   d.insert("optimizer", tensor_dict(c.optimizer));
   d.insert("scaler", tensor_dict(c.scaler));
-  d.insert("scheduler", c.scheduler.dump());
+  d.insert("scheduler", utf8::dump(c.scheduler));
   d.insert("rng_state", c.rng_state.defined() ? c10::IValue(c.rng_state.detach().to(at::kCPU).contiguous())
                                               : c10::IValue());
   d.insert("cuda_rng_state", c.cuda_rng_state.defined()
                                  ? c10::IValue(c.cuda_rng_state.detach().to(at::kCPU).contiguous())
                                  : c10::IValue());
-  d.insert("state", c.state.dump());
+  d.insert("state", utf8::dump(c.state));
   const std::vector<char> bytes = torch_save_bytes(c10::IValue(d));
   write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
 }

@@ -8,6 +8,7 @@
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
 #include "melforge/common/progress.h"
+#include "melforge/common/utf8.h"
 #include "train/graph_step.h"
 #include "train/profiling.h"
 #include "train/run_folder.h"
@@ -183,7 +184,7 @@ void Run::save_epoch(const nlohmann::json& line, bool improved) {
   ScopedStage stage(times_, "checkpoint");
   const nlohmann::json rank_rng = group_ ? gather_rank_rng() : nlohmann::json();
   if (!writer()) return;
-  append_line(run_dir_ / "metrics.jsonl", line.dump());
+  append_line(run_dir_ / "metrics.jsonl", utf8::dump(line));
   Checkpoint c = make_checkpoint();
   if (group_) c.state["rank_rng"] = rank_rng;
   if (improved) {
