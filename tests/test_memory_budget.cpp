@@ -59,7 +59,7 @@ TEST_CASE("num_long_cap is the most long segments that fit the budget, at least 
   CHECK(builder::num_long_cap(int64_t{1} << 62, 1) == std::numeric_limits<int>::max());
 }
 
-TEST_CASE("the automatic num_long is capped so that one file fits --max-ram; a given --num-long is kept",
+TEST_CASE("the automatic num_long is capped so that one file fits --max-ram, and a given --num-long is kept",
           "[stages][resources]") {
   const std::string max_ram = GENERATE("64M", "96M", "256M");
   CAPTURE(max_ram);
