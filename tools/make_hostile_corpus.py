@@ -22,7 +22,6 @@ characters \\xNN (Python's errors="backslashreplace"), the escaping melforge doc
 Deterministic; existing output is replaced. Needs Debian's python3 and numpy.
 """
 import argparse
-import io
 import json
 import os
 import shutil
@@ -30,6 +29,8 @@ import struct
 import wave
 
 import numpy as np
+
+from make_bad_inputs import pcm16_wav_bytes
 
 RATE = 16000
 
@@ -39,14 +40,7 @@ def wav_bytes(seconds, rate=RATE, channels=1, freq=440.0):
     n = int(round(seconds * rate))
     t = np.arange(n) / rate
     x = np.stack([0.4 * np.sin(2 * np.pi * freq * t + c) for c in range(channels)], axis=1)
-    pcm = np.round(x * 32767).astype("<i2")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
-    return buf.getvalue()
+    return pcm16_wav_bytes(x.reshape(-1), rate, channels)
 
 
 def claimed_channels_wav(channels, frames):
