@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (warnings are errors for melforge's own code) and runs all the tests:
-# C++ through CTest, then Python through pytest (tests/python). [cuda] tests report "skipped" on a machine without a
+# C++ through CTest, then Python through pytest (tests/python and the package's python/tests, after `pip install .`). [cuda] tests report "skipped" on a machine without a
 # CUDA device; any other skip (a missing tool or permission) fails the run (tools/check_skips.py).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,7 +14,9 @@ fi
 build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
 MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/build.sh" -DMELFORGE_WERROR=ON "$@"
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 600 --output-junit "$build_dir/ctest-junit.xml"
-/usr/bin/python3 -m pytest -q -rs "$here/tests/python" --junitxml "$build_dir/pytest-junit.xml"
+# The Python package: `pip install .` into the build's venv (tools/setup_python.sh), then its tests and the tools' tests.
+python="$(MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/setup_python.sh" | tail -n 1)"
+(cd "$build_dir" && "$python" -m pytest -q -rs "$here/tests/python" "$here/python/tests" --junitxml "$build_dir/pytest-junit.xml")
 # A skipped test passes CTest; here a skip fails the run unless it is a [cuda] test on a machine without a GPU.
 /usr/bin/python3 "$here/tools/check_skips.py" --build "$build_dir" --ctest-junit "$build_dir/ctest-junit.xml" \
   --pytest-junit "$build_dir/pytest-junit.xml"
