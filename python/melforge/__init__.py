@@ -12,3 +12,5 @@ from ._core import (  # noqa: F401
     FormatError,
     CudaError,
 )
+
+# Each area's public names (one line each; keep the order: mel, audio, build, data, evaluate, predict, models).

@@ -12,7 +12,9 @@ void bind_mel(nanobind::module_& m);
 void bind_audio(nanobind::module_& m);
 /// A build with the builder's own options (bind_build.cpp).
 void bind_build(nanobind::module_& m);
-/// Dataset reading, the batch loader and the file-level vote (bind_data.cpp).
+/// Dataset reading and the batch loader (bind_data.cpp).
 void bind_data(nanobind::module_& m);
+/// The file-level vote of `melforge-train eval` and the featurization `predict` uses (bind_eval.cpp).
+void bind_eval(nanobind::module_& m);
 
 }  // namespace melforge::python

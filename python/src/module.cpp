@@ -73,4 +73,5 @@ NB_MODULE(_core, m) {
   melforge::python::bind_audio(m);
   melforge::python::bind_build(m);
   melforge::python::bind_data(m);
+  melforge::python::bind_eval(m);
 }
