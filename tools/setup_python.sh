@@ -30,11 +30,12 @@ if [[ "${MELFORGE_TRAINER:-1}" != 0 ]]; then
     "$torch_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/melforge-torch.pth"
   fi
 fi
-# Build requirements (pinned: the versions CI was run with) and the tests' own.
-requirements=(scikit-build-core==1.1.2 nanobind==3.1.0 pytest h5py numpy)
+# The tests' requirements. The build's (scikit-build-core, nanobind: pyproject.toml) come in pip's isolated build
+# environment, as for any user's `pip install .`.
+requirements=(pytest h5py numpy)
 read -r -a extras <<< "${MELFORGE_PY_EXTRAS:-}"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}" "${extras[@]}" >&2
 log "pip install $here"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
   --config-settings=build-dir="$build_dir/python" --config-settings=cmake.build-type=Release "$here" >&2
 echo "$venv/bin/python"

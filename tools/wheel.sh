@@ -22,7 +22,7 @@ python="$(MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/setup_python.sh" | t
 raw="$(mktemp -d)"
 trap 'rm -rf "$raw"' EXIT
 log "pip wheel"
-"$python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps -w "$raw" \
+"$python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$raw" \
   --config-settings=build-dir="$build_dir/python" --config-settings=cmake.build-type=Release "$here" >&2
 wheel=("$raw"/melforge-*.whl)
 log "auditwheel repair $(basename "${wheel[0]}")"
