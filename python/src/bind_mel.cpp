@@ -155,24 +155,22 @@ mel::MelArgs make_args(int sample_rate, int n_fft, int win_length, int hop_lengt
                        int n_mels, const std::string& window, float power, bool center, const std::string& pad_mode,
                        const std::string& norm, const std::string& mel_scale, const std::string& log, float amin,
                        float log_eps) {
-  mel::MelArgs a;
-  a.sample_rate = sample_rate;
-  a.n_fft = n_fft;
-  a.win_length = win_length;
-  a.hop_length = hop_length;
-  a.f_min = f_min;
-  a.f_max = f_max;
-  a.n_mels = n_mels;
-  a.window = mel::parse_window(window);
-  a.power = power;
-  a.center = center;
-  a.pad_mode = mel::parse_pad_mode(pad_mode);
-  a.mel_norm = mel::parse_mel_norm(norm);
-  a.mel_scale = mel::parse_mel_scale(mel_scale);
-  a.log = mel::parse_log_mode(log);
-  a.amin = amin;
-  a.log_eps = log_eps;
-  return a;
+  return mel::MelArgs{.sample_rate = sample_rate,
+                      .n_fft = n_fft,
+                      .win_length = win_length,
+                      .hop_length = hop_length,
+                      .window = mel::parse_window(window),
+                      .center = center,
+                      .pad_mode = mel::parse_pad_mode(pad_mode),
+                      .power = power,
+                      .n_mels = n_mels,
+                      .f_min = f_min,
+                      .f_max = f_max,
+                      .mel_scale = mel::parse_mel_scale(mel_scale),
+                      .mel_norm = mel::parse_mel_norm(norm),
+                      .log = mel::parse_log_mode(log),
+                      .amin = amin,
+                      .log_eps = log_eps};
 }
 
 }  // namespace
