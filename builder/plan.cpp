@@ -12,6 +12,7 @@
 #include "melforge/common/fs_walk.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/progress.h"
+#include "mel/filterbank.h"
 #include "split.h"
 #include "stop.h"
 
@@ -170,6 +171,7 @@ void label_files(BuildState& state) {
     state.class_index[state.class_names[i]] = static_cast<int32_t>(i);
   assign_splits(state.scan.files, state.config.build.split_ratios(), state.config.build.seed);
   warn_case_labels(state);
+  if (const std::string empty = mel::empty_bands_warning(state.config.mel); !empty.empty()) warn(state, empty);
 }
 
 void probe_files(BuildState& state, bool show_progress) {

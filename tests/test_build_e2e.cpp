@@ -1,6 +1,7 @@
 // End-to-end builds of small generated corpora through the library and through the melforge-build binary.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -10,6 +11,7 @@
 
 #include "audio/decode.h"
 #include "build_fixture.h"
+#include "mel/filterbank.h"
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
@@ -256,6 +258,37 @@ TEST_CASE("the report records the engine choice, auto says why it used the CPU, 
   CHECK_FALSE(fs::exists(d / "out_cuda" / "build_report.json"));
   CHECK_THAT(read_text(d / "stderr_auto.txt"),
              Catch::Contains("melforge-build: --device auto: cpu-fftw engine: no usable CUDA device: " + q.describe()));
+}
+
+TEST_CASE("mel bands without an FFT bin are a warning in the log and the report, not a refusal", "[e2e][cli]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  const fs::path err = d / "stderr.txt";
+  const int rc = run_cli_stderr("--input " + (d / "in").string() + " --output " + (d / "out").string() +
+                                    " --sample-rate 16000 --n-fft 400 --n-mels 128 --long-seconds 1 " +
+                                    "--short-seconds 0.5 --device cpu --quiet",
+                                err);
+  const std::string log = read_text(err);
+  INFO(log);
+  REQUIRE(rc == 0);
+  mel::MelArgs a;
+  a.n_fft = 400;
+  a.n_mels = 128;
+  const std::string warning = mel::empty_bands_warning(a);
+  REQUIRE_FALSE(warning.empty());
+  CHECK_THAT(log, Catch::Contains("melforge-build: warning: " + warning));
+  const auto report = nlohmann::json::parse(read_text(d / "out" / "build_report.json"));
+  const auto warnings = report.at("warnings").get<std::vector<std::string>>();
+  CHECK(std::count(warnings.begin(), warnings.end(), warning) == 1);
+  const auto s = read_split(d / "out" / "train.h5");
+  REQUIRE(s.dims.size() >= 2);
+  const int64_t n_frames = s.dims.back();
+  const int64_t n_mels = s.dims[s.dims.size() - 2];
+  REQUIRE(n_mels == 128);
+  const float silence = mel::silence_value(a);
+  const int band = mel::build_filterbank(a).empty_bands().front();
+  for (std::size_t base = 0; base < s.mel.size(); base += static_cast<std::size_t>(n_mels * n_frames))
+    for (int64_t t = 0; t < n_frames; ++t) REQUIRE(s.mel[base + static_cast<std::size_t>(band * n_frames + t)] == silence);
 }
 
 TEST_CASE("invalid parameters fail before any work", "[e2e][cli]") {

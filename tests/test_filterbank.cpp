@@ -33,7 +33,8 @@ MelArgs fb_args(int sample_rate, int n_fft, int n_mels, float f_min, float f_max
   return a;
 }
 
-/// Largest |got - want| in band m of two dense [n_freqs][n_mels] matrices, divided by the band's peak in `want`.
+/// Largest |got - want| in band m of two dense [n_freqs][n_mels] matrices, divided by the band's peak in `want` (an
+/// all-zero band of `want` counts 0 when `got`'s is all zero too, else infinity).
 template <class T>
 double worst_band_error(const std::vector<float>& got, const std::vector<T>& want, int n_freqs, int n_mels) {
   double worst = 0.0;
@@ -44,7 +45,7 @@ double worst_band_error(const std::vector<float>& got, const std::vector<T>& wan
       peak = std::max(peak, static_cast<double>(want[i]));
       err = std::max(err, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
     }
-    worst = std::max(worst, err / peak);
+    worst = std::max(worst, peak > 0.0 ? err / peak : (err > 0.0 ? INFINITY : 0.0));
   }
   return worst;
 }
@@ -89,19 +90,30 @@ TEST_CASE("filterbank matches the formulas in double", "[filterbank]") {
   const MelArgs a = fb_args(sample_rate, n_fft, n_mels, f_min, 0.0f, scale, norm);
   const auto want = test::reference_filterbank(a);
   CAPTURE(sample_rate, n_fft, n_mels, to_string(scale), to_string(norm), f_min);
-  bool empty_band = false;
+  std::vector<int> empty_bands;
   for (int m = 0; m < n_mels; ++m) {
     double peak = 0.0;
     for (int k = 0; k < a.n_freqs(); ++k) peak = std::max(peak, want[static_cast<std::size_t>(k) * n_mels + m]);
-    empty_band = empty_band || peak == 0.0;
+    if (peak == 0.0) empty_bands.push_back(m);
   }
-  if (empty_band) {
-    CHECK_THROWS_AS(build_filterbank(a), InvalidArgument);
-    CHECK_THROWS_AS(a.validate(), InvalidArgument);
+  CHECK_NOTHROW(a.validate());
+  const Filterbank fb = build_filterbank(a);
+  CHECK(fb.empty_bands() == empty_bands);
+  CHECK(empty_bands_warning(a).empty() == empty_bands.empty());
+  const auto got = fb.dense();
+  if (empty_bands.empty()) {
+    CHECK(worst_band_error(got, want, a.n_freqs(), n_mels) <= 3e-5);
     return;
   }
-  const auto got = build_filterbank(a).dense();
-  CHECK(worst_band_error(got, want, a.n_freqs(), n_mels) <= 3e-5);
+  // Bands narrower than the bin spacing (where some are empty) hold a bin or two near a triangle's edge, whose small
+  // weight carries the float32 rounding of the edges (filterbank.cpp) relative to the triangle's height, not to
+  // that weight: compare against the filterbank's largest weight instead.
+  double peak = 0.0, err = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    peak = std::max(peak, want[i]);
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+  }
+  CHECK(err <= 3e-5 * peak);
 }
 
 TEST_CASE("sparse filterbank storage equals the dense matrix", "[filterbank]") {
@@ -211,9 +223,7 @@ TEST_CASE("validate rejects out-of-range parameters", "[filterbank][args]") {
       {"power negative", [](MelArgs& a) { a.power = -2.0f; }, 0, "power"},
       {"power NaN", [](MelArgs& a) { a.power = NAN; }, 0, "power"},
       {"n_mels 0", [](MelArgs& a) { a.n_mels = 0; }, 0, "n_mels"},
-      {"n_mels too large for n_fft", [](MelArgs& a) { a.n_fft = 256; a.n_mels = 128; }, 0, "too large"},
-      {"n_mels too large, low f_max",
-       [](MelArgs& a) { a.n_mels = 64; a.f_max = 500.0f; }, 0, "too large for n_fft"},
+      {"n_mels above n_fft/2+1", [](MelArgs& a) { a.n_fft = 256; a.n_mels = 130; }, 0, "too large for n_fft"},
       {"f_max above Nyquist", [](MelArgs& a) { a.f_max = 8000.5f; }, 0, "Nyquist"},
       {"f_max negative", [](MelArgs& a) { a.f_max = -1.0f; }, 0, "f_max"},
       {"f_min negative", [](MelArgs& a) { a.f_min = -1.0f; }, 0, "f_min"},
@@ -234,10 +244,40 @@ TEST_CASE("validate rejects out-of-range parameters", "[filterbank][args]") {
   }
 }
 
-TEST_CASE("build_filterbank names the first empty band", "[filterbank]") {
-  const MelArgs a = fb_args(16000, 256, 128, 0.0f, 0.0f, MelScale::htk, MelNorm::none);
-  CHECK_THROWS_AS(build_filterbank(a), InvalidArgument);
-  CHECK_THROWS_WITH(build_filterbank(a), Catch::Contains("mel band 0 ") && Catch::Contains("n_mels 128"));
+TEST_CASE("bands without an FFT bin are kept empty and warned about, as torchaudio does", "[filterbank]") {
+  struct Case {
+    const char* what;
+    MelArgs args;
+  };
+  const std::vector<Case> cases = {
+      {"torchaudio's defaults n_fft 400, n_mels 128",
+       fb_args(16000, 400, 128, 0.0f, 0.0f, MelScale::htk, MelNorm::none)},
+      {"n_fft 256, n_mels 128", fb_args(16000, 256, 128, 0.0f, 0.0f, MelScale::htk, MelNorm::none)},
+      {"n_mels 64 under 500 Hz", fb_args(16000, 512, 64, 0.0f, 500.0f, MelScale::htk, MelNorm::slaney)},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    const MelArgs& a = c.args;
+    CHECK_NOTHROW(a.validate());
+    const Filterbank fb = build_filterbank(a);
+    const std::vector<float> dense = fb.dense();
+    std::vector<int> zero_columns;
+    for (int m = 0; m < a.n_mels; ++m) {
+      bool all_zero = true;
+      for (int k = 0; k < fb.n_freqs; ++k) all_zero = all_zero && dense[static_cast<std::size_t>(k) * a.n_mels + m] == 0;
+      if (all_zero) zero_columns.push_back(m);
+    }
+    REQUIRE_FALSE(zero_columns.empty());
+    CHECK(fb.empty_bands() == zero_columns);
+    CHECK(fb.offset[a.n_mels] == static_cast<int32_t>(fb.weights.size()));
+    const std::string warning = empty_bands_warning(a);
+    CHECK_THAT(warning, Catch::StartsWith("At least one mel filterbank has all zero values (mel band") &&
+                            Catch::Contains("of " + std::to_string(a.n_mels)) &&
+                            Catch::Contains("n_fft (" + std::to_string(a.n_fft)) &&
+                            Catch::Contains(" " + std::to_string(zero_columns.front())));
+  }
+  CHECK(empty_bands_warning(fb_args(16000, 512, 64, 0.0f, 0.0f, MelScale::htk, MelNorm::none)).empty());
+  CHECK(build_filterbank(fb_args(16000, 512, 64, 0.0f, 0.0f, MelScale::htk, MelNorm::none)).empty_bands().empty());
 }
 
 TEST_CASE("n_frames follows torch.stft", "[filterbank][args]") {

@@ -5,12 +5,21 @@ Run with Debian's Python, which has torch and torchaudio (see tests/data/mel/REA
 
     /usr/bin/python3 tools/gen_mel_fixtures.py tests/data/mel
 
+The extra set (`--extra`: manifest_extra.json and mel_extra_*.f32, the cases of torchaudio's parameters that only the
+Python package's melforge.MelSpectrogram takes: pad, normalized, and torchaudio's own defaults) was made with
+torchaudio 2.11 from PyPI and leaves every other file as it is:
+
+    MELFORGE_BUILD_DIR=$PWD/build MELFORGE_PY_EXTRAS="torchaudio==2.11.0" bash tools/setup_python.sh
+    build/python-venv/bin/python tools/gen_mel_fixtures.py --extra tests/data/mel
+
 Writes manifest.json and raw little-endian float32 files:
 - signal_<rate>.f32: deterministic test signals (seeded chirp + sines + noise, with a quiet stretch);
 - fb_<name>.f32: torchaudio.functional.melscale_fbanks, [n_freqs][n_mels] row-major;
 - mel_<name>.f32: torchaudio.transforms.MelSpectrogram of each listed segment followed by the log
   (db: (20/power)*log10(clamp(x, amin)) as torchaudio's amplitude_to_DB with db_multiplier 0; ln: log(x + log_eps);
   none: x), [segments][n_mels][n_frames].
+- manifest_extra.json, mel_extra_<name>.f32 (--extra): the same for EXTRA_SPECTROGRAMS, whose params add torchaudio's
+  `pad` (int) and `normalized` (false, true, "window" or "frame_length"); they read the committed signal files.
 Everything is computed in float32 on one CPU thread, as users call torchaudio.
 """
 import argparse
@@ -91,6 +100,20 @@ SPECTROGRAMS = [
     ("htk_1024_128_quiet", dict(n_fft=1024, hop_length=256, n_mels=128), 8000, [19000, 21000, 22000]),
 ]
 
+EXTRA_DEFAULTS = dict(DEFAULTS, pad=0, normalized=False)
+
+EXTRA_SPECTROGRAMS = [
+    # name, parameters that differ from EXTRA_DEFAULTS, segment_samples, offsets
+    ("torchaudio_defaults", dict(n_fft=400, n_mels=128, log="none"), 16000, [0, 4321, 23999]),
+    ("normalized_window_db", dict(normalized=True), 16000, [0, 7777]),
+    ("normalized_frame_length_mag", dict(normalized="frame_length", win_length=400, hop_length=160, power=1.0,
+                                         log="none"), 8000, [0, 31999]),
+    ("pad_constant_db", dict(pad=100, n_fft=400, hop_length=160, n_mels=80), 8000, [0, 12345]),
+    ("pad_center_off_ln", dict(pad=37, center=False, hop_length=256, log="ln"), 4000, [100, 36000]),
+    ("slaney_slaney_16k", dict(n_mels=80, mel_scale="slaney", mel_norm="slaney", normalized="window", log="none"),
+     12000, [0, 28000]),
+]
+
 
 def window_fn(name):
     return torch.hann_window if name == "hann" else torch.hamming_window
@@ -100,8 +123,9 @@ def reference_spectrogram(x, p):
     """torchaudio's MelSpectrogram of the 1-D float32 tensor `x` followed by the log of `p["log"]`."""
     transform = torchaudio.transforms.MelSpectrogram(
         sample_rate=p["sample_rate"], n_fft=p["n_fft"], win_length=p["win_length"] or None,
-        hop_length=p["hop_length"] or None, f_min=p["f_min"], f_max=p["f_max"] or None, pad=0, n_mels=p["n_mels"],
-        window_fn=window_fn(p["window"]), power=p["power"], normalized=False, center=p["center"],
+        hop_length=p["hop_length"] or None, f_min=p["f_min"], f_max=p["f_max"] or None, pad=p.get("pad", 0),
+        n_mels=p["n_mels"], window_fn=window_fn(p["window"]), power=p["power"],
+        normalized=p.get("normalized", False), center=p["center"],
         pad_mode=p["pad_mode"], onesided=True, norm=None if p["mel_norm"] == "none" else p["mel_norm"],
         mel_scale=p["mel_scale"])
     mel = transform(x)
@@ -116,16 +140,70 @@ def write_f32(path, array):
     np.ascontiguousarray(array, dtype="<f4").tofile(path)
 
 
+def load_signal(out_dir, sr, manifest, signals, write):
+    """The test signal at rate `sr`: made with make_signal and written when `write`, else read from the committed
+    file (numpy 2's vectorised sin differs from numpy 1.24's in the last bits, so the extra set reads the signals the
+    base set was made from instead of making them again)."""
+    if sr in signals:
+        return signals[sr]
+    file = f"signal_{sr}.f32"
+    if write:
+        x = make_signal(sr, seed=sr)
+        write_f32(os.path.join(out_dir, file), x)
+    else:
+        x = np.fromfile(os.path.join(out_dir, file), dtype="<f4").astype(np.float32)
+    signals[sr] = x
+    manifest["signals"][str(sr)] = dict(file=file, sample_rate=sr, samples=len(x))
+    return x
+
+
+def spectrogram_set(cases, defaults, prefix, out_dir, manifest, write_signals):
+    """Computes and writes the mel_<prefix><name>.f32 of `cases` and lists them in manifest["spectrograms"]."""
+    signals = {}
+    for name, overrides, segment_samples, offsets in cases:
+        p = dict(defaults, **overrides)
+        p["f_min"], p["f_max"] = f32(p["f_min"]), f32(p["f_max"])
+        sr = p["sample_rate"]
+        x = load_signal(out_dir, sr, manifest, signals, write_signals)
+        outputs = []
+        for off in offsets:
+            assert off + segment_samples <= len(x), (name, off)
+            seg = torch.from_numpy(x[off:off + segment_samples].copy())
+            outputs.append(reference_spectrogram(seg, p).numpy())
+        out = np.stack(outputs)
+        assert out.shape[1] == p["n_mels"] and np.isfinite(out).all(), name
+        file = f"mel_{prefix}{name}.f32"
+        write_f32(os.path.join(out_dir, file), out)
+        manifest["spectrograms"].append(dict(name=name, file=file, signal=str(sr), params=p,
+                                             segment_samples=segment_samples, offsets=offsets,
+                                             n_mels=int(out.shape[1]), n_frames=int(out.shape[2])))
+
+
+def write_manifest(path, manifest):
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", help="output folder, normally tests/data/mel")
+    parser.add_argument("--extra", action="store_true",
+                        help="write only the extra set (manifest_extra.json, mel_extra_*.f32), reading the signals")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_num_threads(1)
 
-    manifest = {"_comment": HEADER, "torch": torch.__version__, "torchaudio": torchaudio.__version__,
-                "numpy": np.__version__, "signals": {}, "filterbanks": [], "spectrograms": []}
+    versions = {"_comment": HEADER, "torch": torch.__version__, "torchaudio": torchaudio.__version__,
+                "numpy": np.__version__}
+    if args.extra:
+        manifest = dict(versions, signals={}, spectrograms=[])
+        spectrogram_set(EXTRA_SPECTROGRAMS, EXTRA_DEFAULTS, "extra_", args.out_dir, manifest, write_signals=False)
+        write_manifest(os.path.join(args.out_dir, "manifest_extra.json"), manifest)
+        print(f"wrote {len(manifest['spectrograms'])} extra spectrogram sets to {args.out_dir}", file=sys.stderr)
+        return
 
+    manifest = dict(versions, signals={}, filterbanks=[], spectrograms=[])
     for name, sr, n_fft, n_mels, f_min, f_max, scale, norm in FILTERBANKS:
         fb = F.melscale_fbanks(n_fft // 2 + 1, f32(f_min), f32(f_max), n_mels, sr, None if norm == "none" else norm,
                                scale)
@@ -135,34 +213,8 @@ def main():
         manifest["filterbanks"].append(dict(name=name, file=file, sample_rate=sr, n_fft=n_fft, n_mels=n_mels,
                                             f_min=f32(f_min), f_max=f32(f_max), mel_scale=scale, mel_norm=norm,
                                             n_freqs=n_fft // 2 + 1))
-
-    signals = {}
-    for name, overrides, segment_samples, offsets in SPECTROGRAMS:
-        p = dict(DEFAULTS, **overrides)
-        p["f_min"], p["f_max"] = f32(p["f_min"]), f32(p["f_max"])
-        sr = p["sample_rate"]
-        if sr not in signals:
-            signals[sr] = make_signal(sr, seed=sr)
-            file = f"signal_{sr}.f32"
-            write_f32(os.path.join(args.out_dir, file), signals[sr])
-            manifest["signals"][str(sr)] = dict(file=file, sample_rate=sr, samples=len(signals[sr]))
-        x = signals[sr]
-        outputs = []
-        for off in offsets:
-            assert off + segment_samples <= len(x), (name, off)
-            seg = torch.from_numpy(x[off:off + segment_samples].copy())
-            outputs.append(reference_spectrogram(seg, p).numpy())
-        out = np.stack(outputs)
-        assert out.shape[1] == p["n_mels"] and np.isfinite(out).all(), name
-        file = f"mel_{name}.f32"
-        write_f32(os.path.join(args.out_dir, file), out)
-        manifest["spectrograms"].append(dict(name=name, file=file, signal=str(sr), params=p,
-                                             segment_samples=segment_samples, offsets=offsets,
-                                             n_mels=int(out.shape[1]), n_frames=int(out.shape[2])))
-
-    with open(os.path.join(args.out_dir, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    spectrogram_set(SPECTROGRAMS, DEFAULTS, "", args.out_dir, manifest, write_signals=True)
+    write_manifest(os.path.join(args.out_dir, "manifest.json"), manifest)
     total = sum(os.path.getsize(os.path.join(args.out_dir, n)) for n in os.listdir(args.out_dir))
     print(f"wrote {len(manifest['filterbanks'])} filterbanks and {len(manifest['spectrograms'])} spectrogram sets "
           f"to {args.out_dir} ({total / 1e6:.2f} MB)", file=sys.stderr)

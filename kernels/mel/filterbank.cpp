@@ -8,10 +8,12 @@
 // most ~1e-5 of the band's peak (measured over 1300 configurations) and are bitwise equal almost everywhere else.
 #include "mel/filterbank.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -136,19 +138,35 @@ Filterbank build_filterbank(const MelArgs& args) {
         last = k;
       }
     }
-    if (first < 0) {
-      throw InvalidArgument("filterbank: mel band " + std::to_string(m) + " (" + std::to_string(f_lo) + " to " +
-                            std::to_string(f_hi) + " Hz) contains no FFT bin: n_mels " + std::to_string(n_mels) +
-                            " is too large for n_fft " + std::to_string(args.n_fft) + " (bins are " +
-                            std::to_string(static_cast<double>(args.sample_rate) / args.n_fft) + " Hz apart)");
-    }
-    fb.begin[m] = first;
+    fb.begin[m] = std::max(first, 0);
     fb.end[m] = last + 1;
     fb.offset[m] = static_cast<int32_t>(fb.weights.size());
-    fb.weights.insert(fb.weights.end(), column.begin() + first, column.begin() + last + 1);
+    if (first >= 0) fb.weights.insert(fb.weights.end(), column.begin() + first, column.begin() + last + 1);
   }
   fb.offset[n_mels] = static_cast<int32_t>(fb.weights.size());
   return fb;
+}
+
+std::vector<int> Filterbank::empty_bands() const {
+  std::vector<int> bands;
+  for (int m = 0; m < n_mels; ++m)
+    if (end[m] <= begin[m]) bands.push_back(m);
+  return bands;
+}
+
+std::string empty_bands_warning(const MelArgs& args) {
+  const std::vector<int> bands = cached_filterbank(args)->empty_bands();
+  if (bands.empty()) return {};
+  std::string list;
+  for (std::size_t i = 0; i < bands.size(); ++i) list += (i ? ", " : "") + std::to_string(bands[i]);
+  std::ostringstream bin_hz;
+  bin_hz << static_cast<double>(args.sample_rate) / args.n_fft;
+  return "At least one mel filterbank has all zero values (mel band" + std::string(bands.size() > 1 ? "s " : " ") +
+         list + " of " + std::to_string(args.n_mels) + (bands.size() > 1 ? " hold" : " holds") +
+         " no FFT bin, so its energy is 0). The value for " +
+         "n_mels (" + std::to_string(args.n_mels) + ") may be set too high. Or, the value for n_fft (" +
+         std::to_string(args.n_fft) + ": " + std::to_string(args.n_freqs()) + " frequency bins, " + bin_hz.str() +
+         " Hz apart) may be set too low.";
 }
 
 std::shared_ptr<const Filterbank> cached_filterbank(const MelArgs& args) {

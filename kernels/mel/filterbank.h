@@ -2,6 +2,7 @@
 /// The mel filterbank, built as torchaudio.functional.melscale_fbanks builds it, and stored sparsely.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mel_args.h"
@@ -9,7 +10,9 @@
 namespace melforge::mel {
 
 /// Sparse mel filterbank: band m covers FFT bins [begin[m], end[m]) with weights
-/// weights[offset[m] + (k - begin[m])]. Every band has at least one bin (end > begin), else building it fails.
+/// weights[offset[m] + (k - begin[m])]. A band that contains no FFT bin (an all-zero row of torchaudio's matrix, which
+/// torchaudio only warns about, e.g. for its defaults n_fft 400 and n_mels 128) has begin == end and no weights: its
+/// energy is 0.
 struct Filterbank {
   /// Number of mel bands.
   int n_mels = 0;
@@ -26,13 +29,21 @@ struct Filterbank {
 
   /// Dense [n_freqs][n_mels] matrix, laid out as torchaudio's melscale_fbanks returns it (row-major).
   std::vector<float> dense() const;
+  /// Bands with no FFT bin (end == begin), in increasing order; empty when every band has a bin.
+  std::vector<int> empty_bands() const;
   /// Total number of stored weights (the mel stage does this many multiply-adds per frame).
   int64_t nnz() const { return static_cast<int64_t>(weights.size()); }
 };
 
 /// Builds the filterbank for `args` (uses sample_rate, n_fft, n_mels, f_min, fmax(), mel_scale, mel_norm).
-/// Throws InvalidArgument naming the first empty band if n_mels is too large for n_fft.
+/// A band without an FFT bin is kept empty (Filterbank::empty_bands; empty_bands_warning says so). Throws
+/// InvalidArgument naming the band when a band's edges coincide (its weights would be NaN).
 Filterbank build_filterbank(const MelArgs& args);
+
+/// The warning for the bands of `args`'s filterbank that contain no FFT bin, worded as torchaudio's ("At least one
+/// mel filterbank has all zero values ...") and naming the bands, n_mels, n_fft and the bin spacing; "" when every
+/// band has a bin. Uses cached_filterbank; throws as build_filterbank does.
+std::string empty_bands_warning(const MelArgs& args);
 
 /// Returns the filterbank for `args`, built once per distinct configuration and cached for the process.
 /// Thread-safe; the returned pointer stays valid for the life of the process.

@@ -103,9 +103,10 @@ struct MelArgs {
   int n_frames(int64_t samples) const;
   /// Largest n_fft accepted (validate). Bounds the filterbank's size and build time for any accepted n_mels.
   static constexpr int kMaxNfft = 1 << 16;
-  /// Throws InvalidArgument when a parameter is out of range (n_fft above kMaxNfft, n_mels above n_fft/2+1),
-  /// including a mel band with no FFT bin (n_mels too large for n_fft) and f_max above Nyquist. `segment_samples` > 0 also checks that a
-  /// segment of that length gives at least one frame and can be reflect-padded.
+  /// Throws InvalidArgument when a parameter is out of range (n_fft above kMaxNfft, n_mels above n_fft/2+1, f_max
+  /// above Nyquist, mel band edges that coincide). A mel band with no FFT bin is not an error, as in torchaudio:
+  /// empty_bands_warning (filterbank.h) gives the warning to show. `segment_samples` > 0 also checks that a segment of
+  /// that length gives at least one frame and can be reflect-padded.
   void validate(int64_t segment_samples = 0) const;
   /// One line with every effective parameter, for logs.
   std::string to_string() const;

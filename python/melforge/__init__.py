@@ -14,3 +14,5 @@ from ._core import (  # noqa: F401
 )
 
 # Each area's public names (one line each; keep the order: mel, audio, build, data, evaluate, predict, models).
+from .mel import MelSpectrogram  # noqa: F401,E402
+from .audio import load, info  # noqa: F401,E402
