@@ -1,7 +1,7 @@
 """A small trained run for the tests of melforge.evaluate_files / melforge.predict: a tone corpus written here,
 built with the C++ build's melforge-build and trained for two epochs with its melforge-train (env
-MELFORGE_BUILD_BIN / MELFORGE_TRAIN_BIN, else <repo>/build/builder/melforge-build and
-<repo>/build/trainer/melforge-train). The tests skip, naming the missing binary, when the C++ build is absent."""
+MELFORGE_BUILD_BIN / MELFORGE_TRAIN_BIN, else builder/melforge-build and trainer/melforge-train of
+MELFORGE_BUILD_DIR, default <repo>/build). The tests skip, naming the missing binary, when the C++ build is absent."""
 import math
 import os
 import pathlib
@@ -15,7 +15,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def binary(env: str, default: str) -> pathlib.Path:
-    path = pathlib.Path(os.environ.get(env) or REPO / default)
+    """The binary named by `env`, else `default` under MELFORGE_BUILD_DIR (default <repo>/build); skips the test,
+    naming it, when it is not built."""
+    build_dir = pathlib.Path(os.environ.get("MELFORGE_BUILD_DIR") or REPO / "build")
+    path = pathlib.Path(os.environ.get(env) or build_dir / default)
     if not path.is_file():
         pytest.skip(f"{path} not built (set {env} or build the C++ project with MELFORGE_TRAINER=ON)")
     return path
@@ -55,8 +58,8 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
 
 def make_run(tmp: pathlib.Path) -> dict:
     """Builds and trains; returns {"corpus", "data", "checkpoint", "train_bin", "build_bin"}."""
-    build_bin = binary("MELFORGE_BUILD_BIN", "build/builder/melforge-build")
-    train_bin = binary("MELFORGE_TRAIN_BIN", "build/trainer/melforge-train")
+    build_bin = binary("MELFORGE_BUILD_BIN", "builder/melforge-build")
+    train_bin = binary("MELFORGE_TRAIN_BIN", "trainer/melforge-train")
     corpus, data, out = tmp / "corpus", tmp / "data", tmp / "run"
     write_corpus(corpus)
     run([build_bin, "--input", corpus, "--output", data, "--sample-rate", 8000, "--n-fft", 256, "--hop-length", 64,

@@ -105,17 +105,27 @@ def naive_mean_vote(probs, nvl):
     return out
 
 
-def test_dense_vote_on_random_inputs_and_torch_tensors():
-    rng = np.random.default_rng(1)
-    probs = rng.random((7, 3, 2, 4)).astype(np.float32)
-    nvl = rng.integers(1, 4, size=7)
+def random_dense(seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.random((7, 3, 2, 4)).astype(np.float32), rng.integers(1, 4, size=7)
+
+
+def test_dense_vote_on_random_inputs():
+    probs, nvl = random_dense()
     r = melforge.evaluate_files(probs, num_valid_long=nvl, labels=np.arange(7) % 4)
     np.testing.assert_allclose(r.class_probs, naive_mean_vote(probs, nvl), atol=1e-6)
     np.testing.assert_array_equal(r.predicted, naive_mean_vote(probs, nvl).argmax(1))
     assert r.detected is None and r.detection_score is None and r.metrics["detection"] is None
     assert r.metrics["count"] == 7
     assert sum(map(sum, r.metrics["confusion"])) == 7
-    torch = pytest.importorskip("torch")
+
+
+@pytest.mark.needs_torch
+def test_torch_tensors_in_and_out():
+    import torch
+
+    probs, nvl = random_dense()
+    r = melforge.evaluate_files(probs, num_valid_long=nvl)
     t = melforge.evaluate_files(torch.from_numpy(probs), num_valid_long=torch.from_numpy(nvl))
     assert isinstance(t.class_probs, torch.Tensor)
     np.testing.assert_array_equal(t.predicted.numpy(), r.predicted)

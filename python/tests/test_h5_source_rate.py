@@ -9,7 +9,7 @@ pytestmark = pytest.mark.needs_h5py
 
 def test_resampler_attributes_and_source_rates(tmp_path):
     h5py = pytest.importorskip("h5py")
-    build_bin = binary("MELFORGE_BUILD_BIN", "build/builder/melforge-build")
+    build_bin = binary("MELFORGE_BUILD_BIN", "builder/melforge-build")
     rates = {}
     for c in range(2):
         for i, rate in enumerate((8000, 16000, 22050, 44100)):
