@@ -175,7 +175,8 @@ KeptFiles BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& bat
       skip_file(totals_.skipped, state_.config.build.strict, {f.input->rel_path, b.error, b.error_stage});
       continue;
     }
-    kept.records.push_back({state_.class_index.at(f.input->label), f.input->rel_path, f.plan.num_valid_long});
+    kept.records.push_back({state_.class_index.at(f.input->label), f.input->rel_path, f.plan.num_valid_long,
+                            f.info.sample_rate});
     kept.offsets.push_back(b.samples.data() - arena_.data());
     kept.valid_long.push_back(f.plan.num_valid_long);
     totals_.counts[split][f.input->label]++;

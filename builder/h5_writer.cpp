@@ -153,6 +153,7 @@ struct SplitWriter::Impl {
   std::vector<int32_t> labels;
   std::vector<std::string> paths;
   std::vector<int32_t> num_valid_long;
+  std::vector<int32_t> source_sample_rate;
 
   /// Shuffle + deflate of whole chunks; null when compression_level is 0.
   std::unique_ptr<ChunkCompressor> compressor;
@@ -314,11 +315,13 @@ struct SplitWriter::Impl {
       labels.push_back(r.label);
       paths.push_back(r.path);
       num_valid_long.push_back(r.num_valid_long);
+      source_sample_rate.push_back(r.source_sample_rate);
     }
   }
 
   void write_metadata() {
-    write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, num_valid_long);
+    write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, num_valid_long,
+                         config.source_sample_rate ? &source_sample_rate : nullptr);
   }
 
   void finish() {
@@ -354,7 +357,8 @@ SplitWriter::~SplitWriter() {
 
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
-                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long) {
+                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
+                          const std::vector<int32_t>* source_sample_rate) {
   const auto escaped = [](const std::vector<std::string>& names) {
     std::vector<std::string> out;
     out.reserve(names.size());
@@ -364,6 +368,12 @@ void write_split_metadata(h5::File& file, const std::string& split, const std::v
   h5::write_int32(file, "label", labels);
   h5::write_strings(file, "path", escaped(paths));
   h5::write_int32(file, "num_valid_long", num_valid_long);
+  if (source_sample_rate != nullptr) {
+    if (source_sample_rate->size() != labels.size())
+      throw InvalidArgument("write_split_metadata: " + std::to_string(source_sample_rate->size()) +
+                            " source sample rates for " + std::to_string(labels.size()) + " files");
+    h5::write_int32(file, "source_sample_rate", *source_sample_rate);
+  }
   h5::write_strings(file, "class_names", escaped(class_names));
   h5::write_attribute_int64(file, "schema_version", kSchemaVersion);
   h5::write_attribute_string(file, "split", split);

@@ -29,6 +29,9 @@ struct FileRecord {
   std::string path;
   /// Long segments that hold audio.
   int32_t num_valid_long = 0;
+  /// The audio file's own sample rate, Hz, before resampling to the `sample_rate` attribute (0: unknown, in files
+  /// merged from shards that did not record it).
+  int32_t source_sample_rate = 0;
 };
 
 /// Everything the writer needs up front.
@@ -53,6 +56,9 @@ struct SplitWriterConfig {
   std::vector<std::string> class_names;
   /// Root attributes (schema_version, split and melforge_version are added by the writer).
   std::vector<Attribute> attributes;
+  /// Write the `source_sample_rate` dataset (FileRecord::source_sample_rate); false only when merging shards that
+  /// did not record it.
+  bool source_sample_rate = true;
 };
 
 /// Schema version written to every file's `schema_version` attribute.
@@ -69,13 +75,15 @@ int64_t chunk_files(int64_t file_bytes, int files_per_chunk);
 h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,
                                int64_t files_per_chunk, bool shuffle, int level);
 
-/// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path`, `num_valid_long` (one
-/// entry per file, in dataset order), `class_names`, and the root attributes schema_version, `split`,
-/// melforge_version and then `attributes`. Paths and class names are stored as UTF-8 strings, bytes that are not
+/// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path`, `num_valid_long` and
+/// `source_sample_rate` (one entry per file, in dataset order; `source_sample_rate` is left out when the pointer is
+/// null, as when merging shards written before it existed), `class_names`, and the root attributes
+/// schema_version, `split`, melforge_version and then `attributes`. Paths and class names are stored as UTF-8 strings, bytes that are not
 /// valid UTF-8 escaped by utf8::escape (`\xNN`). SplitWriter::finish and melforge-build merge call it.
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
-                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long);
+                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
+                          const std::vector<int32_t>* source_sample_rate);
 
 /// Cuts a stream of files, `file_bytes` bytes each, into whole chunks of `files_per_chunk` files, as SplitWriter
 /// stores them. Files of a chunk that is not yet full are copied and kept until the next call.

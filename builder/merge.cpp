@@ -51,6 +51,9 @@ struct ShardSplit {
   std::vector<std::string> class_names;
   std::vector<int32_t> label;
   std::vector<int32_t> num_valid_long;
+  /// Empty when the shard has no `source_sample_rate` dataset (written before it existed).
+  std::vector<int32_t> source_sample_rate;
+  bool has_source_sample_rate = false;
   std::vector<std::string> path_values;
 };
 
@@ -156,7 +159,12 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
   s.label = h5::read_int32(s.file, "label");
   s.num_valid_long = h5::read_int32(s.file, "num_valid_long");
   s.path_values = h5::read_strings(s.file, "path");
+  s.has_source_sample_rate = h5::exists(s.file, "source_sample_rate");
+  if (s.has_source_sample_rate) s.source_sample_rate = h5::read_int32(s.file, "source_sample_rate");
   const auto files = static_cast<size_t>(s.dims[0]);
+  if (s.has_source_sample_rate && s.source_sample_rate.size() != files)
+    throw FormatError(where + ": source_sample_rate has " + std::to_string(s.source_sample_rate.size()) +
+                      " entries for " + std::to_string(files) + " files of mel");
   if (s.label.size() != files || s.num_valid_long.size() != files || s.path_values.size() != files)
     throw FormatError(where + ": label, num_valid_long and path do not all have one entry per file of mel (" +
                       std::to_string(files) + ")");
@@ -225,11 +233,14 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
                     const fs::path& output, const MergeOptions& options) {
   const ShardSplit& ref = parts.front();
   const int shard_count = static_cast<int>(parts.size());
-  std::vector<int32_t> labels, valid;
+  std::vector<int32_t> labels, valid, rates;
   std::vector<std::string> paths;
+  bool have_rates = true;
   for (const ShardSplit& p : parts) {
     labels.insert(labels.end(), p.label.begin(), p.label.end());
     valid.insert(valid.end(), p.num_valid_long.begin(), p.num_valid_long.end());
+    rates.insert(rates.end(), p.source_sample_rate.begin(), p.source_sample_rate.end());
+    have_rates = have_rates && p.has_source_sample_rate;
     paths.insert(paths.end(), p.path_values.begin(), p.path_values.end());
   }
   const std::vector<int64_t> file_shape(ref.dims.begin() + 1, ref.dims.end());
@@ -248,6 +259,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     wc.threads = options.threads;
     wc.class_names = ref.class_names;
     wc.attributes = merged_attributes(ref, shard_count);
+    wc.source_sample_rate = have_rates;
     SplitWriter writer(wc);
     int64_t file_bytes = dtype == mel::DType::float16 ? 2 : 4;
     for (const int64_t d : file_shape) file_bytes *= d;
@@ -263,7 +275,8 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
         std::vector<FileRecord> records;
         for (int64_t i = first; i < first + n; ++i) {
           const auto k = static_cast<size_t>(i);
-          records.push_back({p.label[k], p.path_values[k], p.num_valid_long[k]});
+          records.push_back({p.label[k], p.path_values[k], p.num_valid_long[k],
+                             p.has_source_sample_rate ? p.source_sample_rate[k] : 0});
         }
         writer.append(buffer.data(), records);
       }
@@ -291,7 +304,8 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
       const h5::Datatype type = h5::dataset_type(ref.mel);
       h5::create_virtual_dataset(file, "mel", type.id(), dims, blocks, std::nan("")).close();
     }
-    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, valid);
+    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, valid,
+                         have_rates ? &rates : nullptr);
     file.close();
     std::error_code ec;
     fs::rename(partial, target, ec);

@@ -33,6 +33,10 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
       {"n_frames", int64_t{state.engine->layout().n_frames}},
       {"short_files", segment::to_string(s.short_files)},
       {"channel", int64_t{c.decode.channel}},
+      {"resampler", std::string(audio::kResampler)},
+      {"resampler_quality", std::string(audio::kResamplerQuality)},
+      {"resampler_phase", std::string(audio::kResamplerPhase)},
+      {"resampler_version", audio::resampler_version()},
   };
   if (const ShardSpec shard = c.build.shard_spec(); shard.sharded()) {
     attributes.push_back({"shard_index", int64_t{shard.index}});

@@ -11,7 +11,7 @@ EXPECT.json (written by tests/test_h5_writer.cpp) holds:
   chunks           expected chunk shape of `mel`
   compression_opts deflate level, 0 for none
   shuffle          whether the shuffle filter is registered
-  label, num_valid_long, path, class_names   expected 1-D datasets
+  label, num_valid_long, source_sample_rate, path, class_names   expected 1-D datasets (int32 for the first three)
   attributes       {name: value} expected root attributes (int, float or str)
   write_back       optional: path of a file this script writes with h5py for the C++ side to read
 Prints "OK" and exits 0 when everything matches; prints the mismatches and exits 1 otherwise.
@@ -52,7 +52,7 @@ def main() -> int:
         if mel.shape[0] > 2:
             check(np.array_equal(mel[1:3].astype(np.float32), expected[1:3]), "mel[1:3] differs")
 
-        for name in ("label", "num_valid_long"):
+        for name in ("label", "num_valid_long", "source_sample_rate"):
             ds = f[name]
             check(ds.dtype == np.int32, f"{name} dtype {ds.dtype}")
             check(ds[...].tolist() == exp[name], f"{name} {ds[...].tolist()} != {exp[name]}")

@@ -91,6 +91,7 @@ std::vector<FileRecord> make_records(int64_t first, int64_t count, int num_long)
     r[static_cast<size_t>(i)].label = static_cast<int32_t>(k % 3);
     r[static_cast<size_t>(i)].path = "class_" + std::to_string(k % 3) + "/file_" + std::to_string(k) + ".wav";
     r[static_cast<size_t>(i)].num_valid_long = static_cast<int32_t>(k % (num_long + 1));
+    r[static_cast<size_t>(i)].source_sample_rate = k % 2 == 0 ? 44100 : 8000 + static_cast<int32_t>(k);
   }
   return r;
 }
@@ -236,15 +237,17 @@ TEST_CASE("split files round trip through our reader and HDF5's own filter pipel
     h5::Datatype f16 = h5::float16_type();
     CHECK(H5Tequal(type.id(), dtype == mel::DType::float16 ? f16.id() : H5T_IEEE_F32LE) > 0);
     const std::vector<FileRecord> records = make_records(0, files, 2);
-    std::vector<int32_t> labels, valid;
+    std::vector<int32_t> labels, valid, rates;
     std::vector<std::string> paths;
     for (const FileRecord& r : records) {
       labels.push_back(r.label);
       valid.push_back(r.num_valid_long);
       paths.push_back(r.path);
+      rates.push_back(r.source_sample_rate);
     }
     CHECK(h5::read_int32(f, "label") == labels);
     CHECK(h5::read_int32(f, "num_valid_long") == valid);
+    CHECK(h5::read_int32(f, "source_sample_rate") == rates);
     CHECK(h5::read_strings(f, "path") == paths);
     CHECK(h5::read_strings(f, "class_names") == c.class_names);
   }
@@ -588,15 +591,17 @@ TEST_CASE("h5py reads the written files", "[h5_writer][python]") {
   expect["chunks"] = {3, 2, 3, 4, 5};
   expect["compression_opts"] = c.compression_level;
   expect["shuffle"] = c.shuffle;
-  std::vector<int32_t> labels, valid;
+  std::vector<int32_t> labels, valid, rates;
   std::vector<std::string> paths;
   for (const FileRecord& r : records) {
     labels.push_back(r.label);
     valid.push_back(r.num_valid_long);
     paths.push_back(r.path);
+    rates.push_back(r.source_sample_rate);
   }
   expect["label"] = labels;
   expect["num_valid_long"] = valid;
+  expect["source_sample_rate"] = rates;
   expect["path"] = paths;
   expect["class_names"] = c.class_names;
   expect["attributes"] = {{"schema_version", builder::kSchemaVersion},

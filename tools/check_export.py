@@ -6,19 +6,28 @@ tools/setup_torch.sh). Used by trainer/tests/test_trainer_checkpoint.cpp and tes
       torch.load(CKPT) with the default weights_only=True; checks the entries and their types.
   check_export.py export WEIGHTS INPUT EXPECTED [TOL]
       torch.load(WEIGHTS) (weights_only), builds the model of WEIGHTS.json's model_config with
-      tools/melforge_models.py, load_state_dict(strict=True), eval mode, runs INPUT (a tensor saved with
+      python/melforge/models.py (loaded by path: this venv does not have melforge installed), load_state_dict(strict=True), eval mode, runs INPUT (a tensor saved with
       torch::pickle_save) and compares (logits, detection) with EXPECTED (a dict {"logits", "detection"}) within TOL
       (default 1e-5, max absolute difference).
 
 Exit code 0 when every check passes, 1 with a message on stderr otherwise.
 """
+import importlib.util
 import json
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+MODELS_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "melforge", "models.py")
+
+
+def load_models():
+    """python/melforge/models.py as a module, loaded by path (it imports nothing else of the package)."""
+    spec = importlib.util.spec_from_file_location("melforge_models", MODELS_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def fail(msg: str) -> None:
@@ -30,7 +39,7 @@ def check_checkpoint(path: str) -> None:
     ck = torch.load(path)
     if not isinstance(ck, dict):
         fail(f"{path}: top level is {type(ck).__name__}, not dict")
-    expect = {"format": str, "version": int, "model_config": str, "config": str, "mel": str, "class_names": list,
+    expect = {"format": str, "version": int, "model_config": dict, "config": str, "mel": str, "class_names": list,
               "positive_class": str, "positive_index": int, "epoch": int, "step": int, "model": dict,
               "optimizer": dict, "scaler": dict, "scheduler": str, "state": str}
     for key, typ in expect.items():
@@ -40,7 +49,7 @@ def check_checkpoint(path: str) -> None:
             fail(f"{path}: entry {key!r} is {type(ck[key]).__name__}, not {typ.__name__}")
     if ck["format"] != "melforge-checkpoint":
         fail(f"{path}: format {ck['format']!r}")
-    for key in ("model_config", "config", "mel", "scheduler", "state"):
+    for key in ("config", "mel", "scheduler", "state"):
         json.loads(ck[key])
     for key in ("model", "optimizer", "scaler"):
         for name, t in ck[key].items():
@@ -48,12 +57,15 @@ def check_checkpoint(path: str) -> None:
                 fail(f"{path}: entry {key}.{name} is not a str -> tensor item")
     if ck["rng_state"] is not None and not isinstance(ck["rng_state"], torch.Tensor):
         fail(f"{path}: rng_state is {type(ck['rng_state']).__name__}")
+    if "model" not in ck["model_config"]:
+        fail(f"{path}: model_config has no 'model' entry")
+    load_models().model_config_of(ck)
     model_keys = sorted(ck["model"])
     print(f"ok: {len(ck)} entries, model tensors: {','.join(model_keys)}, epoch {ck['epoch']}, step {ck['step']}")
 
 
 def check_export(weights: str, input_path: str, expected_path: str, tol: float) -> None:
-    import melforge_models
+    melforge_models = load_models()
 
     state = torch.load(weights)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -63,7 +75,7 @@ def check_export(weights: str, input_path: str, expected_path: str, tol: float) 
     for key in ("model_config", "class_names", "positive_class", "mel"):
         if key not in meta:
             fail(f"{weights}.json: missing {key!r}")
-    model = melforge_models.build_model(meta["model_config"])
+    model = melforge_models.build_model(meta)
     model.load_state_dict(state, strict=True)
     model.eval()
     x = torch.load(input_path)

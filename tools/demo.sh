@@ -38,7 +38,7 @@ echo "== 6. melforge-train predict (one file of each of three classes, straight 
 mapfile -t files < <(for c in three seven nine; do find "$work/corpus/$c" -name '*.wav' | sort | head -1; done)
 "$train" predict --checkpoint "$work/run/checkpoints/best.pt" --format csv "${files[@]}"
 
-echo "== 7. melforge-train export (state dict for Python's torch.load + tools/melforge_models.py)"
+echo "== 7. melforge-train export (state dict for Python's torch.load + melforge.models.build_model, python/melforge/models.py)"
 "$train" export --checkpoint "$work/run/checkpoints/best.pt" --out "$work/run/weights.pt"
 
 /usr/bin/python3 - "$work/run/eval_test.json" <<'PY'

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "melforge/common/csv.h"
 #include "melforge/common/errors.h"
 
 namespace melforge::trainer {
@@ -17,17 +18,6 @@ inline std::string shape_text(at::IntArrayRef shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-/// `s` as one CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a quote or a line break.
-inline std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char ch : s) {
-    if (ch == '"') q += '"';
-    q += ch;
-  }
-  return q + "\"";
 }
 
 /// `printf(f, ...)` into a string.

@@ -416,6 +416,8 @@ void add_options(boost::program_options::options_description& desc, DecodeOption
 
 AudioInfo probe(const std::filesystem::path& path) { return OpenAudio(path).info; }
 
+std::string resampler_version() { return soxr_version(); }
+
 /// floor((frames * target_rate + sample_rate / 2) / sample_rate), i.e. frames * target_rate / sample_rate rounded to
 /// the nearest integer with halves up (for an even sample_rate), and at least 1 for a non-empty file so that decode
 /// never returns an empty signal. Computed without overflow for any int64 frame count that fits the result.

@@ -26,6 +26,14 @@ struct AudioInfo {
   double seconds() const { return sample_rate > 0 ? static_cast<double>(frames) / sample_rate : 0.0; }
 };
 
+/// The resampler decode uses for files at another rate, as melforge-build records it in a dataset's root attributes
+/// (docs/FORMAT.md): libsoxr, quality SOXR_HQ (20-bit precision), linear phase.
+inline constexpr const char* kResampler = "soxr";
+inline constexpr const char* kResamplerQuality = "HQ";
+inline constexpr const char* kResamplerPhase = "linear";
+/// The linked libsoxr's version string (soxr_version(), e.g. "libsoxr-0.1.3").
+std::string resampler_version();
+
 /// How decoded audio is turned into the mono float32 signal the mel engine reads.
 struct DecodeOptions {
   /// Target sample rate, Hz. Files at another rate are resampled (soxr, high quality).

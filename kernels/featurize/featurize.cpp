@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "mel/half.h"
 #include "melforge/common/errors.h"
@@ -97,6 +98,48 @@ FileFeatures featurize_file(const std::filesystem::path& path, mel::MelEngine& e
                 std::span<const int>(&f.num_valid_long, 1), layout, dtype, mel::silence_value(mel), f.bytes.data(),
                 scratch);
   return f;
+}
+
+Featurizer::Featurizer(const DatasetParams& params, int threads) : params_(params) {
+  params_.segment.num_long = static_cast<int>(params.num_long);
+  const int sr = params_.mel.sample_rate;
+  try {
+    params_.segment.validate(sr);
+    params_.mel.validate(params_.segment.short_samples(sr));
+    mel::EngineConfig ec;
+    ec.mel = params_.mel;
+    ec.segment_samples = params_.segment.short_samples(sr);
+    ec.dtype = params_.dtype;
+    ec.threads = threads;
+    engine_ = mel::make_cpu_engine(ec);
+  } catch (const InvalidArgument& e) {
+    throw FormatError(std::string("the dataset parameters cannot be used for spectrograms: ") + e.what());
+  }
+  const mel::MelLayout& layout = engine_->layout();
+  const segment::SegmentArgs& s = params_.segment;
+  if (layout.n_mels != params.n_mels || layout.n_frames != params.n_frames || s.num_short(sr) != params.num_short ||
+      s.long_samples(sr) != params.long_samples || s.short_samples(sr) != params.short_samples || params.num_long < 1)
+    throw FormatError("the dataset parameters are inconsistent: they give " + std::to_string(layout.n_mels) + " x " +
+                      std::to_string(layout.n_frames) + " spectrograms and " + std::to_string(s.num_short(sr)) +
+                      " short segments, the attributes say " + std::to_string(params.n_mels) + " x " +
+                      std::to_string(params.n_frames) + " and " + std::to_string(params.num_short));
+}
+
+FloatFeatures Featurizer::operator()(const std::filesystem::path& path) {
+  const DatasetParams& p = params_;
+  const FileFeatures f =
+      featurize_file(path, *engine_, p.mel, p.segment, p.channel, static_cast<int>(p.num_long), p.dtype);
+  FloatFeatures out;
+  out.num_valid_long = f.num_valid_long;
+  const auto n = static_cast<std::size_t>(p.num_long * p.num_short * p.n_mels * p.n_frames);
+  out.values.resize(n);
+  if (p.dtype == mel::DType::float32) {
+    std::memcpy(out.values.data(), f.bytes.data(), n * sizeof(float));
+  } else {
+    const auto* src = reinterpret_cast<const uint16_t*>(f.bytes.data());
+    for (std::size_t i = 0; i < n; ++i) out.values[i] = mel::half_bits_to_float(src[i]);
+  }
+  return out;
 }
 
 }  // namespace melforge::featurize

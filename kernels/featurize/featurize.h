@@ -5,6 +5,7 @@
 /// file's features are the same bytes in a dataset and at prediction time.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -72,5 +73,49 @@ struct FileFeatures {
 /// naming the file when it cannot be read or is skipped by the plan (too short).
 FileFeatures featurize_file(const std::filesystem::path& path, mel::MelEngine& engine, const mel::MelArgs& mel,
                             const segment::SegmentArgs& segment, int channel, int num_long, mel::DType dtype);
+
+/// The parameters of a dataset a Featurizer reproduces: the spectrogram and segmentation parameters, and the
+/// geometry the dataset's attributes state (checked against what the parameters give).
+struct DatasetParams {
+  mel::MelArgs mel;
+  /// Segmentation; num_long is ignored (`num_long` below is the dataset's).
+  segment::SegmentArgs segment;
+  /// Stored element type.
+  mel::DType dtype = mel::DType::float32;
+  /// Input channel, -1 for a mix to mono.
+  int channel = -1;
+  /// L, S, M, T and the segment lengths in samples, as the dataset's attributes say.
+  int64_t num_long = 0;
+  int64_t num_short = 0;
+  int64_t n_mels = 0;
+  int64_t n_frames = 0;
+  int64_t long_samples = 0;
+  int64_t short_samples = 0;
+};
+
+/// One file's features as float32: [num_long * num_short * n_mels * n_frames] values (float16 datasets: the
+/// stored half values, widened exactly), and the valid long segments.
+struct FloatFeatures {
+  std::vector<float> values;
+  int num_valid_long = 0;
+};
+
+/// featurize_file with one CPU engine built once for many files, as `melforge-train predict` and melforge.predict
+/// featurize: the same bytes a dataset with these parameters stores, as float32.
+class Featurizer {
+ public:
+  /// Builds the CPU engine with `threads` threads (0: all cores). Throws FormatError when `params` holds
+  /// parameters the kernels refuse or that do not give its n_mels / n_frames / num_short / segment lengths.
+  Featurizer(const DatasetParams& params, int threads);
+  /// The features of `path`; throws AudioError naming the file when it cannot be read or is too short under
+  /// short_files == skip.
+  FloatFeatures operator()(const std::filesystem::path& path);
+  /// The dataset parameters.
+  const DatasetParams& params() const { return params_; }
+
+ private:
+  DatasetParams params_;
+  std::unique_ptr<mel::MelEngine> engine_;
+};
 
 }  // namespace melforge::featurize

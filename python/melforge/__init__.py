@@ -16,3 +16,15 @@ from ._core import (  # noqa: F401
 # Each area's public names (one line each; keep the order: mel, audio, build, data, evaluate, predict, models).
 from .mel import MelSpectrogram  # noqa: F401,E402
 from .audio import load, info  # noqa: F401,E402
+from .evaluate import FileEvaluation, evaluate_files  # noqa: F401,E402
+from .predict import predict  # noqa: F401,E402
+
+
+def __getattr__(name):
+    """`melforge.models` (python/melforge/models.py) imports torch, so it is loaded on first use, not by
+    `import melforge`."""
+    if name == "models":
+        import importlib
+
+        return importlib.import_module(".models", __name__)
+    raise AttributeError(f"module 'melforge' has no attribute '{name}'")

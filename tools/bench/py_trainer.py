@@ -1,7 +1,7 @@
 """The Python trainer peer (issue 4), written with the Python trainer's own optimisations: an h5py Dataset with one
 open file per DataLoader worker (opened lazily in the worker, with a chunk cache that holds the split), DataLoader
 workers with persistent_workers, pin_memory + non_blocking copies on CUDA, torch's fused AdamW, metrics accumulated
-on the device and `.item()` once per epoch, autocast (AMP) when asked. The model is tools/melforge_models.py's, the
+on the device and `.item()` once per epoch, autocast (AMP) when asked. The model is python/melforge/models.py's, the
 same module tree as melforge-train's; the hyperparameters are melforge-train's defaults (batch 64, lr 1e-3 with 5%
 linear warmup then cosine to 0, AdamW wd 0.01, clip-norm 1, CE + BCE detection head with pos_weight
 negatives/positives, dropout 0.3, input normalised by the training split's mean and std). Reads melforge-build's
@@ -40,7 +40,13 @@ from torch.utils.data import DataLoader, Dataset
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, ".."))
-import melforge_models  # noqa: E402
+import importlib.util  # noqa: E402
+
+# python/melforge/models.py by path: the torch venv running this has no melforge package installed.
+_models_spec = importlib.util.spec_from_file_location(
+    "melforge_models", os.path.join(here, "..", "..", "python", "melforge", "models.py"))
+melforge_models = importlib.util.module_from_spec(_models_spec)
+_models_spec.loader.exec_module(melforge_models)
 import py_common as pc  # noqa: E402
 
 
@@ -258,7 +264,7 @@ def train(a) -> int:
     del it, loader
     model.load_state_dict(best_state)
     ckpt = os.path.join(a.out, "best.pt")
-    torch.save({"model": best_state, "model_config": json.dumps(model.config())}, ckpt)
+    torch.save({"model": best_state, "model_config": model.config()}, ckpt)
     test_mel, test_y, test_nvl, _ = read_split(os.path.join(a.data, "test.h5"))
     seg_conf, file_conf = eval_batched(model, test_mel, test_y, test_nvl, a.eval_batch_size, device, amp)
     rss = pc.peak_rss_bytes()
@@ -277,7 +283,7 @@ def train(a) -> int:
 
 def load_model(path: str):
     ck = torch.load(path, map_location="cpu")
-    model = melforge_models.build_model(json.loads(ck["model_config"]))
+    model = melforge_models.build_model(ck)
     model.load_state_dict(ck["model"])
     return model.eval()
 

@@ -46,21 +46,14 @@ at::Tensor long_tensor(const std::vector<int64_t>& v) {
   return at::from_blob(const_cast<int64_t*>(v.data()), {static_cast<int64_t>(v.size())}, at::kLong).clone();
 }
 
-/// Confusion counts [C, C] and [2, 2] of per-file decisions (CPU tensors).
+/// File-level metrics of per-file decisions (CPU tensors) through metrics::file_metrics.
 Metrics file_metrics(const FileScores& fs, const at::Tensor& labels, int64_t num_classes, int64_t positive_class) {
-  at::Tensor conf = at::zeros({num_classes, num_classes}, at::kLong);
-  at::Tensor det = at::zeros({2, 2}, at::kLong);
   const int64_t F = labels.size(0);
   const int64_t* y = labels.data_ptr<int64_t>();
   const int64_t* p = fs.predicted.data_ptr<int64_t>();
   const bool* d = fs.detected.data_ptr<bool>();
-  auto c = conf.accessor<int64_t, 2>();
-  auto dc = det.accessor<int64_t, 2>();
-  for (int64_t f = 0; f < F; ++f) {
-    c[y[f]][p[f]] += 1;
-    dc[y[f] == positive_class ? 1 : 0][d[f] ? 1 : 0] += 1;
-  }
-  return metrics_from_counts(conf, det, std::numeric_limits<double>::quiet_NaN());
+  return metrics::file_metrics(std::vector<int64_t>(y, y + F), std::vector<int64_t>(p, p + F),
+                               std::vector<uint8_t>(d, d + F), num_classes, positive_class);
 }
 
 }  // namespace

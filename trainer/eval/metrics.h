@@ -1,6 +1,7 @@
 #pragma once
 /// Classification metrics, accumulated on the device without host syncs, and the file-level vote over a file's
-/// segments. The math is plain and tested on hand-computed cases (tests/test_trainer_metrics.cpp).
+/// segments. The math is plain and tested on hand-computed cases (tests/test_trainer_metrics.cpp); the metrics
+/// from counts and the CPU vote are kernels/metrics and kernels/vote.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -8,45 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "metrics/metrics.h"
+#include "vote/vote.h"
+
 namespace melforge::trainer {
 
-/// Precision, recall and F1 of one class (0 where undefined: no prediction or no example of it).
-struct ClassScores {
-  double precision = 0;
-  double recall = 0;
-  double f1 = 0;
-  /// Examples whose true class is this one.
-  int64_t support = 0;
-};
-
-/// The metrics of one evaluation, at segment or at file level.
-struct Metrics {
-  /// Examples counted (segments or files).
-  int64_t count = 0;
-  /// Mean combined loss per example; NaN when no loss was accumulated (file level).
-  double loss = 0;
-  /// Multi-class accuracy in [0, 1].
-  double accuracy = 0;
-  /// Per class, indexed by label.
-  std::vector<ClassScores> per_class;
-  /// Unweighted mean of the per-class F1 over classes with support > 0.
-  double macro_f1 = 0;
-  /// confusion[t][p]: examples of true class t predicted as p.
-  std::vector<std::vector<int64_t>> confusion;
-  /// Binary detection head (positive class vs the rest): accuracy, and precision/recall/F1 of "positive".
-  double det_accuracy = 0;
-  double det_precision = 0;
-  double det_recall = 0;
-  double det_f1 = 0;
-  /// det_confusion[t][p] with 0 = negative, 1 = positive.
-  std::vector<std::vector<int64_t>> det_confusion;
-
-  /// Every field, per-class scores keyed by class name: {"count", "loss", "accuracy", "macro_f1", "per_class":
-  /// {name: {...}}, "confusion", "detection": {...}}.
-  nlohmann::json to_json(const std::vector<std::string>& class_names) const;
-  /// The confusion matrix as CSV: a header "true\\pred,<names...>" and one row per true class.
-  std::string confusion_csv(const std::vector<std::string>& class_names) const;
-};
+/// The metrics types live in kernels/metrics (torch-free, shared with the Python package).
+using metrics::ClassScores;
+using metrics::Metrics;
 
 /// Metrics from counts: `confusion` int64 [C, C] (true, predicted) and `det_confusion` int64 [2, 2], on any
 /// device; `loss_sum` is the summed loss over `confusion.sum()` examples (NaN: unknown).
@@ -78,18 +48,10 @@ class MetricAccumulator {
   bool have_loss_ = false;
 };
 
-/// How a file's long segments are combined.
-enum class Vote {
-  /// Mean of the long-segment probabilities over the valid long segments.
-  mean,
-  /// Each valid long segment votes for its argmax class; the most votes wins, ties broken by the mean
-  /// probability. The detection head: positive when more than half of the valid long segments are at or above
-  /// the threshold; its score is that fraction.
-  majority,
-};
-/// "mean" or "majority"; parse throws InvalidArgument otherwise.
-std::string to_string(Vote v);
-Vote parse_vote(const std::string& s);
+/// The file-level vote (kernels/vote/vote.h): mean or majority, parse_vote and to_string.
+using vote::parse_vote;
+using vote::to_string;
+using vote::Vote;
 
 /// Per-file decisions.
 struct FileScores {
@@ -103,7 +65,9 @@ struct FileScores {
   at::Tensor detected;
 };
 
-/// File-level decisions from segment outputs. `probs`: softmax probabilities [F, L, S, C]; `det_probs`: sigmoid
+/// File-level decisions from segment outputs, on the device of `probs` (evaluate keeps them there, with no host
+/// sync per batch); the same semantics as vote::aggregate_files (kernels/vote), which predict uses on the CPU and
+/// which test_trainer_metrics checks this against. `probs`: softmax probabilities [F, L, S, C]; `det_probs`: sigmoid
 /// of the detection logits [F, L, S]; `num_valid_long`: int64 [F] in [1, L] (long segments >= it are ignored).
 /// Per long segment the short-segment probabilities are averaged first, then `vote` combines the valid long
 /// segments.

@@ -1,7 +1,8 @@
 #pragma once
 /// `melforge-train export`: writes a checkpoint's model weights as a state dict that Python's torch.load reads
 /// (torch.load(path) returns a dict of name -> tensor, loadable with load_state_dict into the matching module of
-/// tools/melforge_models.py), with the model configuration, class names and mel parameters beside it as JSON.
+/// python/melforge/models.py, melforge.models), with the model configuration, class names and mel parameters beside
+/// it as JSON.
 #include <filesystem>
 #include <ostream>
 

@@ -58,7 +58,7 @@ struct CrnnConfig {
 /// batch-first one-layer GRU or LSTM started from zeros; its outputs [B, T/2, H] are averaged over time, then
 /// linear(H -> hidden) ReLU dropout and `class_head` (hidden -> C) and `detect_head` (hidden -> 1). Modules:
 /// conv1, conv2, pool, pool_mel, relu (in place), rnn, fc, dropout, class_head, detect_head; buffers input_mean,
-/// input_std (the names of tools/melforge_models.py's Crnn). Parameters are initialised by LibTorch's defaults from the global generator.
+/// input_std (the names of python/melforge/models.py's Crnn). Parameters are initialised by LibTorch's defaults from the global generator.
 class CrnnNetImpl : public Classifier {
  public:
   /// Builds the layers for `config` (validated first; throws InvalidArgument).

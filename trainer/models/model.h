@@ -24,7 +24,7 @@ struct ModelOutput {
 
 /// A classifier of short-segment spectrograms with a multi-class head and a binary detection head. Parameter and
 /// buffer names (named_parameters/named_buffers) are those of the PyTorch module of the same name in
-/// tools/melforge_models.py, so a state dict moves between the two unchanged.
+/// python/melforge/models.py (melforge.models), so a state dict moves between the two unchanged.
 class Classifier : public torch::nn::Module {
  public:
   /// Registers the input normalisation buffers `input_mean` (0) and `input_std` (1), float32 scalars.

@@ -17,15 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "data/dataset.h"
 #include "eval/metrics.h"
 #include "featurize/featurize.h"
-#include "mel/half.h"
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
-#include "melforge/common/fs_walk.h"
 #include "melforge/common/options.h"
 #include "melforge/common/utf8.h"
 #include "models/model.h"
@@ -38,17 +35,6 @@ namespace fs = std::filesystem;
 namespace melforge::trainer {
 
 namespace {
-
-/// Extensions melforge-build scans by default (BuildOptions::extensions).
-const std::set<std::string> kAudioExtensions = {"wav", "flac", "ogg", "oga", "aif", "aiff", "aifc",
-                                                "au",  "snd",  "caf", "w64", "rf64", "mp3", "opus"};
-
-bool is_audio_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  if (!ext.empty() && ext.front() == '.') ext.erase(ext.begin());
-  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return kAudioExtensions.count(ext) > 0;
-}
 
 std::string number(double v) {
   char buf[32];
@@ -100,18 +86,18 @@ void score_chunk(Classifier& model, const std::vector<FileFeatures>& feats, cons
   const at::Tensor det = at::zeros({F * L, S}, fopts)
                              .index_copy_(0, dev_index, at::sigmoid(out.detection.to(at::kFloat)).view({V, S}))
                              .view({F, L, S});
-  const FileScores fs = aggregate_files(probs, det, at::from_blob(nvl.data(), {F}, at::kLong).clone().to(device),
-                                        vote, threshold);
-  const at::Tensor cp = fs.class_probs.to(at::kCPU).contiguous();
-  const at::Tensor pred = fs.predicted.to(at::kCPU), score = fs.detection_score.to(at::kCPU),
-                   detected = fs.detected.to(at::kCPU);
-  const int64_t C = cp.size(1);
+  const at::Tensor cprobs = probs.to(at::kCPU).contiguous(), cdet = det.to(at::kCPU).contiguous();
+  const int64_t C = cprobs.size(3);
+  const vote::FileVotes fv =
+      vote::aggregate_files({cprobs.data_ptr<float>(), static_cast<std::size_t>(cprobs.numel())},
+                            {cdet.data_ptr<float>(), static_cast<std::size_t>(cdet.numel())}, nvl, {F, L, S, C},
+                            vote, threshold);
   for (int64_t f = 0; f < F; ++f) {
     Row& r = *rows[f];
-    r.probs.assign(cp.data_ptr<float>() + f * C, cp.data_ptr<float>() + (f + 1) * C);
-    r.predicted = pred.data_ptr<int64_t>()[f];
-    r.score = score.data_ptr<float>()[f];
-    r.detected = detected.data_ptr<bool>()[f];
+    r.probs.assign(fv.class_probs.begin() + f * C, fv.class_probs.begin() + (f + 1) * C);
+    r.predicted = fv.predicted[f];
+    r.score = fv.detection_score[f];
+    r.detected = fv.detected[f] != 0;
     r.num_valid_long = nvl[f];
   }
 }
@@ -194,89 +180,40 @@ void add_options(po::options_description& desc, PredictOptions& opts) {
 }
 
 struct Featurizer::Impl {
-  MelInfo info;
-  mel::MelArgs mel;
-  segment::SegmentArgs segment;
-  mel::DType dtype = mel::DType::float32;
-  std::unique_ptr<mel::MelEngine> engine;
+  std::unique_ptr<featurize::Featurizer> featurizer;
+  std::vector<int64_t> shape;
 };
 
 Featurizer::Featurizer(const MelInfo& info, int threads) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.info = info;
-  m.mel = info.mel_args();
-  m.segment = info.segment_args();
-  try {
-    m.dtype = mel::parse_dtype(info.dtype);
-    const int sr = m.mel.sample_rate;
-    m.segment.validate(sr);
-    m.mel.validate(m.segment.short_samples(sr));
-    mel::EngineConfig ec;
-    ec.mel = m.mel;
-    ec.segment_samples = m.segment.short_samples(sr);
-    ec.dtype = m.dtype;
-    ec.threads = threads;
-    m.engine = mel::make_cpu_engine(ec);
-  } catch (const InvalidArgument& e) {
-    throw FormatError(std::string("the dataset parameters cannot be used for spectrograms: ") + e.what());
-  }
-  const mel::MelLayout& layout = m.engine->layout();
-  const int sr = m.mel.sample_rate;
-  if (layout.n_mels != info.n_mels || layout.n_frames != info.n_frames ||
-      m.segment.num_short(sr) != info.num_short || m.segment.long_samples(sr) != info.long_samples ||
-      m.segment.short_samples(sr) != info.short_samples || info.num_long < 1)
-    throw FormatError("the dataset parameters are inconsistent: they give " + std::to_string(layout.n_mels) + " x " +
-                      std::to_string(layout.n_frames) + " spectrograms and " +
-                      std::to_string(m.segment.num_short(sr)) + " short segments, the attributes say " +
-                      std::to_string(info.n_mels) + " x " + std::to_string(info.n_frames) + " and " +
-                      std::to_string(info.num_short));
+  featurize::DatasetParams p;
+  p.mel = info.mel_args();
+  p.dtype = mel::parse_dtype(info.dtype);
+  p.segment = info.segment_args();
+  p.channel = static_cast<int>(info.channel);
+  p.num_long = info.num_long;
+  p.num_short = info.num_short;
+  p.n_mels = info.n_mels;
+  p.n_frames = info.n_frames;
+  p.long_samples = info.long_samples;
+  p.short_samples = info.short_samples;
+  impl_->featurizer = std::make_unique<featurize::Featurizer>(p, threads);
+  impl_->shape = info.file_shape();
 }
 
 Featurizer::~Featurizer() = default;
 
 FileFeatures Featurizer::operator()(const fs::path& path) {
-  Impl& m = *impl_;
-  const featurize::FileFeatures f =
-      featurize::featurize_file(path, *m.engine, m.mel, m.segment, static_cast<int>(m.info.channel),
-                                static_cast<int>(m.info.num_long), m.dtype);
+  featurize::FloatFeatures f = (*impl_->featurizer)(path);
   FileFeatures out;
   out.num_valid_long = f.num_valid_long;
-  out.mel = at::empty(m.info.file_shape(), at::kFloat);
-  float* dst = out.mel.data_ptr<float>();
-  const int64_t n = out.mel.numel();
-  if (m.dtype == mel::DType::float32) {
-    std::memcpy(dst, f.bytes.data(), static_cast<std::size_t>(n) * sizeof(float));
-  } else {
-    const auto* src = reinterpret_cast<const uint16_t*>(f.bytes.data());
-    for (int64_t i = 0; i < n; ++i) dst[i] = mel::half_bits_to_float(src[i]);
-  }
+  out.mel = at::empty(impl_->shape, at::kFloat);
+  std::memcpy(out.mel.data_ptr<float>(), f.values.data(), f.values.size() * sizeof(float));
   return out;
 }
 
 FileFeatures featurize_file(const fs::path& path, const MelInfo& info, int threads) {
   Featurizer f(info, threads);
   return f(path);
-}
-
-std::vector<PredictInput> collect_inputs(const std::vector<fs::path>& inputs, bool include_hidden) {
-  std::vector<PredictInput> out;
-  FolderWalk walk({include_hidden, {}, {}, {}});
-  for (const auto& in : inputs) {
-    std::error_code ec;
-    if (!fs::is_directory(in, ec)) {
-      out.push_back({in, ""});
-      continue;
-    }
-    WalkResult found;
-    walk.walk(in, found);
-    std::vector<PredictInput> here;
-    for (const auto& p : found.files)
-      if (is_audio_name(p)) here.push_back({p, ""});
-    for (const auto& pr : found.problems) here.push_back({pr.path, pr.path.string() + ": " + pr.reason});
-    std::sort(here.begin(), here.end(), [](const PredictInput& a, const PredictInput& b) { return a.path < b.path; });
-    out.insert(out.end(), here.begin(), here.end());
-  }
-  return out;
 }
 
 void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& log) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "inputs/inputs.h"
+
 namespace boost::program_options {
 class options_description;
 }
@@ -74,23 +76,9 @@ class Featurizer {
   std::unique_ptr<Impl> impl_;
 };
 
-/// One input of predict: a file to score, or an entry that cannot be read (`error` says why).
-struct PredictInput {
-  /// The file (or the folder or link that could not be read).
-  std::filesystem::path path;
-  /// Empty, or "<path>: <reason>" (e.g. "cannot read folder: Permission denied"); predict reports it as the row's
-  /// error, as it does for a file it cannot decode.
-  std::string error;
-};
-
-/// The inputs predict reads for `inputs`: a file as given; a folder searched recursively (FolderWalk,
-/// melforge/common/fs_walk.h: links to folders followed, each folder once) for regular files whose extension
-/// (case-insensitive) is one melforge-build scans by default (wav, flac, ogg, mp3, ...), with every sub-folder that
-/// cannot be read, broken link and link loop as an entry with its error, sorted by path within each input. Entries
-/// whose name starts with '.' are ignored unless `include_hidden`. An input that does not exist is returned too
-/// (predict reports it as unreadable).
-std::vector<PredictInput> collect_inputs(const std::vector<std::filesystem::path>& inputs,
-                                         bool include_hidden = false);
+/// The inputs predict reads (kernels/inputs, shared with melforge.predict).
+using inputs::collect_inputs;
+using inputs::PredictInput;
 
 /// Runs predict: one line (CSV, with a header) or object (JSON array) per input file with its path, predicted
 /// class, class probabilities, detection score and decision. Files that cannot be read are reported as such with

@@ -143,6 +143,31 @@ TEST_CASE("a checkpoint round trips every field bit-exactly", "[trainer][checkpo
   CHECK_FALSE(e.cuda_rng_state.defined());
 }
 
+TEST_CASE("model_config is a pickled dict, and version 1's JSON string still reads", "[trainer][checkpoint]") {
+  TempDir d;
+  const Checkpoint c = sample_checkpoint();
+  save_checkpoint(c, d / "ck.pt");
+  const c10::IValue root = torch::jit::pickle_load(read_bytes(d / "ck.pt"));
+  const c10::IValue mc = root.toGenericDict().at("model_config");
+  REQUIRE(mc.isGenericDict());
+  CHECK(mc.toGenericDict().at("model").toStringRef() == "cnn");
+  CHECK(mc.toGenericDict().at("n_mels").toInt() == 32);
+  CHECK(mc.toGenericDict().at("dropout").toDouble() == 0.3);
+  CHECK(mc.toGenericDict().at("channels").toListRef().size() == 3);
+  CHECK(root.toGenericDict().at("version").toInt() == kCheckpointVersion);
+
+  write_edited(c, d / "v1.pt", [&c](auto& dict) {
+    dict.insert_or_assign("version", int64_t{1});
+    dict.insert_or_assign("model_config", c.model_config.dump());
+  });
+  const Checkpoint old = load_checkpoint(d / "v1.pt");
+  CHECK(old.version == 1);
+  CHECK(old.model_config == c.model_config);
+  write_edited(c, d / "bad.pt", [](auto& dict) { dict.insert_or_assign("model_config", int64_t{4}); });
+  CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "bad.pt"); }),
+             Catch::Contains("model_config") && Catch::Contains("not a dict or a JSON string"));
+}
+
 TEST_CASE("the generator state restored from a checkpoint replays the same numbers", "[trainer][checkpoint]") {
   TempDir d;
   Checkpoint c = sample_checkpoint();
@@ -187,8 +212,10 @@ TEST_CASE("truncated, random and foreign files are refused with a FormatError", 
                Catch::Contains("not a melforge checkpoint"));
   }
   SECTION("another version") {
-    write_edited(sample_checkpoint(), d / "v.pt", [](auto& dict) { dict.insert_or_assign("version", int64_t{2}); });
-    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "v.pt"); }), Catch::Contains("version 2"));
+    write_edited(sample_checkpoint(), d / "v.pt", [](auto& dict) { dict.insert_or_assign("version", int64_t{3}); });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "v.pt"); }), Catch::Contains("version 3"));
+    write_edited(sample_checkpoint(), d / "v0.pt", [](auto& dict) { dict.insert_or_assign("version", int64_t{0}); });
+    CHECK_THAT(error_of<FormatError>([&] { load_checkpoint(d / "v0.pt"); }), Catch::Contains("version 0"));
   }
   SECTION("a missing entry") {
     const std::string key = GENERATE("epoch", "model", "rng_state", "class_names", "mel");

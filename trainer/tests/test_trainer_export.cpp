@@ -1,6 +1,6 @@
 // export: the state dict file holds the checkpoint's weights (CPU, contiguous) under the module's names, the JSON
-// beside it the model configuration; Python (the venv torch, tools/melforge_models.py) loads both and reproduces the
-// C++ outputs within 1e-5.
+// beside it the model configuration; Python (the venv torch, python/melforge/models.py loaded by path through
+// tools/check_export.py) loads both and reproduces the C++ outputs within 1e-5.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 #include <ATen/core/Dict.h>
@@ -111,7 +111,7 @@ TEST_CASE("export writes the checkpoint's weights and configuration", "[trainer]
   CHECK_FALSE(fs::exists(d / "no"));
 }
 
-TEST_CASE("Python loads the export into tools/melforge_models.py and reproduces the outputs",
+TEST_CASE("Python loads the export into python/melforge/models.py and reproduces the outputs",
           "[trainer][export][python]") {
   const std::string python = venv_python();
   if (python.empty()) {

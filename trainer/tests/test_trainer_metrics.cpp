@@ -1,5 +1,5 @@
 // Classification metrics on hand-computed cases, the device-side accumulator, and the file-level votes of
-// aggregate_files against a naive loop.
+// aggregate_files against kernels/vote's CPU vote (which tests/test_vote.cpp checks against a naive loop).
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -185,100 +185,6 @@ TEST_CASE("vote names", "[trainer][metrics]") {
   CHECK_THROWS_AS(parse_vote("median"), InvalidArgument);
 }
 
-namespace {
-
-/// The file votes of metrics.h written as plain loops in double.
-struct NaiveFiles {
-  std::vector<std::vector<double>> class_probs;
-  std::vector<int64_t> predicted;
-  std::vector<double> score;
-  std::vector<bool> detected;
-};
-
-NaiveFiles naive_aggregate(const at::Tensor& probs_t, const at::Tensor& det_t, const std::vector<int64_t>& nvl,
-                           Vote vote, double threshold) {
-  const at::Tensor probs = probs_t.to(at::kDouble).contiguous(), det = det_t.to(at::kDouble).contiguous();
-  const int64_t F = probs.size(0), S = probs.size(2), C = probs.size(3);
-  auto p = probs.accessor<double, 4>();
-  auto d = det.accessor<double, 3>();
-  NaiveFiles out;
-  for (int64_t f = 0; f < F; ++f) {
-    std::vector<double> mean(C, 0.0), votes(C, 0.0);
-    double det_mean = 0, det_votes = 0;
-    for (int64_t l = 0; l < nvl[f]; ++l) {
-      std::vector<double> lp(C, 0.0);
-      double ld = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        for (int64_t c = 0; c < C; ++c) lp[c] += p[f][l][s][c] / S;
-        ld += d[f][l][s] / S;
-      }
-      int64_t best = 0;
-      for (int64_t c = 1; c < C; ++c)
-        if (lp[c] > lp[best]) best = c;
-      votes[best] += 1;
-      for (int64_t c = 0; c < C; ++c) mean[c] += lp[c] / nvl[f];
-      det_mean += ld / nvl[f];
-      det_votes += ld >= threshold ? 1 : 0;
-    }
-    int64_t pred = 0;
-    if (vote == Vote::mean) {
-      for (int64_t c = 1; c < C; ++c)
-        if (mean[c] > mean[pred]) pred = c;
-      out.class_probs.push_back(mean);
-      out.score.push_back(det_mean);
-      out.detected.push_back(det_mean >= threshold);
-    } else {
-      for (int64_t c = 1; c < C; ++c)
-        if (votes[c] > votes[pred] || (votes[c] == votes[pred] && mean[c] > mean[pred])) pred = c;
-      for (auto& v : votes) v /= nvl[f];
-      out.class_probs.push_back(votes);
-      out.score.push_back(det_votes / nvl[f]);
-      out.detected.push_back(det_votes / nvl[f] > 0.5);
-    }
-    out.predicted.push_back(pred);
-  }
-  return out;
-}
-
-void check_against_naive(const at::Tensor& probs, const at::Tensor& det, const std::vector<int64_t>& nvl, Vote vote,
-                         double threshold) {
-  const FileScores fs = aggregate_files(probs, det, at::tensor(nvl, at::kLong), vote, threshold);
-  const NaiveFiles ref = naive_aggregate(probs, det, nvl, vote, threshold);
-  const int64_t F = probs.size(0), C = probs.size(3);
-  REQUIRE(fs.class_probs.sizes() == at::IntArrayRef({F, C}));
-  REQUIRE(fs.predicted.sizes() == at::IntArrayRef({F}));
-  CHECK(fs.class_probs.scalar_type() == at::kFloat);
-  CHECK(fs.detection_score.scalar_type() == at::kFloat);
-  CHECK(fs.predicted.scalar_type() == at::kLong);
-  CHECK(fs.detected.scalar_type() == at::kBool);
-  for (int64_t f = 0; f < F; ++f) {
-    CAPTURE(f, nvl[f]);
-    CHECK(fs.predicted[f].item<int64_t>() == ref.predicted[f]);
-    CHECK(fs.detection_score[f].item<double>() == Approx(ref.score[f]).margin(1e-6));
-    CHECK(fs.detected[f].item<bool>() == ref.detected[f]);
-    for (int64_t c = 0; c < C; ++c) CHECK(fs.class_probs[f][c].item<double>() == Approx(ref.class_probs[f][c]).margin(1e-6));
-  }
-}
-
-}  // namespace
-
-TEST_CASE("aggregate_files equals a naive loop", "[trainer][metrics]") {
-  const int64_t F = GENERATE(1, 7);
-  const int64_t L = GENERATE(1, 2, 4);
-  const int64_t S = GENERATE(1, 3);
-  const int64_t C = GENERATE(2, 5);
-  const Vote vote = GENERATE(Vote::mean, Vote::majority);
-  const double threshold = GENERATE(0.3, 0.5);
-  CAPTURE(F, L, S, C, to_string(vote), threshold);
-  at::manual_seed(static_cast<uint64_t>(F * 1000 + L * 100 + S * 10 + C));
-  const at::Tensor probs = at::softmax(at::randn({F, L, S, C}) * 2, 3);
-  const at::Tensor det = at::rand({F, L, S});
-  std::vector<int64_t> nvl(static_cast<std::size_t>(F));
-  const at::Tensor r = at::randint(1, L + 1, {F}, at::kLong);
-  for (int64_t f = 0; f < F; ++f) nvl[f] = r[f].item<int64_t>();
-  check_against_naive(probs, det, nvl, vote, threshold);
-}
-
 TEST_CASE("majority ties are broken by the mean probability, padding is ignored", "[trainer][metrics]") {
   // One file, L = 3 with 2 valid long segments (S = 1): segment 0 votes class 0 (0.55), segment 1 votes class 1
   // (0.9); the invalid segment 2 would make class 0 win if it were counted.
@@ -318,5 +224,32 @@ TEST_CASE("the accumulator and the votes on CUDA equal the CPU", "[trainer][metr
     CHECK(at::equal(c.predicted, g.predicted.cpu()));
     CHECK(at::allclose(c.class_probs, g.class_probs.cpu()));
     CHECK(at::equal(c.detected, g.detected.cpu()));
+  }
+}
+
+TEST_CASE("the ATen vote equals the CPU vote of kernels/vote", "[trainer][metrics]") {
+  const int64_t F = GENERATE(1, 6);
+  const int64_t L = GENERATE(1, 3);
+  const int64_t S = GENERATE(1, 4);
+  const int64_t C = GENERATE(2, 5);
+  const Vote v = GENERATE(Vote::mean, Vote::majority);
+  const double threshold = GENERATE(0.3, 0.5);
+  CAPTURE(F, L, S, C, to_string(v), threshold);
+  at::manual_seed(static_cast<uint64_t>(7 + F * 1000 + L * 100 + S * 10 + C));
+  const at::Tensor probs = at::softmax(at::randn({F, L, S, C}) * 2, 3).contiguous();
+  const at::Tensor det = at::rand({F, L, S}).contiguous();
+  const at::Tensor nvl = at::randint(1, L + 1, {F}, at::kLong).contiguous();
+  const FileScores a = aggregate_files(probs, det, nvl, v, threshold);
+  const vote::FileVotes b = vote::aggregate_files(
+      {probs.data_ptr<float>(), static_cast<std::size_t>(probs.numel())},
+      {det.data_ptr<float>(), static_cast<std::size_t>(det.numel())},
+      {nvl.data_ptr<int64_t>(), static_cast<std::size_t>(F)}, {F, L, S, C}, v, threshold);
+  for (int64_t f = 0; f < F; ++f) {
+    CAPTURE(f);
+    CHECK(a.predicted[f].item<int64_t>() == b.predicted[f]);
+    CHECK(a.detected[f].item<bool>() == (b.detected[f] != 0));
+    CHECK(a.detection_score[f].item<float>() == Approx(b.detection_score[f]).margin(1e-6));
+    for (int64_t c = 0; c < C; ++c)
+      CHECK(a.class_probs[f][c].item<float>() == Approx(b.class_probs[f * C + c]).margin(1e-6));
   }
 }

@@ -53,6 +53,55 @@ c10::impl::GenericDict tensor_dict(const TensorMap& m) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+/// `j` as a pickled Python value: an object becomes a dict (string keys), an array a list, numbers int or float,
+/// null None. torch.load then gives the plain dict a Python user expects.
+c10::IValue json_to_ivalue(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::object: {
+      c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+      for (const auto& item : j.items()) d.insert(item.key(), json_to_ivalue(item.value()));
+      return d;
+    }
+    case nlohmann::json::value_t::array: {
+      c10::impl::GenericList l(c10::AnyType::get());
+      for (const auto& e : j) l.push_back(json_to_ivalue(e));
+      return l;
+    }
+    case nlohmann::json::value_t::string: return j.get<std::string>();
+    case nlohmann::json::value_t::boolean: return j.get<bool>();
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return j.get<int64_t>();
+    case nlohmann::json::value_t::number_float: return j.get<double>();
+    default: return c10::IValue();
+  }
+}
+
+/// The inverse of json_to_ivalue; throws FormatError (via `fail`) for a value JSON cannot hold.
+template <typename Fail>
+nlohmann::json ivalue_to_json(const c10::IValue& v, const Fail& fail) {
+  if (v.isGenericDict()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& item : v.toGenericDict()) {
+      if (!item.key().isString()) fail("a dict key of type " + item.key().tagKind());
+      o[item.key().toStringRef()] = ivalue_to_json(item.value(), fail);
+    }
+    return o;
+  }
+  if (v.isList() || v.isTuple()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const c10::IValue& e : v.isList() ? v.toListRef() : v.toTupleRef().elements())
+      a.push_back(ivalue_to_json(e, fail));
+    return a;
+  }
+  if (v.isString()) return v.toStringRef();
+  if (v.isBool()) return v.toBool();
+  if (v.isInt()) return v.toInt();
+  if (v.isDouble()) return v.toDouble();
+  if (v.isNone()) return nullptr;
+  fail("a value of type " + v.tagKind());
+  return nullptr;
+}
+
 /// Reads the entries of a loaded checkpoint with type checks; every error names the file and the entry.
 class Reader {
  public:
@@ -84,6 +133,13 @@ class Reader {
     } catch (const nlohmann::json::exception& e) {
       fail("entry '" + key + "' is not valid JSON: " + e.what());
     }
+  }
+  /// A JSON entry stored as a dict (version 2's model_config) or as a JSON string (version 1).
+  nlohmann::json json_or_dict(const std::string& key) const {
+    const c10::IValue v = get(key);
+    if (v.isString()) return json(key);
+    if (!v.isGenericDict()) fail("entry '" + key + "' is a " + v.tagKind() + ", not a dict or a JSON string");
+    return ivalue_to_json(v, [&](const std::string& what) { fail("entry '" + key + "' holds " + what); });
   }
   std::vector<std::string> strings(const std::string& key) const {
     const c10::IValue v = get(key);
@@ -177,7 +233,7 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path) {
   c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
   d.insert("format", std::string(kFormatTag));
   d.insert("version", c.version);
-  d.insert("model_config", utf8::dump(c.model_config));
+  d.insert("model_config", json_to_ivalue(c.model_config));
   d.insert("config", utf8::dump(c.config));
   d.insert("mel", utf8::dump(c.mel));
   c10::List<std::string> names;
@@ -376,10 +432,10 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
     r.fail("not a melforge checkpoint (no 'format': '" + std::string(kFormatTag) + "' entry)");
   Checkpoint c;
   c.version = r.integer("version");
-  if (c.version != kCheckpointVersion)
-    r.fail("format version " + std::to_string(c.version) + ", this build reads version " +
+  if (c.version < 1 || c.version > kCheckpointVersion)
+    r.fail("format version " + std::to_string(c.version) + ", this build reads versions 1 to " +
            std::to_string(kCheckpointVersion));
-  c.model_config = r.json("model_config");
+  c.model_config = r.json_or_dict("model_config");
   c.config = r.json("config");
   c.mel = r.json("mel");
   c.class_names = r.strings("class_names");

@@ -58,8 +58,9 @@ struct Checkpoint {
   nlohmann::json state;
 };
 
-/// The format version this build writes and reads.
-inline constexpr int64_t kCheckpointVersion = 1;
+/// The format version this build writes; it reads every version from 1 up to it. Version 2 stores model_config
+/// as a dict (torch.load gives a Python dict); version 1 stored it as a JSON string.
+inline constexpr int64_t kCheckpointVersion = 2;
 
 /// Writes `c` to `path` through `<path>.tmp` + fsync + rename: `path` is either the previous complete file or the
 /// new complete file, never a partial one. Throws IoError naming the path on any write error (the temporary file

@@ -2,8 +2,13 @@
 
 Each class has exactly the modules, parameter names and forward pass of its C++ counterpart, so a state dict saved
 by the trainer loads here unchanged (and back). `build_model(config)` takes the dict `Classifier::config_json()`
-writes (checkpoints and exports record it) and returns the module. `forward(x)` takes `[B, n_mels, n_frames]` or
-`[B, 1, n_mels, n_frames]` float spectrograms and returns `(logits [B, num_classes], detection [B])`.
+writes, or the whole `weights.pt.json` of `melforge-train export` / a loaded checkpoint that holds it under
+"model_config", and returns the module. `forward(x)` takes `[B, n_mels, n_frames]` or `[B, 1, n_mels, n_frames]`
+float spectrograms and returns `(logits [B, num_classes], detection [B])`.
+
+This module needs torch and imports it on import; `import melforge` does not import it (melforge.models is loaded
+on first use of `melforge.models`). It depends on nothing else of the package, so tools that have torch but not
+melforge installed (tools/check_export.py) load this file by path.
 """
 
 from __future__ import annotations
@@ -124,9 +129,44 @@ class Crnn(_Classifier):
                 "hidden": self.hidden, "dropout": self.dropout_p}
 
 
-def build_model(config: dict) -> nn.Module:
-    """The module `config` (Classifier::config_json()) describes; raises ValueError for an unknown model and
-    KeyError for a missing field."""
+def model_config_of(config) -> dict:
+    """The model configuration held by `config`: the dict `Classifier::config_json()` writes (returned as is), a
+    dict that holds it under "model_config" (a `weights.pt.json` of `melforge-train export`, or a checkpoint loaded
+    with `torch.load`), or either as JSON text. A "model_config" that is itself JSON text (checkpoints of format
+    version 1) is parsed. Raises ValueError when no model configuration is found."""
+    import json
+
+    if isinstance(config, (str, bytes)):
+        config = json.loads(config)
+    if isinstance(config, dict) and "model_config" in config:
+        config = config["model_config"]
+        if isinstance(config, (str, bytes)):
+            config = json.loads(config)
+    if not isinstance(config, dict) or "model" not in config:
+        raise ValueError("build_model: expected a model configuration (a dict with 'model', or one holding it under "
+                         f"'model_config'), got {type(config).__name__}")
+    return config
+
+
+def build_model(config) -> nn.Module:
+    """The module a model configuration describes.
+
+    Parameters
+    ----------
+    config : dict or str
+        `Classifier::config_json()` ({"model": "cnn" | "crnn", "n_mels", "n_frames", "num_classes", ...}), or the
+        whole `weights.pt.json` / checkpoint dict that holds it under "model_config", or either as JSON text
+        (see `model_config_of`).
+
+    Returns
+    -------
+    torch.nn.Module
+        `Cnn` or `Crnn` with freshly initialised parameters; `forward(x [B, n_mels, n_frames])` returns
+        `(logits [B, num_classes], detection logits [B])`.
+
+    Raises ValueError for an unknown model and KeyError for a missing field.
+    """
+    config = model_config_of(config)
     kind = config.get("model")
     if kind not in ("cnn", "crnn"):
         raise ValueError(f"unknown model '{kind}'")

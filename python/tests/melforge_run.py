@@ -1,0 +1,71 @@
+"""A small trained run for the tests of melforge.evaluate_files / melforge.predict: a tone corpus written here,
+built with the C++ build's melforge-build and trained for two epochs with its melforge-train (env
+MELFORGE_BUILD_BIN / MELFORGE_TRAIN_BIN, else builder/melforge-build and trainer/melforge-train of
+MELFORGE_BUILD_DIR, default <repo>/build). The tests skip, naming the missing binary, when the C++ build is absent."""
+import math
+import os
+import pathlib
+import struct
+import subprocess
+import wave
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def binary(env: str, default: str) -> pathlib.Path:
+    """The binary named by `env`, else `default` under MELFORGE_BUILD_DIR (default <repo>/build); skips the test,
+    naming it, when it is not built."""
+    build_dir = pathlib.Path(os.environ.get("MELFORGE_BUILD_DIR") or REPO / "build")
+    path = pathlib.Path(os.environ.get(env) or build_dir / default)
+    if not path.is_file():
+        pytest.skip(f"{path} not built (set {env} or build the C++ project with MELFORGE_TRAINER=ON)")
+    return path
+
+
+def write_tone(path: pathlib.Path, hz: float, seconds: float, rate: int, seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = int(seconds * rate)
+    state = seed * 7919 + 17
+    frames = bytearray()
+    for i in range(n):
+        state = (state * 1103515245 + 12345) % (1 << 31)
+        noise = (state / (1 << 31) - 0.5) * 0.1
+        v = 0.4 * math.sin(2 * math.pi * hz * i / rate) + noise
+        frames += struct.pack("<h", int(max(-1.0, min(1.0, v)) * 32767))
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(bytes(frames))
+
+
+def write_corpus(root: pathlib.Path) -> None:
+    """Three classes of tones, 12 files each (0.5 to 2.9 s, one at 16 kHz per class, resampled by the build)."""
+    for c, hz in enumerate((300.0, 700.0, 1500.0)):
+        for i in range(12):
+            rate = 16000 if i == 0 else 8000
+            write_tone(root / f"c{c}" / f"f{i:02d}.wav", hz + 13 * i, 0.5 + 0.2 * i, rate, seed=c * 100 + i)
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise AssertionError(f"{cmd[0]} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def make_run(tmp: pathlib.Path) -> dict:
+    """Builds and trains; returns {"corpus", "data", "checkpoint", "train_bin", "build_bin"}."""
+    build_bin = binary("MELFORGE_BUILD_BIN", "builder/melforge-build")
+    train_bin = binary("MELFORGE_TRAIN_BIN", "trainer/melforge-train")
+    corpus, data, out = tmp / "corpus", tmp / "data", tmp / "run"
+    write_corpus(corpus)
+    run([build_bin, "--input", corpus, "--output", data, "--sample-rate", 8000, "--n-fft", 256, "--hop-length", 64,
+         "--n-mels", 32, "--long-seconds", 1.0, "--short-seconds", 0.25, "--split", "0.5,0.25,0.25", "--seed", 3,
+         "--device", "cpu", "--quiet"])
+    run([train_bin, "train", "--data", data, "--out", out, "--epochs", 2, "--positive-class", "c1", "--device", "cpu",
+         "--threads", 2, "--hidden", 16, "--batch-size", 16])
+    return {"corpus": corpus, "data": data, "checkpoint": out / "checkpoints" / "best.pt", "train_bin": train_bin,
+            "build_bin": build_bin}

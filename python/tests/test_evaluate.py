@@ -1,0 +1,149 @@
+"""melforge.evaluate_files: the file-level vote and metrics of `melforge-train eval`, checked against the binary's
+own report on a trained checkpoint, and its per-segment form (a Loader loop's rows) against the dense form."""
+import json
+
+import numpy as np
+import pytest
+
+import melforge
+from melforge_run import make_run, run
+
+
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("evaluate"))
+
+
+def segment_outputs(trained, split):
+    """Softmax / sigmoid outputs [F, L, S, C] / [F, L, S] of the checkpoint's model on every segment of `split`
+    (h5py + melforge.models), with the split's labels, num_valid_long, class names and the checkpoint."""
+    h5py = pytest.importorskip("h5py")
+    torch = pytest.importorskip("torch")
+    ck = torch.load(trained["checkpoint"], map_location="cpu")
+    model = melforge.models.build_model(ck)
+    model.load_state_dict(ck["model"])
+    model.eval()
+    with h5py.File(trained["data"] / f"{split}.h5", "r") as f:
+        mel = f["mel"][...].astype(np.float32)
+        labels = f["label"][...].astype(np.int64)
+        nvl = f["num_valid_long"][...].astype(np.int64)
+        names = list(f["class_names"].asstr()[...])
+    F, L, S, M, T = mel.shape
+    with torch.no_grad():
+        logits, det = model(torch.from_numpy(mel.reshape(-1, M, T)))
+    probs = torch.softmax(logits, 1).numpy().reshape(F, L, S, -1)
+    dets = torch.sigmoid(det).numpy().reshape(F, L, S)
+    return probs, dets, labels, nvl, names, ck
+
+
+def eval_report(trained, split, vote):
+    out = trained["checkpoint"].parent / f"eval_{split}_{vote}.json"
+    run([trained["train_bin"], "eval", "--checkpoint", trained["checkpoint"], "--data", trained["data"], "--split",
+         split, "--vote", vote, "--device", "cpu", "--out", out])
+    return json.loads(out.read_text())["file"]
+
+
+@pytest.mark.needs_torch
+@pytest.mark.needs_h5py
+@pytest.mark.parametrize("vote", ["mean", "majority"])
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_equals_melforge_train_eval(trained, split, vote):
+    probs, dets, labels, nvl, names, ck = segment_outputs(trained, split)
+    want = eval_report(trained, split, vote)
+    got = melforge.evaluate_files(probs, dets, nvl, labels=labels, vote=vote, class_names=names,
+                                  positive_class=ck["positive_class"])
+    m = got.metrics
+    assert m["count"] == want["count"] == len(labels)
+    assert m["confusion"] == want["confusion"]
+    assert m["detection"]["confusion"] == want["detection"]["confusion"]
+    assert m["loss"] is None and want["loss"] is None
+    for key in ("accuracy", "macro_f1"):
+        assert m[key] == pytest.approx(want[key], abs=1e-12)
+    for name in names:
+        for key in ("precision", "recall", "f1", "support"):
+            assert m["per_class"][name][key] == pytest.approx(want["per_class"][name][key], abs=1e-12)
+    for key in ("accuracy", "precision", "recall", "f1"):
+        assert m["detection"][key] == pytest.approx(want["detection"][key], abs=1e-12)
+    assert got.predicted_names == [names[p] for p in got.predicted]
+    assert got.class_probs.shape == (len(labels), len(names)) and got.class_probs.dtype == np.float32
+
+
+@pytest.mark.needs_torch
+@pytest.mark.needs_h5py
+@pytest.mark.parametrize("vote", ["mean", "majority"])
+def test_per_segment_rows_in_any_order_equal_the_dense_form(trained, vote):
+    probs, dets, labels, nvl, names, ck = segment_outputs(trained, "test")
+    F, L, S, C = probs.shape
+    dense = melforge.evaluate_files(probs, dets, nvl, labels=labels, vote=vote, positive_class=ck["positive_index"])
+    f, l, s = np.meshgrid(np.arange(F), np.arange(L), np.arange(S), indexing="ij")
+    valid = l < nvl[:, None, None]
+    order = np.random.default_rng(5).permutation(int(valid.sum()))
+    rows_p, rows_d = probs[valid][order], dets[valid][order]
+    rows_f, rows_l = f[valid][order] + 100, l[valid][order]
+    rows_y = labels[rows_f - 100]
+    got = melforge.evaluate_files(rows_p, rows_d, labels=rows_y, vote=vote, file_index=rows_f, long_index=rows_l,
+                                  positive_class=ck["positive_index"])
+    np.testing.assert_array_equal(got.file_index, np.arange(F) + 100)
+    np.testing.assert_array_equal(got.predicted, dense.predicted)
+    np.testing.assert_array_equal(got.detected, dense.detected)
+    np.testing.assert_allclose(got.class_probs, dense.class_probs, atol=1e-6)
+    np.testing.assert_allclose(got.detection_score, dense.detection_score, atol=1e-6)
+    assert got.metrics == dense.metrics
+    if vote == "mean":
+        no_long = melforge.evaluate_files(rows_p, rows_d, labels=rows_y, file_index=rows_f)
+        np.testing.assert_array_equal(no_long.predicted, dense.predicted)
+        np.testing.assert_allclose(no_long.class_probs, dense.class_probs, atol=1e-6)
+
+
+def naive_mean_vote(probs, nvl):
+    out = np.zeros((probs.shape[0], probs.shape[3]))
+    for f in range(probs.shape[0]):
+        for l in range(nvl[f]):
+            out[f] += probs[f, l].astype(np.float64).mean(0) / nvl[f]
+    return out
+
+
+def random_dense(seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.random((7, 3, 2, 4)).astype(np.float32), rng.integers(1, 4, size=7)
+
+
+def test_dense_vote_on_random_inputs():
+    probs, nvl = random_dense()
+    r = melforge.evaluate_files(probs, num_valid_long=nvl, labels=np.arange(7) % 4)
+    np.testing.assert_allclose(r.class_probs, naive_mean_vote(probs, nvl), atol=1e-6)
+    np.testing.assert_array_equal(r.predicted, naive_mean_vote(probs, nvl).argmax(1))
+    assert r.detected is None and r.detection_score is None and r.metrics["detection"] is None
+    assert r.metrics["count"] == 7
+    assert sum(map(sum, r.metrics["confusion"])) == 7
+
+
+@pytest.mark.needs_torch
+def test_torch_tensors_in_and_out():
+    import torch
+
+    probs, nvl = random_dense()
+    r = melforge.evaluate_files(probs, num_valid_long=nvl)
+    t = melforge.evaluate_files(torch.from_numpy(probs), num_valid_long=torch.from_numpy(nvl))
+    assert isinstance(t.class_probs, torch.Tensor)
+    np.testing.assert_array_equal(t.predicted.numpy(), r.predicted)
+
+
+def test_bad_inputs_are_refused():
+    p = np.full((2, 2, 1, 3), 1 / 3, dtype=np.float32)
+    with pytest.raises(melforge.InvalidArgument, match="num_valid_long"):
+        melforge.evaluate_files(p, num_valid_long=[1, 3])
+    with pytest.raises(melforge.InvalidArgument, match="vote"):
+        melforge.evaluate_files(p, vote="median")
+    with pytest.raises(melforge.InvalidArgument, match="threshold"):
+        melforge.evaluate_files(p, threshold=1.5)
+    with pytest.raises(melforge.InvalidArgument, match="F, L, S, C"):
+        melforge.evaluate_files(p[0])
+    with pytest.raises(melforge.InvalidArgument, match="long_index"):
+        melforge.evaluate_files(p.reshape(-1, 3), file_index=[0, 0, 1, 1], vote="majority")
+    with pytest.raises(melforge.InvalidArgument, match="different labels"):
+        melforge.evaluate_files(p.reshape(-1, 3), file_index=[0, 0, 1, 1], labels=[0, 1, 2, 2])
+    with pytest.raises(melforge.InvalidArgument, match="class names"):
+        melforge.evaluate_files(p, class_names=["a", "b"])
