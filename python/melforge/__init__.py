@@ -14,3 +14,4 @@ from ._core import (  # noqa: F401
 )
 
 # Each area's public names (one line each; keep the order: mel, audio, build, data, evaluate, predict, models).
+from .data import Dataset, Loader  # noqa: E402,F401
