@@ -157,8 +157,9 @@ class Loader:
     Shuffle: the files are grouped by HDF5 chunk (a chunk holds whole files, about 1 MiB by default), the chunks are
     permuted, taken `pool_chunks` at a time into a pool, and the pool's segments are permuted. Each chunk is thus
     inflated once per epoch, where a uniformly random order inflates a whole chunk per segment. What this gives up:
-    a batch draws from at most pool_chunks chunks, and files stored in one chunk arrive in the same pool. Memory: up
-    to three pools of float32 spectrograms (`pool_bytes` each) plus the batches in flight.
+    a batch draws from at most pool_chunks chunks, and files stored in one chunk arrive in the same pool. Memory,
+    streamed: up to three pools of float32 spectrograms (`pool_bytes` each); in RAM: `resident_bytes` once the first
+    epoch has read the file; plus prefetch + 1 batches and those the caller holds.
 
     Epochs: each `iter(loader)` runs the epoch `loader.epoch` and then increments it, so consecutive loops get new
     orders; `set_epoch(e)` sets the epoch of the next iteration (as with DistributedSampler). Starting a new
