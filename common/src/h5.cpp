@@ -540,7 +540,7 @@ void read_rows(const Dataset& dataset, int64_t begin, int64_t count, hid_t mem_t
   Dataspace file_space = dataset_space(dataset);
   check(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
         dataset.name() + ": cannot select rows");
-  Dataspace mem_space = simple_space({static_cast<hsize_t>(n)}, nullptr, dataset.name());
+  Dataspace mem_space = simple_space(extent, nullptr, dataset.name());
   check(H5Dread(dataset.id(), mem_type, mem_space.id(), file_space.id(), H5P_DEFAULT, out),
         dataset.name() + ": cannot read");
 }

@@ -18,94 +18,7 @@ namespace melforge::trainer {
 
 namespace {
 
-/// One parameter attribute of MelInfo: its name and the member that holds it.
-struct Field {
-  const char* name;
-  std::variant<int64_t MelInfo::*, double MelInfo::*, std::string MelInfo::*> member;
-};
-
-/// Every compared parameter attribute, in the order of docs/FORMAT.md.
-const std::vector<Field>& fields() {
-  static const std::vector<Field> f = {
-      {"sample_rate", &MelInfo::sample_rate},     {"n_fft", &MelInfo::n_fft},
-      {"win_length", &MelInfo::win_length},       {"hop_length", &MelInfo::hop_length},
-      {"window", &MelInfo::window},               {"center", &MelInfo::center},
-      {"pad_mode", &MelInfo::pad_mode},           {"power", &MelInfo::power},
-      {"n_mels", &MelInfo::n_mels},               {"f_min", &MelInfo::f_min},
-      {"f_max", &MelInfo::f_max},                 {"mel_scale", &MelInfo::mel_scale},
-      {"mel_norm", &MelInfo::mel_norm},           {"log", &MelInfo::log},
-      {"amin", &MelInfo::amin},                   {"log_eps", &MelInfo::log_eps},
-      {"dtype", &MelInfo::dtype},                 {"long_seconds", &MelInfo::long_seconds},
-      {"short_seconds", &MelInfo::short_seconds}, {"long_samples", &MelInfo::long_samples},
-      {"short_samples", &MelInfo::short_samples}, {"num_long", &MelInfo::num_long},
-      {"num_short", &MelInfo::num_short},         {"n_frames", &MelInfo::n_frames},
-      {"short_files", &MelInfo::short_files},     {"channel", &MelInfo::channel},
-  };
-  return f;
-}
-
-/// Attributes a file may lack (added after schema version 1 was first written); they keep their default.
-bool optional_attribute(const std::string& name) { return name == "channel"; }
-
-std::string value_text(const MelInfo& info, const Field& field) {
-  std::ostringstream out;
-  std::visit([&](auto member) { out << info.*member; }, field.member);
-  return out.str();
-}
-
-/// Most class names a split may list; checked before they are read, so that a hostile length cannot make the reader
-/// allocate without bound.
-constexpr int64_t kMaxClasses = int64_t{1} << 20;
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-/// Reads and validates the parameter attributes of an open split file.
-MelInfo read_info(const h5::File& file, const std::string& where) {
-  MelInfo info;
-  for (const auto& field : fields()) {
-    if (!h5::has_attribute(file, field.name)) {
-      if (optional_attribute(field.name)) continue;
-      throw FormatError(where + ": missing attribute '" + field.name + "' (not a melforge-build dataset?)");
-    }
-    std::visit(
-        [&](auto member) {
-          using T = std::remove_reference_t<decltype(info.*member)>;
-          if constexpr (std::is_same_v<T, int64_t>) info.*member = h5::read_attribute_int64(file, field.name);
-          else if constexpr (std::is_same_v<T, double>) info.*member = h5::read_attribute_double(file, field.name);
-          else info.*member = h5::read_attribute_string(file, field.name);
-        },
-        field.member);
-  }
-  if (h5::has_attribute(file, "melforge_version"))
-    info.melforge_version = h5::read_attribute_string(file, "melforge_version");
-  for (const auto& [name, value] : {std::pair{"sample_rate", info.sample_rate}, {"n_mels", info.n_mels},
-                                    {"num_long", info.num_long}, {"num_short", info.num_short},
-                                    {"n_frames", info.n_frames}, {"short_samples", info.short_samples}}) {
-    if (value <= 0) throw FormatError(where + ": attribute " + name + " = " + std::to_string(value) + " must be > 0");
-  }
-  try {
-    info.mel_args();
-    info.segment_args();
-  } catch (const FormatError& e) {
-    throw FormatError(where + ": " + e.what());
-  }
-  return info;
-}
-
-template <typename Parse>
-auto parse_attribute(const std::string& name, const std::string& value, Parse parse) {
-  try {
-    return parse(value);
-  } catch (const InvalidArgument& e) {
-    throw FormatError("attribute " + name + " = '" + value + "' is not understood: " + e.what());
-  }
-}
-
-at::Tensor int64_tensor(const std::vector<int32_t>& values) {
+at::Tensor int64_tensor(const std::vector<int64_t>& values) {
   at::Tensor t = at::empty({static_cast<int64_t>(values.size())}, at::kLong);
   int64_t* p = t.data_ptr<int64_t>();
   for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
@@ -114,107 +27,10 @@ at::Tensor int64_tensor(const std::vector<int32_t>& values) {
 
 }  // namespace
 
-mel::MelArgs MelInfo::mel_args() const {
-  mel::MelArgs a;
-  a.sample_rate = static_cast<int>(sample_rate);
-  a.n_fft = static_cast<int>(n_fft);
-  a.win_length = static_cast<int>(win_length);
-  a.hop_length = static_cast<int>(hop_length);
-  a.window = parse_attribute("window", window, mel::parse_window);
-  a.center = center != 0;
-  a.pad_mode = parse_attribute("pad_mode", pad_mode, mel::parse_pad_mode);
-  a.power = static_cast<float>(power);
-  a.n_mels = static_cast<int>(n_mels);
-  a.f_min = static_cast<float>(f_min);
-  a.f_max = static_cast<float>(f_max);
-  a.mel_scale = parse_attribute("mel_scale", mel_scale, mel::parse_mel_scale);
-  a.mel_norm = parse_attribute("mel_norm", mel_norm, mel::parse_mel_norm);
-  a.log = parse_attribute("log", log, mel::parse_log_mode);
-  a.amin = static_cast<float>(amin);
-  a.log_eps = static_cast<float>(log_eps);
-  parse_attribute("dtype", dtype, mel::parse_dtype);
-  return a;
-}
-
-segment::SegmentArgs MelInfo::segment_args() const {
-  segment::SegmentArgs s;
-  s.long_seconds = long_seconds;
-  s.short_seconds = short_seconds;
-  s.num_long = static_cast<int>(num_long);
-  s.short_files = parse_attribute("short_files", short_files, segment::parse_short_file_policy);
-  return s;
-}
-
-nlohmann::json MelInfo::to_json() const {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& field : fields()) std::visit([&](auto member) { j[field.name] = this->*member; }, field.member);
-  j["melforge_version"] = melforge_version;
-  return j;
-}
-
-MelInfo MelInfo::from_json(const nlohmann::json& j) {
-  MelInfo info;
-  for (const auto& field : fields()) {
-    if (!j.is_object() || !j.contains(field.name))
-      throw FormatError(std::string("mel parameters: missing field '") + field.name + "'");
-    try {
-      std::visit([&](auto member) { j.at(field.name).get_to(info.*member); }, field.member);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(std::string("mel parameters: field '") + field.name + "': " + e.what());
-    }
-  }
-  if (j.contains("melforge_version") && j["melforge_version"].is_string())
-    info.melforge_version = j["melforge_version"].get<std::string>();
-  return info;
-}
-
-std::string MelInfo::first_difference(const MelInfo& other, const std::string& this_name,
-                                      const std::string& other_name) const {
-  for (const auto& field : fields()) {
-    const bool equal = std::visit([&](auto member) { return this->*member == other.*member; }, field.member);
-    if (!equal)
-      return std::string(field.name) + " is " + value_text(*this, field) + " in " + this_name + " but " +
-             value_text(other, field) + " in " + other_name;
-  }
-  return {};
-}
-
 int64_t Split::valid_segments() const {
   if (!num_valid_long.defined() || files() == 0) return 0;
   return num_valid_long.sum().item<int64_t>() * info.num_short;
 }
-
-struct MelReader::Impl {
-  mutable std::mutex mutex;
-  h5::File file;
-  h5::Dataset mel;
-  int64_t files_per_chunk = 1;
-  int64_t cache_bytes = 0;
-};
-
-MelReader::MelReader(const fs::path& path, int64_t cache_bytes) : impl_(std::make_unique<Impl>()) {
-  impl_->file = h5::open_file(path);
-  h5::Dataset probe = h5::open_dataset(impl_->file, "mel");
-  const std::vector<int64_t> chunk = h5::chunk_dims(probe);
-  size_t chunk_bytes = H5Tget_size(h5::dataset_type(probe).id());
-  for (const int64_t c : chunk) chunk_bytes *= static_cast<size_t>(c);
-  if (!chunk.empty()) impl_->files_per_chunk = std::max<int64_t>(chunk[0], 1);
-  const size_t bytes = std::max(static_cast<size_t>(std::max<int64_t>(cache_bytes, 0)), chunk_bytes);
-  probe.close();
-  impl_->mel = h5::open_dataset(impl_->file, "mel", h5::ChunkCache::sized(bytes, chunk_bytes));
-  impl_->cache_bytes = static_cast<int64_t>(bytes);
-}
-
-MelReader::~MelReader() = default;
-
-void MelReader::read(int64_t first, int64_t count, float* out) const {
-  std::lock_guard lock(impl_->mutex);
-  h5::read_float(impl_->mel, first, count, out);
-}
-
-int64_t MelReader::files_per_chunk() const { return impl_->files_per_chunk; }
-
-int64_t MelReader::cache_bytes() const { return impl_->cache_bytes; }
 
 at::Tensor Split::read_files(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > files())
@@ -231,20 +47,7 @@ at::Tensor Split::read_files(int64_t first, int64_t count) const {
 }
 
 void Split::check_finite(int64_t first, int64_t count, const float* data) const {
-  int64_t per_file = 1;
-  for (const int64_t d : info.file_shape()) per_file *= d;
-  const int64_t n = count * per_file;
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
-  if (!bad) return;
-  int64_t i = 0;
-  while (data[i] - data[i] == 0.0f) ++i;
-  const int64_t row = first + i / per_file, segment = i % per_file / (info.n_mels * info.n_frames);
-  throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(row) + " (file " +
-                    paths[static_cast<std::size_t>(row)] + "): the spectrogram holds " +
-                    (std::isnan(data[i]) ? "NaN" : "an infinite value") + " (long segment " +
-                    std::to_string(segment / info.num_short) + ", short segment " +
-                    std::to_string(segment % info.num_short) + "); rebuild the dataset, or remove the file");
+  data::check_finite(path, name, info, paths, first, count, data);
 }
 
 void Split::check_all_finite() const {
@@ -301,73 +104,15 @@ bool streams(const StreamOptions& stream, double need, const std::string& what, 
 }  // namespace
 
 Split read_split(const fs::path& path, const std::string& expected_split, bool load_mel) {
-  const std::string where = path.string();
-  auto file = h5::open_file(path);
-  if (!h5::has_attribute(file, "schema_version"))
-    throw FormatError(where + ": no schema_version attribute (not a melforge-build dataset?)");
-  const int64_t version = h5::read_attribute_int64(file, "schema_version");
-  if (version != kSupportedSchemaVersion)
-    throw FormatError(where + ": schema_version " + std::to_string(version) +
-                      " is not supported (this melforge-train reads schema_version " +
-                      std::to_string(kSupportedSchemaVersion) + "); rebuild the dataset with a matching melforge-build");
-  const std::string split_attr = h5::read_attribute_string(file, "split");
-  if (split_attr != expected_split)
-    throw FormatError(where + ": holds split '" + split_attr + "', expected '" + expected_split + "'");
-
+  data::SplitInfo info = data::read_split_info(path, expected_split);
   Split s;
-  s.name = expected_split;
-  s.path = path;
-  s.info = read_info(file, where);
-  const auto name_dims = h5::dims(h5::open_dataset(file, "class_names"));
-  if (name_dims.size() == 1 && name_dims[0] > kMaxClasses)
-    throw FormatError(where + ": class_names has " + std::to_string(name_dims[0]) + " entries, more than " +
-                      std::to_string(kMaxClasses));
-  s.class_names = h5::read_strings(file, "class_names");
-  if (s.class_names.empty()) throw FormatError(where + ": class_names is empty");
-
-  auto mel = h5::open_dataset(file, "mel");
-  h5::check_virtual_sources(mel);
-  const auto dims = h5::dims(mel);
-  std::vector<int64_t> expect = s.info.file_shape();
-  if (dims.size() != 5 || !std::equal(expect.begin(), expect.end(), dims.begin() + 1)) {
-    expect.insert(expect.begin(), dims.empty() ? 0 : dims[0]);
-    throw FormatError(where + ": mel has shape " + shape_text(dims) + ", but the attributes say " +
-                      shape_text(expect) + " [files, num_long, num_short, n_mels, n_frames]");
-  }
-  const int64_t files = dims[0];
-  for (const char* name : {"label", "num_valid_long", "path"}) {
-    const auto d = h5::dims(h5::open_dataset(file, name));
-    if (d.size() != 1 || d[0] != files)
-      throw FormatError(where + ": " + name + " has shape " + shape_text(d) + " but mel has " +
-                        std::to_string(files) + " files");
-  }
-  constexpr int64_t kMetadataBytesPerFile = 64;
-  if (const int64_t available = available_memory_bytes(); available >= 0 && files > available / kMetadataBytesPerFile)
-    throw FormatError(where + ": mel, label, num_valid_long and path claim " + std::to_string(files) +
-                      " files, whose per-file metadata alone needs at least " +
-                      std::to_string(files / (int64_t{1} << 20) * kMetadataBytesPerFile) + " MiB, more than the " +
-                      std::to_string(available >> 20) + " MiB of memory available");
-  const auto labels = h5::read_int32(file, "label");
-  const auto valid = h5::read_int32(file, "num_valid_long");
-  s.paths = h5::read_strings(file, "path");
-  for (const auto& [name, size] : {std::pair{"label", labels.size()}, {"num_valid_long", valid.size()},
-                                   {"path", s.paths.size()}}) {
-    if (static_cast<int64_t>(size) != files)
-      throw FormatError(where + ": " + name + " has " + std::to_string(size) + " entries but mel has " +
-                        std::to_string(files) + " files");
-  }
-  const auto classes = static_cast<int32_t>(s.class_names.size());
-  for (int64_t f = 0; f < files; ++f) {
-    if (labels[f] < 0 || labels[f] >= classes)
-      throw FormatError(where + ": label[" + std::to_string(f) + "] = " + std::to_string(labels[f]) +
-                        " is outside the " + std::to_string(classes) + " class names (file " + s.paths[f] + ")");
-    if (valid[f] < 1 || valid[f] > s.info.num_long)
-      throw FormatError(where + ": num_valid_long[" + std::to_string(f) + "] = " + std::to_string(valid[f]) +
-                        " is outside [1, num_long = " + std::to_string(s.info.num_long) + "] (file " +
-                        s.paths[f] + ")");
-  }
-  s.label = int64_tensor(labels);
-  s.num_valid_long = int64_tensor(valid);
+  s.name = std::move(info.name);
+  s.path = std::move(info.path);
+  s.info = std::move(info.info);
+  s.class_names = std::move(info.class_names);
+  s.paths = std::move(info.paths);
+  s.label = int64_tensor(info.labels);
+  s.num_valid_long = int64_tensor(info.num_valid_long);
   if (load_mel) read_mel(s);
   return s;
 }
@@ -411,15 +156,6 @@ int64_t Dataset::class_index(const std::string& name, const std::string& flag) c
   throw InvalidArgument(flag + ": '" + name + "' is not a class of " + dir.string() + " (classes: " + list + ")");
 }
 
-int64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return -1;
-}
 
 namespace {
 

@@ -13,114 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "mel/mel_args.h"
 #include "options.h"
-#include "segment/segment_args.h"
+#include "reader/mel_info.h"
+#include "reader/mel_reader.h"
+#include "reader/split_info.h"
 
 namespace melforge::trainer {
 
-/// The dataset schema version this reader understands (docs/FORMAT.md, "Schema versioning").
-inline constexpr int64_t kSupportedSchemaVersion = 1;
-
-/// Split names in order (0 train, 1 val, 2 test); split `s` is stored in `<dir>/<s>.h5`.
-inline const std::vector<std::string> kSplitNames = {"train", "val", "test"};
-
-/// The parameters that produced a split: the root attributes of docs/FORMAT.md, named as there.
-struct MelInfo {
-  /// Sample rate of the analysed audio, Hz.
-  int64_t sample_rate = 0;
-  /// FFT size, samples.
-  int64_t n_fft = 0;
-  /// Effective window length, samples.
-  int64_t win_length = 0;
-  /// Effective hop, samples.
-  int64_t hop_length = 0;
-  /// `hann` or `hamming`.
-  std::string window;
-  /// 1: frames centred (segment padded by n_fft/2 on both sides); 0: not.
-  int64_t center = 0;
-  /// `reflect` or `constant`.
-  std::string pad_mode;
-  /// Exponent of the magnitude spectrogram.
-  double power = 0;
-  /// Mel bands (M).
-  int64_t n_mels = 0;
-  /// Lowest filter edge, Hz.
-  double f_min = 0;
-  /// Effective highest filter edge, Hz.
-  double f_max = 0;
-  /// `htk` or `slaney`.
-  std::string mel_scale;
-  /// `none` or `slaney`.
-  std::string mel_norm;
-  /// `db`, `ln` or `none`.
-  std::string log;
-  /// Floor for `log db`.
-  double amin = 0;
-  /// Offset for `log ln`.
-  double log_eps = 0;
-  /// Stored element type of `mel`: `float16` or `float32`.
-  std::string dtype;
-  /// Long segment length, seconds.
-  double long_seconds = 0;
-  /// Short segment length, seconds.
-  double short_seconds = 0;
-  /// Long segment length, samples at sample_rate.
-  int64_t long_samples = 0;
-  /// Short segment length, samples at sample_rate.
-  int64_t short_samples = 0;
-  /// Long segments per file (L).
-  int64_t num_long = 0;
-  /// Short segments per long segment (S).
-  int64_t num_short = 0;
-  /// Frames per short segment (T).
-  int64_t n_frames = 0;
-  /// `pad` or `skip`.
-  std::string short_files;
-  /// Input channel used, -1 for a mix to mono (-1 when the file has no `channel` attribute).
-  int64_t channel = -1;
-  /// Version of melforge that wrote the file (informational: not compared between splits).
-  std::string melforge_version;
-
-  /// Shape of one file's spectrograms: [num_long, num_short, n_mels, n_frames].
-  std::vector<int64_t> file_shape() const { return {num_long, num_short, n_mels, n_frames}; }
-  /// The spectrogram parameters as the kernels take them (enums parsed). Throws FormatError on an unknown spelling.
-  mel::MelArgs mel_args() const;
-  /// The segmentation parameters (num_long fixed to this dataset's). Throws FormatError on an unknown spelling.
-  segment::SegmentArgs segment_args() const;
-  /// Every parameter above as a JSON object keyed by attribute name (for configs and checkpoints).
-  nlohmann::json to_json() const;
-  /// The inverse of to_json(). Throws FormatError naming the first missing or mistyped field.
-  static MelInfo from_json(const nlohmann::json& j);
-  /// "NAME is A in THIS but B in OTHER" for the first parameter that differs from `other` (melforge_version
-  /// excluded), with `this_name` and `other_name` naming the two sides; empty when every parameter is equal.
-  std::string first_difference(const MelInfo& other, const std::string& this_name,
-                               const std::string& other_name) const;
-};
-
-/// Reads ranges of files from the `mel` dataset of one split file, through an HDF5 chunk cache of its own sized
-/// for the file's chunk shape. Keeps the file open. Thread-safe: reads are serialised by a mutex.
-class MelReader {
- public:
-  /// Opens `path` (a file read_split has checked) with a chunk cache of `cache_bytes` (raised to one chunk when
-  /// smaller). Throws IoError when the file cannot be opened.
-  MelReader(const std::filesystem::path& path, int64_t cache_bytes);
-  ~MelReader();
-  MelReader(const MelReader&) = delete;
-  MelReader& operator=(const MelReader&) = delete;
-
-  /// Reads files [first, first + count) as float32 into `out`, which holds count * num_long * num_short * n_mels *
-  /// n_frames floats. Throws InvalidArgument when the range is outside the dataset, IoError when HDF5 fails.
-  void read(int64_t first, int64_t count, float* out) const;
-  /// Files per HDF5 chunk along dim 0 (1 for a contiguous dataset): reads aligned to it inflate each chunk once.
-  int64_t files_per_chunk() const;
-  /// The chunk cache size in use, bytes.
-  int64_t cache_bytes() const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+/// The torch-free parts live in melforge_data (data/reader/): the trainer uses them under their old names.
+using data::kSplitNames;
+using data::kSupportedSchemaVersion;
+using data::MelInfo;
+using data::MelReader;
+using data::available_memory_bytes;
 
 /// One split: its parameters, class names and, when loaded, its data.
 struct Split {
@@ -224,8 +129,5 @@ Dataset load_dataset(const std::filesystem::path& dir, bool load_mel = true, int
 /// the load (a stop signal).
 Dataset load_dataset(const std::filesystem::path& dir, const StreamOptions& stream, int64_t ram_budget_bytes = -1,
                      const std::function<void()>& poll = {}, int64_t block_bytes = int64_t{64} << 20);
-
-/// MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read.
-int64_t available_memory_bytes();
 
 }  // namespace melforge::trainer

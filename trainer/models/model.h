@@ -9,9 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+namespace melforge::data {
+struct MelInfo;
+}  // namespace melforge::data
+
 namespace melforge::trainer {
 
-struct MelInfo;
+using data::MelInfo;
 struct ModelOptions;
 
 /// What one forward pass returns.

@@ -17,9 +17,13 @@ namespace boost::program_options {
 class options_description;
 }
 
+namespace melforge::data {
+struct MelInfo;
+}  // namespace melforge::data
+
 namespace melforge::trainer {
 
-struct MelInfo;
+using data::MelInfo;
 
 /// `predict` settings.
 struct PredictOptions {

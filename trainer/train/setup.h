@@ -15,12 +15,16 @@ namespace torch::nn {
 class Module;
 }
 
+namespace melforge::data {
+struct MelInfo;
+}  // namespace melforge::data
+
 namespace melforge::trainer {
 
 class Logger;
 struct Checkpoint;
 struct Dataset;
-struct MelInfo;
+using data::MelInfo;
 struct Split;
 struct TrainConfig;
 

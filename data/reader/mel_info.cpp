@@ -1,0 +1,153 @@
+#include "reader/mel_info.h"
+
+#include <sstream>
+#include <variant>
+
+#include "melforge/common/errors.h"
+
+namespace melforge::data {
+
+namespace {
+
+/// One parameter attribute of MelInfo: its name and the member that holds it.
+struct Field {
+  const char* name;
+  std::variant<int64_t MelInfo::*, double MelInfo::*, std::string MelInfo::*> member;
+};
+
+/// Every compared parameter attribute, in the order of docs/FORMAT.md.
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      {"sample_rate", &MelInfo::sample_rate},     {"n_fft", &MelInfo::n_fft},
+      {"win_length", &MelInfo::win_length},       {"hop_length", &MelInfo::hop_length},
+      {"window", &MelInfo::window},               {"center", &MelInfo::center},
+      {"pad_mode", &MelInfo::pad_mode},           {"power", &MelInfo::power},
+      {"n_mels", &MelInfo::n_mels},               {"f_min", &MelInfo::f_min},
+      {"f_max", &MelInfo::f_max},                 {"mel_scale", &MelInfo::mel_scale},
+      {"mel_norm", &MelInfo::mel_norm},           {"log", &MelInfo::log},
+      {"amin", &MelInfo::amin},                   {"log_eps", &MelInfo::log_eps},
+      {"dtype", &MelInfo::dtype},                 {"long_seconds", &MelInfo::long_seconds},
+      {"short_seconds", &MelInfo::short_seconds}, {"long_samples", &MelInfo::long_samples},
+      {"short_samples", &MelInfo::short_samples}, {"num_long", &MelInfo::num_long},
+      {"num_short", &MelInfo::num_short},         {"n_frames", &MelInfo::n_frames},
+      {"short_files", &MelInfo::short_files},     {"channel", &MelInfo::channel},
+  };
+  return f;
+}
+
+/// Attributes a file may lack (added after schema version 1 was first written); they keep their default.
+bool optional_attribute(const std::string& name) { return name == "channel"; }
+
+std::string value_text(const MelInfo& info, const Field& field) {
+  std::ostringstream out;
+  std::visit([&](auto member) { out << info.*member; }, field.member);
+  return out.str();
+}
+
+template <typename Parse>
+auto parse_attribute(const std::string& name, const std::string& value, Parse parse) {
+  try {
+    return parse(value);
+  } catch (const InvalidArgument& e) {
+    throw FormatError("attribute " + name + " = '" + value + "' is not understood: " + e.what());
+  }
+}
+}  // namespace
+
+MelInfo read_mel_info(const h5::File& file, const std::string& where) {
+  MelInfo info;
+  for (const auto& field : fields()) {
+    if (!h5::has_attribute(file, field.name)) {
+      if (optional_attribute(field.name)) continue;
+      throw FormatError(where + ": missing attribute '" + field.name + "' (not a melforge-build dataset?)");
+    }
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(info.*member)>;
+          if constexpr (std::is_same_v<T, int64_t>) info.*member = h5::read_attribute_int64(file, field.name);
+          else if constexpr (std::is_same_v<T, double>) info.*member = h5::read_attribute_double(file, field.name);
+          else info.*member = h5::read_attribute_string(file, field.name);
+        },
+        field.member);
+  }
+  if (h5::has_attribute(file, "melforge_version"))
+    info.melforge_version = h5::read_attribute_string(file, "melforge_version");
+  for (const auto& [name, value] : {std::pair{"sample_rate", info.sample_rate}, {"n_mels", info.n_mels},
+                                    {"num_long", info.num_long}, {"num_short", info.num_short},
+                                    {"n_frames", info.n_frames}, {"short_samples", info.short_samples}}) {
+    if (value <= 0) throw FormatError(where + ": attribute " + name + " = " + std::to_string(value) + " must be > 0");
+  }
+  try {
+    info.mel_args();
+    info.segment_args();
+  } catch (const FormatError& e) {
+    throw FormatError(where + ": " + e.what());
+  }
+  return info;
+}
+
+mel::MelArgs MelInfo::mel_args() const {
+  mel::MelArgs a;
+  a.sample_rate = static_cast<int>(sample_rate);
+  a.n_fft = static_cast<int>(n_fft);
+  a.win_length = static_cast<int>(win_length);
+  a.hop_length = static_cast<int>(hop_length);
+  a.window = parse_attribute("window", window, mel::parse_window);
+  a.center = center != 0;
+  a.pad_mode = parse_attribute("pad_mode", pad_mode, mel::parse_pad_mode);
+  a.power = static_cast<float>(power);
+  a.n_mels = static_cast<int>(n_mels);
+  a.f_min = static_cast<float>(f_min);
+  a.f_max = static_cast<float>(f_max);
+  a.mel_scale = parse_attribute("mel_scale", mel_scale, mel::parse_mel_scale);
+  a.mel_norm = parse_attribute("mel_norm", mel_norm, mel::parse_mel_norm);
+  a.log = parse_attribute("log", log, mel::parse_log_mode);
+  a.amin = static_cast<float>(amin);
+  a.log_eps = static_cast<float>(log_eps);
+  parse_attribute("dtype", dtype, mel::parse_dtype);
+  return a;
+}
+
+segment::SegmentArgs MelInfo::segment_args() const {
+  segment::SegmentArgs s;
+  s.long_seconds = long_seconds;
+  s.short_seconds = short_seconds;
+  s.num_long = static_cast<int>(num_long);
+  s.short_files = parse_attribute("short_files", short_files, segment::parse_short_file_policy);
+  return s;
+}
+
+nlohmann::json MelInfo::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& field : fields()) std::visit([&](auto member) { j[field.name] = this->*member; }, field.member);
+  j["melforge_version"] = melforge_version;
+  return j;
+}
+
+MelInfo MelInfo::from_json(const nlohmann::json& j) {
+  MelInfo info;
+  for (const auto& field : fields()) {
+    if (!j.is_object() || !j.contains(field.name))
+      throw FormatError(std::string("mel parameters: missing field '") + field.name + "'");
+    try {
+      std::visit([&](auto member) { j.at(field.name).get_to(info.*member); }, field.member);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(std::string("mel parameters: field '") + field.name + "': " + e.what());
+    }
+  }
+  if (j.contains("melforge_version") && j["melforge_version"].is_string())
+    info.melforge_version = j["melforge_version"].get<std::string>();
+  return info;
+}
+
+std::string MelInfo::first_difference(const MelInfo& other, const std::string& this_name,
+                                      const std::string& other_name) const {
+  for (const auto& field : fields()) {
+    const bool equal = std::visit([&](auto member) { return this->*member == other.*member; }, field.member);
+    if (!equal)
+      return std::string(field.name) + " is " + value_text(*this, field) + " in " + this_name + " but " +
+             value_text(other, field) + " in " + other_name;
+  }
+  return {};
+}
+}  // namespace melforge::data

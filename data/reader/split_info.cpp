@@ -1,0 +1,178 @@
+#include "reader/split_info.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <utility>
+
+#include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
+
+namespace fs = std::filesystem;
+
+namespace melforge::data {
+
+namespace {
+
+/// Most class names a split may list; checked before they are read, so that a hostile length cannot make the reader
+/// allocate without bound.
+constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::vector<int64_t> SplitInfo::segment_offsets() const {
+  std::vector<int64_t> offsets(num_valid_long.size() + 1, 0);
+  for (std::size_t f = 0; f < num_valid_long.size(); ++f)
+    offsets[f + 1] = offsets[f] + num_valid_long[f] * info.num_short;
+  return offsets;
+}
+
+int64_t SplitInfo::valid_segments() const {
+  int64_t n = 0;
+  for (const int64_t v : num_valid_long) n += v;
+  return n * info.num_short;
+}
+
+SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, int64_t position) {
+  if (offsets.empty() || position < 0 || position >= offsets.back())
+    throw InvalidArgument("segment " + std::to_string(position) + " is outside [0, " +
+                          std::to_string(offsets.empty() ? 0 : offsets.back()) + ")");
+  const auto it = std::upper_bound(offsets.begin(), offsets.end(), position);
+  const auto file = static_cast<int64_t>(it - offsets.begin()) - 1;
+  const int64_t within = position - offsets[static_cast<std::size_t>(file)];
+  return {file, within / num_short, within % num_short};
+}
+
+void SplitInfo::check_finite(int64_t first, int64_t count, const float* data) const {
+  data::check_finite(path, name, info, paths, first, count, data);
+}
+
+void SplitInfo::check_finite_segment(const SegmentRef& ref, const float* data) const {
+  const int64_t n = info.n_mels * info.n_frames;
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
+  if (!bad) return;
+  throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(ref.file) + " (file " +
+                    paths[static_cast<std::size_t>(ref.file)] + "): the spectrogram holds NaN or an infinite value " +
+                    "(long segment " + std::to_string(ref.long_index) + ", short segment " +
+                    std::to_string(ref.short_index) + "); rebuild the dataset, or remove the file");
+}
+
+void check_finite(const fs::path& path, const std::string& name, const MelInfo& info,
+                  const std::vector<std::string>& paths, int64_t first, int64_t count, const float* data) {
+  int64_t per_file = 1;
+  for (const int64_t d : info.file_shape()) per_file *= d;
+  const int64_t n = count * per_file;
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
+  if (!bad) return;
+  int64_t i = 0;
+  while (data[i] - data[i] == 0.0f) ++i;
+  const int64_t row = first + i / per_file, segment = i % per_file / (info.n_mels * info.n_frames);
+  throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(row) + " (file " +
+                    paths[static_cast<std::size_t>(row)] + "): the spectrogram holds " +
+                    (std::isnan(data[i]) ? "NaN" : "an infinite value") + " (long segment " +
+                    std::to_string(segment / info.num_short) + ", short segment " +
+                    std::to_string(segment % info.num_short) + "); rebuild the dataset, or remove the file");
+}
+
+SplitInfo read_split_info(const fs::path& path, const std::string& expected_split) {
+  const std::string where = path.string();
+  auto file = h5::open_file(path);
+  if (!h5::has_attribute(file, "schema_version"))
+    throw FormatError(where + ": no schema_version attribute (not a melforge-build dataset?)");
+  const int64_t version = h5::read_attribute_int64(file, "schema_version");
+  if (version != kSupportedSchemaVersion)
+    throw FormatError(where + ": schema_version " + std::to_string(version) +
+                      " is not supported (this melforge-train reads schema_version " +
+                      std::to_string(kSupportedSchemaVersion) + "); rebuild the dataset with a matching melforge-build");
+  const std::string split_attr = h5::read_attribute_string(file, "split");
+  if (split_attr != expected_split)
+    throw FormatError(where + ": holds split '" + split_attr + "', expected '" + expected_split + "'");
+
+  SplitInfo s;
+  s.name = expected_split;
+  s.path = path;
+  s.info = read_mel_info(file, where);
+  const auto name_dims = h5::dims(h5::open_dataset(file, "class_names"));
+  if (name_dims.size() == 1 && name_dims[0] > kMaxClasses)
+    throw FormatError(where + ": class_names has " + std::to_string(name_dims[0]) + " entries, more than " +
+                      std::to_string(kMaxClasses));
+  s.class_names = h5::read_strings(file, "class_names");
+  if (s.class_names.empty()) throw FormatError(where + ": class_names is empty");
+
+  auto mel = h5::open_dataset(file, "mel");
+  h5::check_virtual_sources(mel);
+  const auto dims = h5::dims(mel);
+  std::vector<int64_t> expect = s.info.file_shape();
+  if (dims.size() != 5 || !std::equal(expect.begin(), expect.end(), dims.begin() + 1)) {
+    expect.insert(expect.begin(), dims.empty() ? 0 : dims[0]);
+    throw FormatError(where + ": mel has shape " + shape_text(dims) + ", but the attributes say " +
+                      shape_text(expect) + " [files, num_long, num_short, n_mels, n_frames]");
+  }
+  const int64_t files = dims[0];
+  for (const char* name : {"label", "num_valid_long", "path"}) {
+    const auto d = h5::dims(h5::open_dataset(file, name));
+    if (d.size() != 1 || d[0] != files)
+      throw FormatError(where + ": " + name + " has shape " + shape_text(d) + " but mel has " +
+                        std::to_string(files) + " files");
+  }
+  constexpr int64_t kMetadataBytesPerFile = 64;
+  if (const int64_t available = available_memory_bytes(); available >= 0 && files > available / kMetadataBytesPerFile)
+    throw FormatError(where + ": mel, label, num_valid_long and path claim " + std::to_string(files) +
+                      " files, whose per-file metadata alone needs at least " +
+                      std::to_string(files / (int64_t{1} << 20) * kMetadataBytesPerFile) + " MiB, more than the " +
+                      std::to_string(available >> 20) + " MiB of memory available");
+  const auto labels = h5::read_int32(file, "label");
+  const auto valid = h5::read_int32(file, "num_valid_long");
+  s.paths = h5::read_strings(file, "path");
+  for (const auto& [name, size] : {std::pair{"label", labels.size()}, {"num_valid_long", valid.size()},
+                                   {"path", s.paths.size()}}) {
+    if (static_cast<int64_t>(size) != files)
+      throw FormatError(where + ": " + name + " has " + std::to_string(size) + " entries but mel has " +
+                        std::to_string(files) + " files");
+  }
+  const auto classes = static_cast<int32_t>(s.class_names.size());
+  for (int64_t f = 0; f < files; ++f) {
+    if (labels[f] < 0 || labels[f] >= classes)
+      throw FormatError(where + ": label[" + std::to_string(f) + "] = " + std::to_string(labels[f]) +
+                        " is outside the " + std::to_string(classes) + " class names (file " + s.paths[f] + ")");
+    if (valid[f] < 1 || valid[f] > s.info.num_long)
+      throw FormatError(where + ": num_valid_long[" + std::to_string(f) + "] = " + std::to_string(valid[f]) +
+                        " is outside [1, num_long = " + std::to_string(s.info.num_long) + "] (file " +
+                        s.paths[f] + ")");
+  }
+  s.labels.assign(labels.begin(), labels.end());
+  s.num_valid_long.assign(valid.begin(), valid.end());
+  return s;
+}
+
+fs::path split_file(const fs::path& folder, const std::string& split) {
+  if (split != "train" && split != "val" && split != "test")
+    throw InvalidArgument("unknown split '" + split + "' (use train, val or test)");
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) throw IoError("dataset folder " + folder.string() + " does not exist");
+  const fs::path p = folder / (split + ".h5");
+  if (!fs::exists(p, ec))
+    throw IoError("dataset folder " + folder.string() + " has no " + split + ".h5 (melforge-build writes " +
+                  "train.h5, val.h5 and test.h5; is this an output folder of a complete build?)");
+  return p;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
+}  // namespace melforge::data

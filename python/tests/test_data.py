@@ -1,0 +1,207 @@
+"""melforge.Dataset and melforge.Loader over a dataset built in the test by the C++ `melforge-build` binary
+(build/builder/melforge-build of the C++ build, or MELFORGE_BUILD_BIN), compared with h5py's reading of the same
+file."""
+import os
+import pathlib
+import pickle
+import subprocess
+import wave
+
+import numpy as np
+import pytest
+
+import melforge
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _build_binary():
+    env = os.environ.get("MELFORGE_BUILD_BIN")
+    candidates = [pathlib.Path(env)] if env else []
+    build_dir = os.environ.get("MELFORGE_BUILD_DIR")
+    if build_dir:
+        candidates.append(pathlib.Path(build_dir) / "builder" / "melforge-build")
+    candidates.append(REPO / "build" / "builder" / "melforge-build")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise FileNotFoundError("melforge-build not found (looked at " + ", ".join(map(str, candidates)) +
+                            "); build it or set MELFORGE_BUILD_BIN")
+
+
+def _write_wav(path, samples, rate):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pcm = np.clip(np.round(samples * 32767.0), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+
+
+def _make_corpus(root, classes=3, per_class=10, rate=8000):
+    rng = np.random.default_rng(5)
+    for c in range(classes):
+        for i in range(per_class):
+            n = 4800 + (i * 3137 + c * 911) % 16000
+            t = np.arange(n) / rate
+            tone = 0.5 * np.sin(2 * np.pi * (300.0 * (c + 1) + 7 * i) * t) + 0.01 * rng.standard_normal(n)
+            _write_wav(root / f"class{c}" / f"f{i}.wav", tone, rate)
+
+
+def _build(tmp, name, dtype):
+    corpus = tmp / "corpus"
+    if not corpus.exists():
+        _make_corpus(corpus)
+    out = tmp / name
+    subprocess.run([str(_build_binary()), "--input", str(corpus), "--output", str(out), "--sample-rate", "8000",
+                    "--n-fft", "256", "--hop-length", "64", "--n-mels", "32", "--long-seconds", "1",
+                    "--short-seconds", "0.25", "--split", "0.6,0.2,0.2", "--device", "cpu", "--quiet",
+                    "--files-per-chunk", "2", "--dtype", dtype], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("data")
+    return {dtype: _build(tmp, dtype, dtype) for dtype in ("float16", "float32")}
+
+
+def _h5_segments(path):
+    """Every valid segment as h5py reads it: (x float32 [N, M, T], label [N], file [N]), in Dataset order."""
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "r") as f:
+        mel = f["mel"][...].astype(np.float32)
+        labels = f["label"][...]
+        valid = f["num_valid_long"][...]
+    xs, ys, fs = [], [], []
+    for i in range(mel.shape[0]):
+        for l in range(int(valid[i])):
+            for s in range(mel.shape[2]):
+                xs.append(mel[i, l, s])
+                ys.append(int(labels[i]))
+                fs.append(i)
+    return np.stack(xs), np.array(ys, dtype=np.int64), np.array(fs, dtype=np.int64)
+
+
+@pytest.mark.needs_h5py
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_dataset_equals_h5py(datasets, dtype):
+    h5py = pytest.importorskip("h5py")
+    ds = melforge.Dataset(datasets[dtype], "train")
+    x, y, f = _h5_segments(datasets[dtype] / "train.h5")
+    assert len(ds) == len(x) > 20
+    for i in list(range(0, len(ds), 3)) + [-1]:
+        xi, yi, fi = ds[i]
+        assert xi.dtype == np.float32 and xi.shape == x.shape[1:]
+        np.testing.assert_array_equal(xi, x[i])
+        assert (yi, fi) == (y[i], f[i])
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    with h5py.File(datasets[dtype] / "train.h5", "r") as h:
+        assert ds.class_names == [c.decode() if isinstance(c, bytes) else c for c in h["class_names"][...]]
+        assert ds.paths == [p.decode() if isinstance(p, bytes) else p for p in h["path"][...]]
+        np.testing.assert_array_equal(ds.labels, h["label"][...])
+        np.testing.assert_array_equal(ds.num_valid_long, h["num_valid_long"][...])
+        assert ds.info["dtype"] == dtype
+        assert ds.info["n_mels"] == h.attrs["n_mels"] == 32
+
+
+@pytest.mark.needs_h5py
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_loader_equals_h5py(datasets, dtype, shuffle, in_memory):
+    x, y, f = _h5_segments(datasets[dtype] / "train.h5")
+    ds = melforge.Dataset(datasets[dtype], "train")
+    loader = melforge.Loader(ds, batch_size=8, shuffle=shuffle, seed=3, pool_chunks=2, in_memory=in_memory,
+                             as_torch=False)
+    assert loader.in_memory == in_memory
+    order = loader._native.order(0)
+    assert sorted(order.tolist()) == list(range(len(ds)))
+    if not shuffle:
+        assert order.tolist() == list(range(len(ds)))
+    loader.set_epoch(0)
+    got_x, got_y, got_f = [], [], []
+    for bx, by, bf in loader:
+        assert isinstance(bx, np.ndarray) and bx.dtype == np.float32 and bx.shape[1:] == (32, x.shape[2])
+        assert by.dtype == np.int64 and bf.dtype == np.int64
+        got_x.append(bx.copy())
+        got_y.append(by.copy())
+        got_f.append(bf.copy())
+    assert len(got_x) == len(loader) == -(-len(ds) // 8)
+    np.testing.assert_array_equal(np.concatenate(got_x), x[order])
+    np.testing.assert_array_equal(np.concatenate(got_y), y[order])
+    np.testing.assert_array_equal(np.concatenate(got_f), f[order])
+
+
+def test_loader_epochs_seed_prefetch_drop_last(datasets):
+    ds = melforge.Dataset(datasets["float32"], "train")
+
+    def files(**kw):
+        loader = melforge.Loader(ds, batch_size=6, as_torch=False, **kw)
+        return [b[2].tolist() for b in loader], loader
+
+    a, la = files(seed=1, prefetch=0)
+    b, _ = files(seed=1, prefetch=5)
+    c, _ = files(seed=2)
+    assert a == b
+    assert a != c
+    second = [b[2].tolist() for b in la]
+    assert second != a and la.epoch == 2
+    la.set_epoch(0)
+    assert [b[2].tolist() for b in la] == a
+    d, ld = files(seed=1, drop_last=True)
+    assert len(ld) == len(ds) // 6 and all(len(x) == 6 for x in d)
+    assert sum(len(x) for x in a) == len(ds)
+    kept = [x for x in a]
+    assert d == kept[:len(d)]
+
+
+def test_loader_batches_survive_the_next_ones(datasets):
+    ds = melforge.Dataset(datasets["float32"], "train")
+    batches = list(melforge.Loader(ds, batch_size=4, shuffle=False, as_torch=False))
+    np.testing.assert_array_equal(batches[0][0][0], ds[0][0])
+    np.testing.assert_array_equal(batches[-1][0][-1], ds[len(ds) - 1][0])
+
+
+def test_missing_folder_or_split_names_the_path(tmp_path, datasets):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(melforge.IoError, match=str(missing)):
+        melforge.Dataset(missing, "train")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(melforge.IoError, match="test.h5"):
+        melforge.Dataset(empty, "test")
+    with pytest.raises(melforge.InvalidArgument):
+        melforge.Dataset(datasets["float32"], "dev")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "train.h5").write_bytes(b"not hdf5")
+    with pytest.raises((melforge.IoError, melforge.FormatError), match="train.h5"):
+        melforge.Dataset(bad, "train")
+    with pytest.raises(melforge.InvalidArgument):
+        melforge.Loader(melforge.Dataset(datasets["float32"], "train"), batch_size=0)
+
+
+def test_dataset_pickles_without_a_handle(datasets):
+    ds = melforge.Dataset(datasets["float16"], "val")
+    first = ds[0][0]
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone._native is None
+    np.testing.assert_array_equal(clone[0][0], first)
+
+
+@pytest.mark.needs_torch
+def test_torch_dataloader_workers_and_torch_batches(datasets):
+    torch = pytest.importorskip("torch")
+    ds = melforge.Dataset(datasets["float16"], "train")
+    ds[0]
+    dl = torch.utils.data.DataLoader(ds, batch_size=5, num_workers=2, shuffle=False)
+    xs = torch.cat([b[0] for b in dl])
+    assert xs.shape == (len(ds), 32, ds[0][0].shape[1])
+    np.testing.assert_array_equal(xs[7].numpy(), ds[7][0])
+    batches = list(melforge.Loader(ds, batch_size=5, shuffle=False))
+    assert isinstance(batches[0][0], torch.Tensor) and batches[0][0].dtype == torch.float32
+    assert batches[0][1].dtype == torch.int64
+    np.testing.assert_array_equal(torch.cat([b[0] for b in batches]).numpy(), xs.numpy())
