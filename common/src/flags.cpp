@@ -64,6 +64,10 @@ std::string nearest_flag(const std::string& name, const po::options_description&
   return best;
 }
 
+std::string unknown_flag_message(const std::string& name, const po::options_description& desc) {
+  return "unrecognised option '--" + name + "'" + suggestion(name, desc, "--");
+}
+
 std::string canonical_flag(const std::string& name, const po::options_description& desc, bool approx) {
   if (const auto* d = desc.find_nothrow(name, false)) return d->long_name();
   const std::string with_dashes = dashed(name);
@@ -88,7 +92,7 @@ std::vector<std::string> canonical_args(const std::vector<std::string>& args, co
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const std::string canonical = canonical_flag(name, desc, true);
     if (canonical.empty())
-      throw po::error("unrecognised option '--" + name + "'" + suggestion(name, desc, "--"));
+      throw po::error(unknown_flag_message(name, desc));
     out.push_back("--" + canonical + (eq == std::string::npos ? std::string() : arg.substr(eq)));
   }
   return out;

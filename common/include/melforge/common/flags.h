@@ -21,6 +21,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 /// when none is within max(2, size/3) edits. Dashes and underscores count as the same character.
 std::string nearest_flag(const std::string& name, const boost::program_options::options_description& desc);
 
+/// "unrecognised option '--name'", followed by "; did you mean --nearest?" when a registered flag is near `name`.
+std::string unknown_flag_message(const std::string& name, const boost::program_options::options_description& desc);
+
 /// The canonical name of the flag `name` (without dashes) as `desc` reads it: an exact name or alias, then the same
 /// with every '_' read as '-'; `approx` also accepts an unambiguous prefix, as Boost does on the command line. Returns
 /// "" for an unknown name; throws boost::program_options::ambiguous_option for an ambiguous prefix.
