@@ -11,6 +11,8 @@ from ._core import (  # noqa: F401
     AudioError,
     FormatError,
     CudaError,
+    StrictError,
 )
 
 # Each area's public names (one line each; keep the order: mel, audio, build, data, evaluate, predict, models).
+from .build import build  # noqa: F401,E402
