@@ -7,14 +7,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "bench.h"
+#include "build_cli.h"
 #include "build_options.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/flags.h"
 #include "merge.h"
 #include "output_folder.h"
 #include "pipeline.h"
@@ -61,57 +62,9 @@ void handle_stop_signals() {
   }).detach();
 }
 
-/// The option groups of a build (--config, input/output/running, decode, mel, segmentation) bound to `config` and
-/// `config_file`, added to `all`.
-void add_build_groups(po::options_description& all, melforge::builder::BuildConfig& config, std::string& config_file) {
-  po::options_description general("General");
-  general.add_options()("help,h", "show this help and exit")(
-      "config", po::value<std::string>(&config_file),
-      "read options from an INI-style FILE (`n-fft = 512`); command-line flags override it");
-  po::options_description build("Input, output and running");
-  melforge::builder::add_options(build, config.build);
-  melforge::audio::add_options(build, config.decode);
-  po::options_description mel("Mel spectrogram (torchaudio.transforms.MelSpectrogram semantics)");
-  melforge::mel::add_options(mel, config.mel);
-  po::options_description seg("Segmentation");
-  melforge::segment::add_options(seg, config.segment);
-  all.add(general).add(build).add(mel).add(seg);
-}
-
-/// The text of the --config file `path`, without the UTF-8 byte order mark some editors write at its start. Throws
-/// InvalidArgument when it cannot be read.
-std::string read_config_text(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw melforge::InvalidArgument("--config: '" + path + "' is a folder; give the options file");
-  std::ifstream in(path, std::ios::binary);
-  std::string text;
-  try {
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  } catch (const std::exception& e) {
-    throw melforge::InvalidArgument("--config: cannot read '" + path + "': " + e.what());
-  }
-  if (!in.is_open() || in.bad()) throw melforge::InvalidArgument("--config: cannot read '" + path + "'");
-  if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
-  return text;
-}
-
-/// Parses the command line and then the --config file (the command line wins) into the variables bound by `all`.
-/// Returns false after printing the help when --help was given.
+/// Parses `argv` (after the program or subcommand name) with parse_build_args; false after printing --help.
 bool parse(int argc, char** argv, const po::options_description& all) {
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, all), vm);
-  if (vm.count("help")) {
-    std::cout << all << "\n";
-    return false;
-  }
-  if (vm.count("config")) {
-    const std::string path = vm["config"].as<std::string>();
-    std::istringstream text(read_config_text(path));
-    po::store(po::parse_config_file(text, all), vm);
-  }
-  po::notify(vm);
-  return true;
+  return melforge::builder::parse_build_args(std::vector<std::string>(argv + 1, argv + argc), all, std::cout);
 }
 
 /// `melforge-build bench ...`: the build's flags plus the bench's; prints the stage table.
@@ -126,7 +79,7 @@ int run_bench(int argc, char** argv) {
       "(--output is not needed: the HDF5 files and the end-to-end build go to a scratch folder that is removed)");
   po::options_description bench_group("Bench");
   melforge::builder::add_options(bench_group, bench);
-  add_build_groups(all, config, config_file);
+  melforge::builder::add_build_groups(all, config, config_file);
   all.add(bench_group);
   if (!parse(argc, argv, all)) return 0;
   melforge::builder::run_bench(config, bench, std::cout, std::cerr);
@@ -147,7 +100,8 @@ int run_merge(int argc, char** argv) {
   po::positional_options_description positional;
   positional.add("shards", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+  const auto args = melforge::canonical_args(std::vector<std::string>(argv + 1, argv + argc), all);
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
   if (vm.count("help")) {
     std::cout << all << "\n";
     return 0;
@@ -173,8 +127,11 @@ int run(int argc, char** argv) {
   po::options_description all("melforge-build: audio corpus -> HDF5 log-mel dataset\n\n"
                               "Usage: melforge-build --input DIR|--manifest CSV --output DIR [options]\n"
                               "       melforge-build --shard K/N ... (one of N parts)   then   melforge-build merge --help\n"
-                              "       melforge-build bench --help   (time each stage on your own corpus)");
-  add_build_groups(all, config, config_file);
+                              "       melforge-build bench --help   (time each stage on your own corpus)\n"
+                              "Flags may also be spelled as torchaudio names its parameters (--n_fft, --hop_length,\n"
+                              "--sample_rate; --norm for --mel-norm), here and in the --config file; value names such as\n"
+                              "slaney, htk, hann and reflect are read in any letter case.");
+  melforge::builder::add_build_groups(all, config, config_file);
   if (!parse(argc, argv, all)) return 0;
 
   const auto result = melforge::builder::run_build(config);

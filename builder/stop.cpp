@@ -16,6 +16,8 @@ static_assert(std::atomic<int>::is_always_lock_free);
 
 void request_stop(int signal) { g_stop_signal.store(signal > 0 ? signal : -1, std::memory_order_relaxed); }
 
+void clear_stop() { g_stop_signal.store(0, std::memory_order_relaxed); }
+
 void check_stop() {
   const int sig = g_stop_signal.load(std::memory_order_relaxed);
   if (sig == 0) return;

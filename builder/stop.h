@@ -24,6 +24,10 @@ class Interrupted : public Error {
 /// reported in the message. Only stores to a lock-free atomic, so it may be called from any thread.
 void request_stop(int signal);
 
+/// Forgets a request_stop(), so that a later build in the same process runs: the Python package calls it before and
+/// after each melforge.build (a KeyboardInterrupt stops one build, not every later one).
+void clear_stop();
+
 /// Throws Interrupted if request_stop() was called: the check every stage makes at file and batch boundaries.
 void check_stop();
 

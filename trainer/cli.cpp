@@ -20,6 +20,7 @@
 #include "eval/evaluate.h"
 #include "export/export.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/flags.h"
 #include "models/model.h"
 #include "options.h"
 #include "predict/predict.h"
@@ -218,7 +219,9 @@ void add_bench_options(po::options_description& d, TrainConfig& c, BenchOptions&
 std::string usage(const std::map<std::string, Command>& commands) {
   std::string s =
       "melforge-train: train and use classifiers on melforge-build HDF5 datasets (LibTorch)\n\n"
-      "Usage: melforge-train <command> [options]\n       melforge-train <command> --help\n\nCommands:\n";
+      "Usage: melforge-train <command> [options]\n       melforge-train <command> --help\n"
+      "Flags may also be spelled with underscores (--batch_size for --batch-size), as PyTorch users name them.\n\n"
+      "Commands:\n";
   for (const auto& [name, c] : commands) s += fmt("  %-8s %s\n", name.c_str(), c.summary.c_str());
   return s;
 }
@@ -319,7 +322,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   po::positional_options_description positional;
   command.register_options(desc, positional);
   po::variables_map vm;
-  po::store(po::command_line_parser(std::vector<std::string>(argv + 2, argv + argc))
+  po::store(po::command_line_parser(canonical_args(std::vector<std::string>(argv + 2, argv + argc), desc))
                 .options(desc)
                 .positional(positional)
                 .run(),

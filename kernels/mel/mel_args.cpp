@@ -12,6 +12,7 @@
 #include <boost/program_options.hpp>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/flags.h"
 #include "melforge/common/options.h"
 #include "mel/filterbank.h"
 #include "mel/mel_math.h"
@@ -40,11 +41,13 @@ std::string spell(const Spellings<E, N>& table, E v) {
   return "?";
 }
 
-/// Value spelled `s` in `table`; throws InvalidArgument naming `what` and the accepted spellings.
+/// Value spelled `s` in `table`, in any letter case (`Slaney`, `HTK`); throws InvalidArgument naming `what` and the
+/// accepted spellings.
 template <class E, std::size_t N>
 E parse(const Spellings<E, N>& table, const std::string& s, std::string_view what) {
+  const std::string lower = ascii_lower(s);
   for (const auto& [value, name] : table) {
-    if (name == s) return value;
+    if (name == lower) return value;
   }
   std::string accepted;
   for (const auto& [value, name] : table) {
@@ -181,7 +184,8 @@ void add_options(po::options_description& desc, MelArgs& args) {
          ->default_value(args.hop_length > 0 ? std::to_string(args.hop_length) : "auto")
          ->notifier([&args](const std::string& v) { args.hop_length = parse_positive_or_auto(v, "--hop-length"); }),
      "hop between frames, samples; auto means win_length/2")
-    ("window", po::value<Window>(&args.window)->default_value(args.window), "analysis window: hann or hamming")
+    ("window,window-fn", po::value<Window>(&args.window)->default_value(args.window),
+     "analysis window: hann or hamming (torchaudio's window_fn)")
     ("center", po::value<bool>(&args.center)->default_value(args.center, args.center ? "true" : "false"),
      "pad n_fft/2 on both sides so that frame t is centred on sample t*hop (true/false)")
     ("pad-mode", po::value<PadMode>(&args.pad_mode)->default_value(args.pad_mode),
@@ -191,8 +195,8 @@ void add_options(po::options_description& desc, MelArgs& args) {
     ("f-min", f(args.f_min), "lowest mel filter edge, Hz")
     ("f-max", f(args.f_max), "highest mel filter edge, Hz; 0 means sample_rate/2")
     ("mel-scale", po::value<MelScale>(&args.mel_scale)->default_value(args.mel_scale), "mel formula: htk or slaney")
-    ("mel-norm", po::value<MelNorm>(&args.mel_norm)->default_value(args.mel_norm),
-     "filter normalisation: none or slaney (area)")
+    ("mel-norm,norm", po::value<MelNorm>(&args.mel_norm)->default_value(args.mel_norm),
+     "filter normalisation: none or slaney (area); torchaudio's norm")
     ("log", po::value<LogMode>(&args.log)->default_value(args.log),
      "compression: db ((20/power)*log10(max(x, amin))), ln (log(x + log_eps)) or none")
     ("amin", f(args.amin), "floor applied before the log for --log db")

@@ -32,7 +32,8 @@ std::string to_string(MelScale v);
 std::string to_string(MelNorm v);
 std::string to_string(LogMode v);
 std::string to_string(DType v);
-/// Parsers for the spellings above; throw InvalidArgument naming the accepted values.
+/// Parsers for the spellings above, in any letter case (`Slaney`, `HTK`, `Hann`; torchaudio itself is
+/// case-sensitive, so every spelling it takes is accepted); throw InvalidArgument naming the accepted values.
 Window parse_window(const std::string& s);
 PadMode parse_pad_mode(const std::string& s);
 MelScale parse_mel_scale(const std::string& s);
@@ -113,7 +114,8 @@ struct MelArgs {
 };
 
 /// Registers the mel flags (--sample-rate, --n-fft, ... --log-eps), bound to the fields of `args`, whose current
-/// values are shown as the defaults in --help.
+/// values are shown as the defaults in --help; torchaudio's names --norm and --window-fn are aliases of --mel-norm
+/// and --window (melforge/common/flags.h reads them, and every flag spelled with underscores).
 void add_options(boost::program_options::options_description& desc, MelArgs& args);
 
 }  // namespace melforge::mel

@@ -5,7 +5,8 @@
 ///   melforge.IoError (Error, OSError)        a file or folder that cannot be read or written;
 ///   melforge.AudioError (IoError)            an audio file that cannot be used (the message names it);
 ///   melforge.FormatError (Error, ValueError) a dataset or checkpoint of the wrong layout or schema;
-///   melforge.CudaError (Error)               a CUDA call failed (not raised by a CPU-only build).
+///   melforge.CudaError (Error)               a CUDA call failed (not raised by a CPU-only build);
+///   melforge.StrictError (Error)             melforge.build(strict=True) met a file it would skip (named).
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
@@ -50,6 +51,8 @@ NB_MODULE(_core, m) {
   static PyObject* format = new_exception(m, "FormatError", bases_of({error, PyExc_ValueError}),
                                           "A dataset or checkpoint does not have the expected layout or schema.");
   static PyObject* cuda = new_exception(m, "CudaError", error, "A CUDA call failed.");
+  static PyObject* strict = new_exception(m, "StrictError", error,
+                                          "A build with strict=True met a file it would skip; the message names it.");
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -64,6 +67,8 @@ NB_MODULE(_core, m) {
       PyErr_SetString(format, e.what());
     } catch (const melforge::CudaError& e) {
       PyErr_SetString(cuda, e.what());
+    } catch (const melforge::StrictError& e) {
+      PyErr_SetString(strict, e.what());
     } catch (const melforge::Error& e) {
       PyErr_SetString(error, e.what());
     }

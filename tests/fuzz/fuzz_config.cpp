@@ -1,5 +1,6 @@
 // libFuzzer target: the INI-style --config file of melforge-build. The input is the file's text; it is parsed with
-// Boost.Program_options' parse_config_file against the same options melforge-build registers (builder/main.cpp),
+// Boost.Program_options' parse_config_file against the same options melforge-build registers (builder/build_cli.h),
+// after canonical_config rewrote its keys (common/flags.h),
 // notified into a BuildConfig and validated (BuildConfig::validate). --input and --output are preset to an empty
 // scratch folder and a missing path below it, so most inputs reach the checks of the other options. Checks,
 // besides crashes and sanitizer reports: the only errors are InvalidArgument and Boost.Program_options errors (as
@@ -13,9 +14,11 @@
 #include <sstream>
 #include <string>
 
+#include "build_cli.h"
 #include "build_options.h"
 #include "fuzz_util.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/flags.h"
 
 namespace po = boost::program_options;
 using melforge::fuzz::require;
@@ -62,20 +65,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.build.input = scratch();
   config.build.output = scratch() / "out";
   std::string config_file;
-  po::options_description general("General");
-  general.add_options()("help,h", "show this help and exit")("config", po::value<std::string>(&config_file), "");
-  po::options_description build("Input, output and running");
-  melforge::builder::add_options(build, config.build);
-  melforge::audio::add_options(build, config.decode);
-  po::options_description mel("Mel spectrogram");
-  melforge::mel::add_options(mel, config.mel);
-  po::options_description seg("Segmentation");
-  melforge::segment::add_options(seg, config.segment);
   po::options_description all("melforge-build");
-  all.add(general).add(build).add(mel).add(seg);
+  melforge::builder::add_build_groups(all, config, config_file);
 
-  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
   try {
+    std::istringstream in(melforge::canonical_config(std::string(reinterpret_cast<const char*>(data), size), all,
+                                                     "the config file"));
     po::variables_map vm;
     po::store(po::parse_config_file(in, all), vm);
     po::notify(vm);

@@ -171,3 +171,44 @@ TEST_CASE("inspect reports an empty train split as an error", "[trainer][cli]") 
   CHECK_THAT(r.err, Catch::Contains("split 'train'"));
   CHECK_THAT(r.err, Catch::Contains("is empty"));
 }
+
+TEST_CASE("flags spelled with underscores reach the same option, before any work", "[trainer][cli]") {
+  // Each alias form carries a value its option refuses: the message names the canonical flag, so the alias was read
+  // as that flag (an unread alias would fail as an unrecognised option instead).
+  const std::string nowhere = (fs::temp_directory_path() / "melforge-no-such-dataset").string();
+  const std::string run_dir = (fs::temp_directory_path() / "melforge-no-such-run").string();
+  const auto [flag, canonical] = GENERATE(table<std::string, std::string>({{"--batch_size", "--batch-size"},
+                                                                           {"--batch-size", "--batch-size"},
+                                                                           {"--rnn_hidden", "--rnn-hidden"},
+                                                                           {"--h5_cache", "--h5-cache"}}));
+  const bool equals_form = GENERATE(false, true);
+  CAPTURE(flag, equals_form);
+  std::vector<std::string> args = {"train", "--data", nowhere, "--out", run_dir};
+  if (equals_form) args.push_back(flag + "=0");
+  else args.insert(args.end(), {flag, "0"});
+  const auto r = run(args);
+  CHECK(r.code == trainer::kExitUsage);
+  CHECK_THAT(r.err, Catch::StartsWith("melforge-train: invalid argument: " + canonical));
+  CHECK_FALSE(fs::exists(run_dir));
+}
+
+TEST_CASE("an unknown flag names the nearest one and fails before any work", "[trainer][cli]") {
+  const std::string nowhere = (fs::temp_directory_path() / "melforge-no-such-dataset").string();
+  const std::string run_dir = (fs::temp_directory_path() / "melforge-no-such-run").string();
+  const auto [flag, expected] = GENERATE(table<std::string, std::string>(
+      {{"--batchsize", "unrecognised option '--batchsize'; did you mean --batch-size?"},
+       {"--epoch_s", "unrecognised option '--epoch_s'; did you mean --epochs?"},
+       {"--lr_rate", "unrecognised option '--lr_rate'"},
+       {"--zzzzzzzz", "unrecognised option '--zzzzzzzz' (see --help)"}}));
+  CAPTURE(flag);
+  const auto r = run({"train", "--data", nowhere, "--out", run_dir, flag, "3"});
+  CHECK(r.code == trainer::kExitUsage);
+  CHECK_THAT(r.err, Catch::StartsWith("melforge-train: " + expected));
+  CHECK_FALSE(fs::exists(run_dir));
+  const auto ambiguous = run({"train", "--data", nowhere, "--out", run_dir, "--r", "3"});
+  CHECK(ambiguous.code == trainer::kExitUsage);
+  CHECK_THAT(ambiguous.err, Catch::Contains("ambiguous"));
+  const auto help = run({"train", "--help"});
+  CHECK(help.code == trainer::kExitOk);
+  CHECK_THAT(help.out, Catch::Contains("--batch-size") && !Catch::Contains("--batch_size"));
+}

@@ -1,0 +1,65 @@
+#include "build_cli.h"
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <ostream>
+#include <sstream>
+
+#include "audio/decode.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/flags.h"
+
+namespace po = boost::program_options;
+
+namespace melforge::builder {
+
+void add_build_groups(po::options_description& all, BuildConfig& config, std::string& config_file) {
+  po::options_description general("General");
+  general.add_options()("help,h", "show this help and exit")(
+      "config", po::value<std::string>(&config_file),
+      "read options from an INI-style FILE (`n-fft = 512`); command-line flags override it");
+  po::options_description build("Input, output and running");
+  add_options(build, config.build);
+  audio::add_options(build, config.decode);
+  po::options_description mel("Mel spectrogram (torchaudio.transforms.MelSpectrogram semantics)");
+  mel::add_options(mel, config.mel);
+  po::options_description seg("Segmentation");
+  segment::add_options(seg, config.segment);
+  all.add(general).add(build).add(mel).add(seg);
+}
+
+std::string read_config_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InvalidArgument("--config: '" + path + "' is a folder; give the options file");
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception& e) {
+    throw InvalidArgument("--config: cannot read '" + path + "': " + e.what());
+  }
+  if (!in.is_open() || in.bad()) throw InvalidArgument("--config: cannot read '" + path + "'");
+  if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
+  return text;
+}
+
+bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help) {
+  po::variables_map vm;
+  po::store(po::command_line_parser(canonical_args(args, all)).options(all).run(), vm);
+  if (vm.count("help")) {
+    help << all << "\n";
+    return false;
+  }
+  if (vm.count("config")) {
+    const std::string path = vm["config"].as<std::string>();
+    std::istringstream text(canonical_config(read_config_text(path), all, "--config file '" + path + "'"));
+    po::store(po::parse_config_file(text, all), vm);
+  }
+  po::notify(vm);
+  return true;
+}
+
+}  // namespace melforge::builder

@@ -1,0 +1,48 @@
+#pragma once
+/// The command-line conventions every binary shares (issue 16): a flag spelled the torchaudio way (`--n_fft` for
+/// `--n-fft`, `--norm` for `--mel-norm`) is read as the registered flag, an unknown flag is refused with the nearest
+/// registered one ("did you mean --n-fft?"), and the same holds for the keys of a --config INI file. Aliases are
+/// registered with the flag itself, as extra long names of its Boost.Program_options description
+/// (`("mel-norm,norm", ...)`); --help shows the first (canonical) name only.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace boost::program_options {
+class options_description;
+}
+
+namespace melforge {
+
+/// Levenshtein distance between `a` and `b` (insertions, deletions and substitutions each cost 1).
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The registered long name (any of a flag's names, canonical or alias) nearest to `name` by edit distance, or ""
+/// when none is within max(2, size/3) edits. Dashes and underscores count as the same character.
+std::string nearest_flag(const std::string& name, const boost::program_options::options_description& desc);
+
+/// "unrecognised option '--name'", followed by "; did you mean --nearest?" when a registered flag is near `name`.
+std::string unknown_flag_message(const std::string& name, const boost::program_options::options_description& desc);
+
+/// The canonical name of the flag `name` (without dashes) as `desc` reads it: an exact name or alias, then the same
+/// with every '_' read as '-'; `approx` also accepts an unambiguous prefix, as Boost does on the command line. Returns
+/// "" for an unknown name; throws boost::program_options::ambiguous_option for an ambiguous prefix.
+std::string canonical_flag(const std::string& name, const boost::program_options::options_description& desc,
+                           bool approx);
+
+/// `args` (the command line without the program name) with every `--name` and `--name=value` rewritten to the
+/// canonical flag of `desc`; short options, values, positional arguments and everything after a bare `--` are kept.
+/// Throws boost::program_options::error "unrecognised option '--x'; did you mean --y?" for an unknown flag.
+std::vector<std::string> canonical_args(const std::vector<std::string>& args,
+                                        const boost::program_options::options_description& desc);
+
+/// The text of an INI options file (`n_fft = 512`) with every key rewritten to its canonical flag name (exact names
+/// and aliases only, as Boost reads config files). Comments, blank lines and `[section]` lines are kept. Throws
+/// boost::program_options::error naming `source`, the key and the nearest flag for an unknown key.
+std::string canonical_config(const std::string& text, const boost::program_options::options_description& desc,
+                             const std::string& source);
+
+/// `s` in ASCII lower case: the spelling enum values are compared in (`Slaney`, `HTK`, `Hann` are accepted).
+std::string ascii_lower(std::string_view s);
+
+}  // namespace melforge

@@ -1,0 +1,204 @@
+"""melforge.build: a build from Python with the builder's own options; the same files as the melforge-build binary."""
+import _thread
+import json
+import os
+import pathlib
+import subprocess
+import threading
+import time
+import wave
+
+import numpy as np
+import pytest
+
+import melforge
+
+# Small and fast: 8 kHz, 1 s long segments of 0.25 s short ones, 32 mel bands.
+FLAGS = dict(sample_rate=8000, n_fft=256, hop_length=64, n_mels=32, long_seconds=1, short_seconds=0.25,
+             device="cpu", threads=2, max_ram="70M", quiet=True)
+
+
+def write_wav(path, samples, rate):
+    """A mono 16-bit PCM WAV of `samples` (float in [-1, 1])."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pcm = np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+
+
+def write_corpus(root, classes=2, per_class=5, seconds=1.5, rate=8000):
+    """`classes` folders of `per_class` tones each (a different pitch per file); returns the file count."""
+    t = np.arange(int(seconds * rate)) / rate
+    for c in range(classes):
+        for i in range(per_class):
+            freq = 200.0 + 150.0 * c + 37.0 * i
+            write_wav(root / f"class{c}" / f"tone{i}.wav", 0.5 * np.sin(2 * np.pi * freq * t), rate)
+    return classes * per_class
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    root = tmp_path / "in"
+    write_corpus(root)
+    return root
+
+
+def build_binary(repo):
+    """The melforge-build of the C++ build: $MELFORGE_BUILD_BIN, else build/builder/melforge-build."""
+    path = pathlib.Path(os.environ.get("MELFORGE_BUILD_BIN", repo / "build" / "builder" / "melforge-build"))
+    if not path.is_file():
+        pytest.skip(f"melforge-build not found at {path} (set MELFORGE_BUILD_BIN)")
+    return path
+
+
+def flag_args(flags):
+    """The command line of `flags` as melforge.build spells them for the binary (switches bare)."""
+    args = []
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args
+
+
+@pytest.mark.needs_h5py
+def test_build_returns_the_report_and_writes_the_dataset(tmp_path, corpus):
+    import h5py
+
+    out = tmp_path / "out"
+    report = melforge.build(out, input=corpus, **FLAGS)
+    assert report == json.loads((out / "build_report.json").read_text())
+    assert report["files"]["written"] == 10
+    assert report["files"]["skipped"] == 0
+    assert sum(report["files"]["per_split"].values()) == 10
+    assert report["config"]["n_fft"] == 256
+    assert report["config"]["n_mels"] == 32
+    frames = 1 + 2000 // 64  # centred frames of a 0.25 s short segment at hop 64
+    total = 0
+    for split in ("train", "val", "test"):
+        with h5py.File(out / f"{split}.h5", "r") as f:
+            assert f.attrs["split"] == split
+            assert int(f.attrs["n_fft"]) == 256
+            mel = f["mel"]
+            assert mel.shape[0] == report["files"]["per_split"][split]
+            # [files, long segments (one whole 1 s segment in 1.5 s), short per long, n_mels, frames]
+            assert mel.shape[1:] == (1, 4, 32, frames)
+            if mel.shape[0]:
+                assert np.isfinite(mel[...].astype(np.float32)).all()
+            total += mel.shape[0]
+    assert total == 10
+
+
+def test_invalid_option_raises_before_any_work(tmp_path, corpus):
+    out = tmp_path / "out"
+    with pytest.raises(melforge.InvalidArgument, match="n_fft"):
+        melforge.build(out, input=corpus, **{**FLAGS, "n_fft": 1})
+    with pytest.raises(melforge.InvalidArgument, match="--compression-level"):
+        melforge.build(out, input=corpus, compression_level=12, **FLAGS)
+    with pytest.raises(melforge.InvalidArgument, match="--split"):
+        melforge.build(out, input=corpus, split=(0.5, 0.6, 0.1), **FLAGS)
+    with pytest.raises(melforge.InvalidArgument, match="--overwrite is a switch"):
+        melforge.build(out, input=corpus, overwrite="yes", **FLAGS)
+    with pytest.raises(melforge.InvalidArgument, match="exactly one of --input DIR or --manifest CSV"):
+        melforge.build(out, **FLAGS)
+    assert issubclass(melforge.InvalidArgument, ValueError)
+    assert not out.exists()
+
+
+def test_unknown_keyword_names_the_nearest_flag(tmp_path, corpus):
+    out = tmp_path / "out"
+    with pytest.raises(melforge.InvalidArgument) as e:
+        melforge.build(out, input=corpus, nfft=512, **FLAGS)
+    assert str(e.value) == "unrecognised option '--nfft'; did you mean --n-fft? (keyword n_fft=)"
+    with pytest.raises(melforge.InvalidArgument, match=r"^unrecognised option '--xyzzy'$"):
+        melforge.build(out, input=corpus, xyzzy=1, **FLAGS)
+    # A keyword is a whole name: the prefix guessing of the command line (--n-ff for --n-fft) does not apply.
+    with pytest.raises(melforge.InvalidArgument, match="did you mean --n-fft"):
+        melforge.build(out, input=corpus, n_ff=512, **{k: v for k, v in FLAGS.items() if k != "n_fft"})
+    assert not out.exists()
+
+
+def test_torchaudio_names_and_value_spellings(tmp_path, corpus):
+    ini = tmp_path / "build.ini"
+    ini.write_text("win_length = 200\n")
+    report = melforge.build(tmp_path / "out", input=corpus, norm="Slaney", mel_scale="HTK", window_fn="Hann",
+                            pad_mode="Reflect", split=(0.6, 0.4), config=ini, **FLAGS)
+    config = report["config"]
+    assert config["mel_norm"] == "slaney"
+    assert config["mel_scale"] == "htk"
+    assert config["window"] == "hann"
+    assert config["win_length"] == 200
+    assert report["files"]["per_split"]["test"] == 0
+
+
+def test_strict_raises_strict_error_naming_the_file(tmp_path, corpus):
+    (corpus / "class0" / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
+    out = tmp_path / "out"
+    with pytest.raises(melforge.StrictError, match="broken.wav"):
+        melforge.build(out, input=corpus, strict=True, **FLAGS)
+    assert issubclass(melforge.StrictError, melforge.Error)
+    assert not (out / "build_report.json").exists()
+    report = melforge.build(out, input=corpus, strict=False, **FLAGS)
+    assert report["files"]["skipped"] == 1
+
+
+@pytest.mark.needs_h5py
+def test_same_files_as_the_binary(tmp_path, corpus, repo):
+    import h5py
+
+    binary = build_binary(repo)
+    flags = {**FLAGS, "n_mels": 24, "norm": "slaney", "split": "0.5,0.25,0.25", "seed": 7, "dtype": "float32"}
+    py_report = melforge.build(tmp_path / "py", input=corpus, **flags)
+    binary_flags = {**flags, "mel_norm": flags["norm"]}
+    del binary_flags["norm"]
+    run = subprocess.run([str(binary), "--input", str(corpus), "--output", str(tmp_path / "bin"),
+                          *flag_args(binary_flags)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    bin_report = json.loads((tmp_path / "bin" / "build_report.json").read_text())
+    assert {k: v for k, v in py_report["config"].items() if k != "output"} == \
+        {k: v for k, v in bin_report["config"].items() if k != "output"}
+    assert py_report["files"] == bin_report["files"]
+    for split in ("train", "val", "test"):
+        with h5py.File(tmp_path / "py" / f"{split}.h5", "r") as a, h5py.File(tmp_path / "bin" / f"{split}.h5",
+                                                                             "r") as b:
+            assert sorted(a.keys()) == sorted(b.keys())
+            for name in a.keys():
+                np.testing.assert_array_equal(a[name][...], b[name][...], err_msg=f"{split}.h5 {name}")
+            assert sorted(a.attrs.keys()) == sorted(b.attrs.keys())
+            for key in a.attrs.keys():
+                assert np.array_equal(np.asarray(a.attrs[key]), np.asarray(b.attrs[key])), key
+
+
+def test_keyboard_interrupt_stops_the_build_and_a_later_build_runs(tmp_path):
+    root = tmp_path / "big"
+    write_corpus(root, classes=2, per_class=100, seconds=4.0)
+    out = tmp_path / "out"
+    # About 1.5 s of work uninterrupted; Ctrl-C (interrupt_main) comes as soon as the build has started writing.
+    slow = {**FLAGS, "threads": 1, "compression_level": 9, "n_fft": 1024, "hop_length": 16, "n_mels": 64}
+    started = threading.Event()
+
+    def interrupt_when_started():
+        deadline = time.monotonic() + 60
+        while not (out / ".partial").exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        _thread.interrupt_main()
+        started.set()
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            melforge.build(out, input=root, **slow)
+        finally:
+            started.wait()
+    assert not out.exists()  # the build created it, so it removes it with its staging folder and lock file
+    write_corpus(tmp_path / "small")
+    report = melforge.build(tmp_path / "small_out", input=tmp_path / "small", **FLAGS)
+    assert report["files"]["written"] == 10
+
+
+def test_help_prints_the_options(capsys):
+    assert melforge.build(None, help=True) is None
+    text = capsys.readouterr().out
+    assert "--n-fft" in text and "--mel-norm" in text
