@@ -54,7 +54,7 @@ std::string parse_error(const std::vector<std::string>& args) {
 }  // namespace
 
 TEST_CASE("torchaudio spellings of the flags set the same fields as the dashed ones", "[flags]") {
-  const auto [alias, canonical, value] = GENERATE(table<std::string, std::string, std::string>({
+  const auto row = GENERATE(table<std::string, std::string, std::string>({
       {"n_fft", "n-fft", "1024"},
       {"hop_length", "hop-length", "100"},
       {"win_length", "win-length", "300"},
@@ -73,6 +73,9 @@ TEST_CASE("torchaudio spellings of the flags set the same fields as the dashed o
       {"long_seconds", "long-seconds", "3"},
       {"short_seconds", "short-seconds", "0.5"},
   }));
+  const std::string& alias = std::get<0>(row);
+  const std::string& canonical = std::get<1>(row);
+  const std::string& value = std::get<2>(row);
   const bool equals_form = GENERATE(false, true);
   CAPTURE(alias, equals_form);
   const auto args = [&](const std::string& name) {

@@ -117,6 +117,21 @@ segment::SegmentArgs MelInfo::segment_args() const {
   return s;
 }
 
+featurize::DatasetParams MelInfo::dataset_params() const {
+  featurize::DatasetParams p;
+  p.mel = mel_args();
+  p.segment = segment_args();
+  p.dtype = parse_attribute("dtype", dtype, mel::parse_dtype);
+  p.channel = static_cast<int>(channel);
+  p.num_long = num_long;
+  p.num_short = num_short;
+  p.n_mels = n_mels;
+  p.n_frames = n_frames;
+  p.long_samples = long_samples;
+  p.short_samples = short_samples;
+  return p;
+}
+
 nlohmann::json MelInfo::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& field : fields()) std::visit([&](auto member) { j[field.name] = this->*member; }, field.member);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "featurize/featurize.h"
 #include "mel/mel_args.h"
 #include "melforge/common/h5.h"
 #include "segment/segment_args.h"
@@ -81,6 +82,9 @@ struct MelInfo {
   mel::MelArgs mel_args() const;
   /// The segmentation parameters (num_long fixed to this dataset's). Throws FormatError on an unknown spelling.
   segment::SegmentArgs segment_args() const;
+  /// Everything the featurizer needs to compute a file's features as this dataset stores them (melforge-train
+  /// predict and melforge.predict). Throws FormatError on an unknown spelling.
+  featurize::DatasetParams dataset_params() const;
   /// Every parameter above as a JSON object keyed by attribute name (for configs and checkpoints).
   nlohmann::json to_json() const;
   /// The inverse of to_json(). Throws FormatError naming the first missing or mistyped field.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bindings.h"
+#include "reader/mel_info.h"
 #include "featurize/featurize.h"
 #include "inputs/inputs.h"
 #include "melforge/common/errors.h"
@@ -72,63 +73,6 @@ std::string file_metrics_json(LongIn labels, LongIn predicted,
   return m.to_json(class_names).dump();
 }
 
-/// `j[key]` as T; FormatError naming the field when it is missing or of another type.
-template <typename T>
-T field(const nlohmann::json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key)) throw FormatError(std::string("mel parameters: missing field '") + key + "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(std::string("mel parameters: field '") + key + "': " + e.what());
-  }
-}
-
-/// An enum field parsed with the kernels' own parser; FormatError on an unknown spelling.
-template <typename Parse>
-auto enum_field(const nlohmann::json& j, const char* key, Parse parse) {
-  try {
-    return parse(field<std::string>(j, key));
-  } catch (const InvalidArgument& e) {
-    throw FormatError(std::string("mel parameters: field '") + key + "': " + e.what());
-  }
-}
-
-/// The dataset parameters of a checkpoint's / export's "mel" object (the trainer's MelInfo::to_json(), the root
-/// attributes of docs/FORMAT.md). TODO(h16 merge): replace by data::MelInfo::from_json(j) with its mel_args() and
-/// segment_args() once melforge_data (h16-data) is on main; this mapping exists only until then.
-featurize::DatasetParams dataset_params(const nlohmann::json& j) {
-  featurize::DatasetParams p;
-  mel::MelArgs& a = p.mel;
-  a.sample_rate = field<int>(j, "sample_rate");
-  a.n_fft = field<int>(j, "n_fft");
-  a.win_length = field<int>(j, "win_length");
-  a.hop_length = field<int>(j, "hop_length");
-  a.window = enum_field(j, "window", mel::parse_window);
-  a.center = field<int64_t>(j, "center") != 0;
-  a.pad_mode = enum_field(j, "pad_mode", mel::parse_pad_mode);
-  a.power = static_cast<float>(field<double>(j, "power"));
-  a.n_mels = field<int>(j, "n_mels");
-  a.f_min = static_cast<float>(field<double>(j, "f_min"));
-  a.f_max = static_cast<float>(field<double>(j, "f_max"));
-  a.mel_scale = enum_field(j, "mel_scale", mel::parse_mel_scale);
-  a.mel_norm = enum_field(j, "mel_norm", mel::parse_mel_norm);
-  a.log = enum_field(j, "log", mel::parse_log_mode);
-  a.amin = static_cast<float>(field<double>(j, "amin"));
-  a.log_eps = static_cast<float>(field<double>(j, "log_eps"));
-  p.dtype = enum_field(j, "dtype", mel::parse_dtype);
-  p.segment.long_seconds = field<double>(j, "long_seconds");
-  p.segment.short_seconds = field<double>(j, "short_seconds");
-  p.segment.short_files = enum_field(j, "short_files", segment::parse_short_file_policy);
-  p.channel = static_cast<int>(field<int64_t>(j, "channel"));
-  p.num_long = field<int64_t>(j, "num_long");
-  p.num_short = field<int64_t>(j, "num_short");
-  p.n_mels = field<int64_t>(j, "n_mels");
-  p.n_frames = field<int64_t>(j, "n_frames");
-  p.long_samples = field<int64_t>(j, "long_samples");
-  p.short_samples = field<int64_t>(j, "short_samples");
-  return p;
-}
-
 /// featurize::Featurizer for Python: built from the "mel" JSON text, returns NumPy arrays.
 class PyFeaturizer {
  public:
@@ -139,7 +83,7 @@ class PyFeaturizer {
     } catch (const nlohmann::json::exception& e) {
       throw FormatError(std::string("mel parameters: not valid JSON: ") + e.what());
     }
-    const featurize::DatasetParams p = dataset_params(j);
+    const featurize::DatasetParams p = data::MelInfo::from_json(j).dataset_params();
     nb::gil_scoped_release release;
     featurizer_ = std::make_unique<featurize::Featurizer>(p, threads);
   }

@@ -185,18 +185,7 @@ struct Featurizer::Impl {
 };
 
 Featurizer::Featurizer(const MelInfo& info, int threads) : impl_(std::make_unique<Impl>()) {
-  featurize::DatasetParams p;
-  p.mel = info.mel_args();
-  p.dtype = mel::parse_dtype(info.dtype);
-  p.segment = info.segment_args();
-  p.channel = static_cast<int>(info.channel);
-  p.num_long = info.num_long;
-  p.num_short = info.num_short;
-  p.n_mels = info.n_mels;
-  p.n_frames = info.n_frames;
-  p.long_samples = info.long_samples;
-  p.short_samples = info.short_samples;
-  impl_->featurizer = std::make_unique<featurize::Featurizer>(p, threads);
+  impl_->featurizer = std::make_unique<featurize::Featurizer>(info.dataset_params(), threads);
   impl_->shape = info.file_shape();
 }
 
