@@ -5,40 +5,52 @@ MELFORGE_BUILD_DIR, default <repo>/build). The tests skip, naming the missing bi
 import math
 import os
 import pathlib
-import struct
 import subprocess
 import wave
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def binary(env: str, default: str) -> pathlib.Path:
-    """The binary named by `env`, else `default` under MELFORGE_BUILD_DIR (default <repo>/build); skips the test,
-    naming it, when it is not built."""
+    """The binary named by `env`, else `default` under MELFORGE_BUILD_DIR (default <repo>/build). Fails the test,
+    naming it, when it is not built (tools/test.sh builds the C++ project before pytest)."""
     build_dir = pathlib.Path(os.environ.get("MELFORGE_BUILD_DIR") or REPO / "build")
     path = pathlib.Path(os.environ.get(env) or build_dir / default)
-    if not path.is_file():
-        pytest.skip(f"{path} not built (set {env} or build the C++ project with MELFORGE_TRAINER=ON)")
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"{path} not built (set {env} or build the C++ project with MELFORGE_TRAINER=ON)")
     return path
 
 
-def write_tone(path: pathlib.Path, hz: float, seconds: float, rate: int, seed: int) -> None:
+def build_binary() -> pathlib.Path:
+    """melforge-build of the C++ build ($MELFORGE_BUILD_BIN)."""
+    return binary("MELFORGE_BUILD_BIN", "builder/melforge-build")
+
+
+def write_wav(path: pathlib.Path, data, rate: int) -> np.ndarray:
+    """Writes a 16-bit PCM WAV with the standard wave module: `data` [frames] or [frames, channels], floats in
+    [-1, 1] (scaled by 32767 and rounded) or integers (taken as int16). Returns the int16 samples [frames, channels]."""
+    a = np.asarray(data)
+    if np.issubdtype(a.dtype, np.floating):
+        a = np.clip(np.round(a * 32767.0), -32768, 32767)
+    pcm = a.astype("<i2")
+    if pcm.ndim == 1:
+        pcm = pcm[:, None]
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = int(seconds * rate)
-    state = seed * 7919 + 17
-    frames = bytearray()
-    for i in range(n):
-        state = (state * 1103515245 + 12345) % (1 << 31)
-        noise = (state / (1 << 31) - 0.5) * 0.1
-        v = 0.4 * math.sin(2 * math.pi * hz * i / rate) + noise
-        frames += struct.pack("<h", int(max(-1.0, min(1.0, v)) * 32767))
     with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
+        w.setnchannels(pcm.shape[1])
         w.setsampwidth(2)
         w.setframerate(rate)
-        w.writeframes(bytes(frames))
+        w.writeframes(pcm.tobytes())
+    return pcm
+
+
+def write_tone(path: pathlib.Path, hz: float, seconds: float, rate: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    write_wav(path, 0.4 * np.sin(2 * math.pi * hz * t) + rng.uniform(-0.05, 0.05, t.size), rate)
 
 
 def write_corpus(root: pathlib.Path) -> None:
@@ -58,7 +70,7 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
 
 def make_run(tmp: pathlib.Path) -> dict:
     """Builds and trains; returns {"corpus", "data", "checkpoint", "train_bin", "build_bin"}."""
-    build_bin = binary("MELFORGE_BUILD_BIN", "builder/melforge-build")
+    build_bin = build_binary()
     train_bin = binary("MELFORGE_TRAIN_BIN", "trainer/melforge-train")
     corpus, data, out = tmp / "corpus", tmp / "data", tmp / "run"
     write_corpus(corpus)

@@ -1,32 +1,19 @@
 """melforge.build: a build from Python with the builder's own options; the same files as the melforge-build binary."""
 import _thread
 import json
-import os
-import pathlib
 import subprocess
 import threading
 import time
-import wave
 
 import numpy as np
 import pytest
 
 import melforge
+from melforge_run import build_binary, write_wav
 
 # Small and fast: 8 kHz, 1 s long segments of 0.25 s short ones, 32 mel bands.
 FLAGS = dict(sample_rate=8000, n_fft=256, hop_length=64, n_mels=32, long_seconds=1, short_seconds=0.25,
              device="cpu", threads=2, max_ram="70M", quiet=True)
-
-
-def write_wav(path, samples, rate):
-    """A mono 16-bit PCM WAV of `samples` (float in [-1, 1])."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pcm = np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
 
 
 def write_corpus(root, classes=2, per_class=5, seconds=1.5, rate=8000):
@@ -44,14 +31,6 @@ def corpus(tmp_path):
     root = tmp_path / "in"
     write_corpus(root)
     return root
-
-
-def build_binary(repo):
-    """The melforge-build of the C++ build: $MELFORGE_BUILD_BIN, else build/builder/melforge-build."""
-    path = pathlib.Path(os.environ.get("MELFORGE_BUILD_BIN", repo / "build" / "builder" / "melforge-build"))
-    if not path.is_file():
-        pytest.skip(f"melforge-build not found at {path} (set MELFORGE_BUILD_BIN)")
-    return path
 
 
 def flag_args(flags):
@@ -148,7 +127,7 @@ def test_strict_raises_strict_error_naming_the_file(tmp_path, corpus):
 def test_same_files_as_the_binary(tmp_path, corpus, repo):
     import h5py
 
-    binary = build_binary(repo)
+    binary = build_binary()
     flags = {**FLAGS, "n_mels": 24, "norm": "slaney", "split": "0.5,0.25,0.25", "seed": 7, "dtype": "float32"}
     py_report = melforge.build(tmp_path / "py", input=corpus, **flags)
     binary_flags = {**flags, "mel_norm": flags["norm"]}

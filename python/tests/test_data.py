@@ -1,42 +1,15 @@
 """melforge.Dataset and melforge.Loader over a dataset built in the test by the C++ `melforge-build` binary
 (build/builder/melforge-build of the C++ build, or MELFORGE_BUILD_BIN), compared with h5py's reading of the same
 file."""
-import os
-import pathlib
 import pickle
 import subprocess
-import wave
 
 import numpy as np
 import pytest
 
 import melforge
+from melforge_run import build_binary, write_wav
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _build_binary():
-    env = os.environ.get("MELFORGE_BUILD_BIN")
-    candidates = [pathlib.Path(env)] if env else []
-    build_dir = os.environ.get("MELFORGE_BUILD_DIR")
-    if build_dir:
-        candidates.append(pathlib.Path(build_dir) / "builder" / "melforge-build")
-    candidates.append(REPO / "build" / "builder" / "melforge-build")
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise FileNotFoundError("melforge-build not found (looked at " + ", ".join(map(str, candidates)) +
-                            "); build it or set MELFORGE_BUILD_BIN")
-
-
-def _write_wav(path, samples, rate):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pcm = np.clip(np.round(samples * 32767.0), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
 
 
 def _make_corpus(root, classes=3, per_class=10, rate=8000):
@@ -46,7 +19,7 @@ def _make_corpus(root, classes=3, per_class=10, rate=8000):
             n = 4800 + (i * 3137 + c * 911) % 16000
             t = np.arange(n) / rate
             tone = 0.5 * np.sin(2 * np.pi * (300.0 * (c + 1) + 7 * i) * t) + 0.01 * rng.standard_normal(n)
-            _write_wav(root / f"class{c}" / f"f{i}.wav", tone, rate)
+            write_wav(root / f"class{c}" / f"f{i}.wav", tone, rate)
 
 
 def _build(tmp, name, dtype):
@@ -54,7 +27,7 @@ def _build(tmp, name, dtype):
     if not corpus.exists():
         _make_corpus(corpus)
     out = tmp / name
-    subprocess.run([str(_build_binary()), "--input", str(corpus), "--output", str(out), "--sample-rate", "8000",
+    subprocess.run([str(build_binary()), "--input", str(corpus), "--output", str(out), "--sample-rate", "8000",
                     "--n-fft", "256", "--hop-length", "64", "--n-mels", "32", "--long-seconds", "1",
                     "--short-seconds", "0.25", "--split", "0.6,0.2,0.2", "--device", "cpu", "--quiet",
                     "--files-per-chunk", "2", "--dtype", dtype], check=True, capture_output=True)

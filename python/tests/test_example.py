@@ -4,12 +4,12 @@ on a corpus of three tones must reach the bar."""
 import re
 import subprocess
 import sys
-import wave
 
 import numpy as np
 import pytest
 
 import melforge
+from melforge_run import write_wav
 
 pytestmark = pytest.mark.needs_torch
 
@@ -31,11 +31,7 @@ def write_tone(path, freq, seed):
     rng = np.random.default_rng(seed)
     t = np.arange(2 * RATE) / RATE
     x = 0.3 * np.sin(2 * np.pi * freq * (1 + 0.02 * rng.standard_normal()) * t) + 0.05 * rng.standard_normal(t.size)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+    write_wav(path, np.clip(x, -1, 1), RATE)
 
 
 def test_docs_example_trains_a_users_model(repo, tmp_path):

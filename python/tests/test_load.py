@@ -1,31 +1,14 @@
 """melforge.load and melforge.info: the samples equal the WAV's (written here with the standard `wave` module),
 channels are selected or mixed down, 44.1 kHz is resampled to 16 kHz, bad files raise melforge.AudioError naming
 them, and melforge.MelSpectrogram of melforge.load(...) equals what `melforge-build` stores (read with h5py)."""
-import os
-import pathlib
 import subprocess
-import wave
 
 import numpy as np
 import pytest
 
 import melforge
+from melforge_run import build_binary, write_wav
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def write_wav(path, channels_data, rate):
-    """Writes int16 PCM [frames, channels] (or [frames]) to `path` with the wave module; returns the int16 array."""
-    data = np.asarray(channels_data, dtype=np.int16)
-    if data.ndim == 1:
-        data = data[:, None]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(data.shape[1])
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(data.astype("<i2").tobytes())
-    return data
 
 
 def tone(frames, rate, hz, amplitude=8000, seed=0):
@@ -85,20 +68,6 @@ def test_bad_files_raise_audio_error_naming_them(tmp_path):
             melforge.load(tmp_path / "ok.wav", **kwargs)
 
 
-def builder_exe():
-    """The melforge-build binary of the C++ build: $MELFORGE_BUILD_EXE, else $MELFORGE_BUILD_DIR/builder/ or
-    build/builder/ of this repository (tools/test.sh builds it before running pytest)."""
-    candidates = [os.environ.get("MELFORGE_BUILD_EXE")]
-    if os.environ.get("MELFORGE_BUILD_DIR"):
-        candidates.append(os.path.join(os.environ["MELFORGE_BUILD_DIR"], "builder", "melforge-build"))
-    candidates.append(str(REPO / "build" / "builder" / "melforge-build"))
-    for c in candidates:
-        if c and os.access(c, os.X_OK):
-            return c
-    pytest.fail(f"melforge-build not found (tried {[c for c in candidates if c]}): build it "
-                "(cmake --build build --target melforge-build) or set MELFORGE_BUILD_EXE")
-
-
 @pytest.mark.needs_h5py
 def test_mel_of_load_equals_what_the_builder_stores(tmp_path):
     h5py = pytest.importorskip("h5py")
@@ -110,7 +79,7 @@ def test_mel_of_load_equals_what_the_builder_stores(tmp_path):
     write_wav(corpus / "high" / "d.wav", tone(50000, 44100, 4000, seed=7), 44100)
     out = tmp_path / "out"
     for channel in (-1, 1):
-        args = [builder_exe(), "--input", str(corpus), "--output", str(out / str(channel)), "--sample-rate", "16000",
+        args = [str(build_binary()), "--input", str(corpus), "--output", str(out / str(channel)), "--sample-rate", "16000",
                 "--n-fft", "512", "--hop-length", "160", "--n-mels", "64", "--long-seconds", "1",
                 "--short-seconds", "0.5", "--num-long", "1", "--split", "1,0,0", "--dtype", "float32",
                 "--device", "cpu", "--channel", str(channel), "--quiet"]
