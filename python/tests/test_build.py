@@ -153,24 +153,29 @@ def test_same_files_as_the_binary(tmp_path, corpus, repo):
 def test_keyboard_interrupt_stops_the_build_and_a_later_build_runs(tmp_path):
     root = tmp_path / "big"
     write_corpus(root, classes=2, per_class=100, seconds=4.0)
-    out = tmp_path / "out"
-    # About 1.5 s of work uninterrupted; Ctrl-C (interrupt_main) comes as soon as the build has started writing.
     slow = {**FLAGS, "threads": 1, "compression_level": 9, "n_fft": 1024, "hop_length": 16, "n_mels": 64}
-    started = threading.Event()
+    t0 = time.monotonic()
+    report = melforge.build(tmp_path / "whole", input=root, **slow)
+    whole = time.monotonic() - t0
+    assert report["files"]["written"] == 200
+    out = tmp_path / "out"
+    cancel = threading.Event()
 
-    def interrupt_when_started():
-        deadline = time.monotonic() + 60
-        while not (out / ".partial").exists() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        _thread.interrupt_main()
-        started.set()
+    def interrupt_at_a_third():
+        if not cancel.wait(whole / 3):
+            _thread.interrupt_main()
 
-    threading.Thread(target=interrupt_when_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        try:
+    timer = threading.Thread(target=interrupt_at_a_third, daemon=True)
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
             melforge.build(out, input=root, **slow)
-        finally:
-            started.wait()
+    finally:
+        cancel.set()
+        timer.join()
+    stopped_after = time.monotonic() - t0
+    assert stopped_after < whole * 0.9, f"stopped after {stopped_after:.2f} s, a whole build takes {whole:.2f} s"
     assert not out.exists()  # the build created it, so it removes it with its staging folder and lock file
     write_corpus(tmp_path / "small")
     report = melforge.build(tmp_path / "small_out", input=tmp_path / "small", **FLAGS)
