@@ -1,6 +1,7 @@
 """melforge.build: a build from Python with the builder's own options; the same files as the melforge-build binary."""
 import _thread
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -165,6 +166,9 @@ def test_keyboard_interrupt_stops_the_build_and_a_later_build_runs(tmp_path):
         if not cancel.wait(whole / 3):
             _thread.interrupt_main()
 
+    # A shell that starts a job in the background (CI may) leaves SIGINT ignored, and then interrupt_main does
+    # nothing: give SIGINT Python's own handler for the test, as an interactive session has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Thread(target=interrupt_at_a_third, daemon=True)
     t0 = time.monotonic()
     timer.start()
@@ -174,6 +178,7 @@ def test_keyboard_interrupt_stops_the_build_and_a_later_build_runs(tmp_path):
     finally:
         cancel.set()
         timer.join()
+        signal.signal(signal.SIGINT, previous)
     stopped_after = time.monotonic() - t0
     assert stopped_after < whole * 0.9, f"stopped after {stopped_after:.2f} s, a whole build takes {whole:.2f} s"
     assert not out.exists()  # the build created it, so it removes it with its staging folder and lock file
