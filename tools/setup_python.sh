@@ -32,7 +32,8 @@ if [[ "${MELFORGE_TRAINER:-1}" != 0 ]]; then
 fi
 # The tests' requirements. The build's (scikit-build-core, nanobind: pyproject.toml) come in pip's isolated build
 # environment, as for any user's `pip install .`.
-requirements=(pytest h5py numpy)
+# scikit-learn: the reference of the multi-label metrics; tensorboard: its event reader checks the trainer's event files.
+requirements=(pytest h5py numpy scikit-learn tensorboard)
 read -r -a extras <<< "${MELFORGE_PY_EXTRAS:-}"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}" "${extras[@]}" >&2
 log "pip install $here"
