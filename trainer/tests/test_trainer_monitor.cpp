@@ -75,7 +75,7 @@ trainer::TrainConfig parse(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("--log-every and --no-tensorboard set the monitor options; a negative --log-every is refused",
+TEST_CASE("the monitor flags --log-every and --no-tensorboard are read, and a negative --log-every is refused",
           "[trainer][monitor]") {
   const trainer::TrainConfig defaults = parse({});
   CHECK(defaults.monitor.log_every == 10);
@@ -102,7 +102,7 @@ TEST_CASE("confusion_png draws one cell per class pair at a readable size", "[tr
   CHECK_THROWS_AS(trainer::confusion_png(confusion, h, w), InvalidArgument);
 }
 
-TEST_CASE("a run writes a step line every --log-every steps and one event file; --no-tensorboard writes none",
+TEST_CASE("a run writes a step line every --log-every steps and one event file, and none with --no-tensorboard",
           "[trainer][monitor]") {
   TempDir d;
   const fs::path data = test::build_tone_dataset(d.path(), 3, 3);
