@@ -176,7 +176,8 @@ EventWriter::EventWriter(const fs::path& dir, double flush_seconds) : flush_seco
   path_ = dir / ("events.out.tfevents." + std::string(digits) + "." + host_name() + "." +
                  std::to_string(static_cast<long long>(getpid())));
   file_ = std::fopen(path_.c_str(), "wbx");
-  if (!file_) throw IoError("cannot create the TensorBoard event file '" + path_.string() + "': " + std::strerror(errno));
+  if (!file_)
+    throw IoError("cannot create the TensorBoard event file '" + path_.string() + "': " + std::strerror(errno));
   last_flush_ = now;
   write(file_version_event(now));
   flush();

@@ -26,7 +26,8 @@ double number_or_nan(const nlohmann::json& v) {
 }  // namespace
 
 void MonitorOptions::validate() const {
-  if (log_every < 0) throw InvalidArgument("--log-every must be >= 0 (0: no step lines), got " + std::to_string(log_every));
+  if (log_every < 0)
+    throw InvalidArgument("--log-every must be >= 0 (0: no step lines), got " + std::to_string(log_every));
 }
 
 void add_options(po::options_description& desc, MonitorOptions& o) {
@@ -118,7 +119,8 @@ void RunMonitor::end_epoch(const nlohmann::json& line, const std::vector<std::ve
   if (!events_) return;
   const int64_t step = line.at("step").get<int64_t>();
   for (const auto& [key, value] : line.items())
-    if (key != "step" && (value.is_number() || value.is_null())) events_->add_scalar("epoch/" + key, step, number_or_nan(value));
+    if (key != "step" && (value.is_number() || value.is_null()))
+      events_->add_scalar("epoch/" + key, step, number_or_nan(value));
   if (!confusion.empty()) {
     int64_t height = 0, width = 0;
     const std::string png = confusion_png(confusion, height, width);
