@@ -364,7 +364,8 @@ print(json.dumps({"device_bytes_per_s": 2 * n / dd, "h2d_bytes_per_s": (n // 4) 
                     "--device", "cuda", "--positive-class", "seven", *flags]
             try:
                 self.run(f"train-{name}", argv)
-                m = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+                m = [j for j in (json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip())
+                     if j.get("type", "epoch") == "epoch"]
                 rep = json.load(open(os.path.join(out, "report.json")))
                 sps = [e["samples_per_s"] for e in m]
                 runs[name] = {"flags": " ".join(flags), "samples_per_s_each_epoch": sps,

@@ -1,15 +1,20 @@
 #!/usr/bin/python3
-"""Plots a melforge-train run folder (Debian's python3-matplotlib; run with /usr/bin/python3).
+"""Plots a melforge-train run folder: RUN_DIR/loss.png (train and val loss per epoch, learning rate on a second
+axis), RUN_DIR/accuracy.png (train and val accuracy, val macro-F1), RUN_DIR/steps.png (the training loss and learning
+rate of metrics.jsonl's step lines against the optimizer step; only when the run wrote step lines) and
+RUN_DIR/confusion_<split>.png for every RUN_DIR/confusion_<split>.csv (as Metrics::confusion_csv writes: a header
+"true\\pred,<names...>", one row per true class; counts, rows normalised to colour). Prints the paths it wrote, one
+per line.
 
-  /usr/bin/python3 tools/plot_run.py RUN_DIR
+metrics.jsonl holds one JSON object per line: epoch lines ("type": "epoch", or no "type" in runs written before
+step lines existed) with at least epoch, train_loss, val_loss, train_accuracy, val_accuracy, val_macro_f1, lr; step
+lines ("type": "step") with step and loss (lr when present); lines of any other type are ignored.
 
-Reads RUN_DIR/metrics.jsonl (one JSON object per epoch with at least epoch, train_loss, val_loss,
-train_accuracy, val_accuracy, val_macro_f1, lr) and every RUN_DIR/confusion_<split>.csv (as
-Metrics::confusion_csv writes: a header "true\\pred,<names...>", one row per true class), and writes
-RUN_DIR/loss.png (train and val loss, learning rate on a second axis), RUN_DIR/accuracy.png (train and val
-accuracy, val macro-F1) and RUN_DIR/confusion_<split>.png (counts, rows normalised to colour). Prints the paths
-it wrote, one per line. Exit code 1 with a message when the folder has no metrics.jsonl or it holds no epoch.
+Needs matplotlib: Debian's /usr/bin/python3 with python3-matplotlib, or the torch venv of tools/setup_torch.sh
+(which installs it), or any Python after `python -m pip install matplotlib`. Exit code 1 with a message when
+matplotlib is missing, when the folder has no metrics.jsonl or when it holds no epoch.
 """
+import argparse
 import csv
 import glob
 import json
@@ -17,16 +22,39 @@ import math
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 REQUIRED = ("epoch", "train_loss", "val_loss", "train_accuracy", "val_accuracy", "val_macro_f1", "lr")
+REQUIRED_STEP = ("step", "loss")
+plt = None
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="plot_run.py",
+        description="Plots a melforge-train run folder (metrics.jsonl and the confusion CSVs) into PNG files "
+                    "next to them: loss.png, accuracy.png, steps.png (when the run wrote step lines) and "
+                    "confusion_<split>.png. Needs matplotlib (Debian: /usr/bin/python3 with python3-matplotlib; "
+                    "the torch venv of tools/setup_torch.sh has it; else `python -m pip install matplotlib`).")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run folder of melforge-train (holds metrics.jsonl)")
+    return p.parse_args(argv)
+
+
+def import_matplotlib():
+    """Imports pyplot with the Agg backend into the module global `plt`; exits 1 naming what to install."""
+    global plt
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit(f"plot_run.py: matplotlib is not installed in {sys.executable}; install it with "
+                         f"`{sys.executable} -m pip install matplotlib` (or run /usr/bin/python3 after "
+                         "`apt-get install python3-matplotlib`; tools/setup_torch.sh installs it in the torch venv)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+    plt = pyplot
 
 
 def read_metrics(path):
-    rows = []
+    """The epoch lines and the step lines of metrics.jsonl; other line types are skipped."""
+    rows, steps = [], []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -36,13 +64,17 @@ def read_metrics(path):
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SystemExit(f"plot_run.py: {path}:{n}: not JSON: {e}")
-            missing = [k for k in REQUIRED if k not in row]
+            kind = row.get("type", "epoch")
+            if kind not in ("epoch", "step"):
+                continue
+            required = REQUIRED if kind == "epoch" else REQUIRED_STEP
+            missing = [k for k in required if k not in row]
             if missing:
-                raise SystemExit(f"plot_run.py: {path}:{n}: missing {', '.join(missing)}")
-            rows.append(row)
+                raise SystemExit(f"plot_run.py: {path}:{n}: {kind} line misses {', '.join(missing)}")
+            (rows if kind == "epoch" else steps).append(row)
     if not rows:
         raise SystemExit(f"plot_run.py: {path} holds no epoch")
-    return rows
+    return rows, steps
 
 
 def value(row, key):
@@ -56,14 +88,19 @@ def plot_loss(rows, out):
     ax.plot(epochs, [value(r, "train_loss") for r in rows], marker="o", label="train loss")
     ax.plot(epochs, [value(r, "val_loss") for r in rows], marker="o", label="val loss")
     ax.set_xlabel("epoch")
+    finish_loss_plot(fig, ax, epochs, [value(r, "lr") for r in rows], "loss", out)
+
+
+def finish_loss_plot(fig, ax, x, lr, title, out):
+    """Adds the learning rate `lr` over `x` on a second axis, the legend and `title` to a loss plot; saves it."""
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
     lr_ax = ax.twinx()
-    lr_ax.plot(epochs, [value(r, "lr") for r in rows], color="gray", linestyle="--", label="lr")
+    lr_ax.plot(x, lr, color="gray", linestyle="--", label="lr")
     lr_ax.set_ylabel("learning rate")
     lines = ax.get_lines() + lr_ax.get_lines()
     ax.legend(lines, [line.get_label() for line in lines], loc="upper right")
-    ax.set_title("loss")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -83,6 +120,15 @@ def plot_accuracy(rows, out):
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def plot_steps(steps, rows, out):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([s["step"] for s in steps], [value(s, "loss") for s in steps], linewidth=1, label="step loss")
+    ax.plot([r["step"] for r in rows if "step" in r], [value(r, "train_loss") for r in rows if "step" in r],
+            marker="o", linestyle="", label="epoch train loss")
+    ax.set_xlabel("optimizer step")
+    finish_loss_plot(fig, ax, [s["step"] for s in steps], [value(s, "lr") for s in steps], "training steps", out)
 
 
 def read_confusion(path):
@@ -125,13 +171,12 @@ def plot_confusion(path, out, split):
 
 
 def main(argv):
-    if len(argv) != 1:
-        raise SystemExit("usage: plot_run.py RUN_DIR")
-    run = argv[0]
+    run = parse_args(argv).run_dir
     metrics = os.path.join(run, "metrics.jsonl")
     if not os.path.isfile(metrics):
         raise SystemExit(f"plot_run.py: {metrics} does not exist")
-    rows = read_metrics(metrics)
+    rows, steps = read_metrics(metrics)
+    import_matplotlib()
     written = []
     out = os.path.join(run, "loss.png")
     plot_loss(rows, out)
@@ -139,6 +184,10 @@ def main(argv):
     out = os.path.join(run, "accuracy.png")
     plot_accuracy(rows, out)
     written.append(out)
+    if steps:
+        out = os.path.join(run, "steps.png")
+        plot_steps(steps, rows, out)
+        written.append(out)
     for path in sorted(glob.glob(os.path.join(run, "confusion_*.csv"))):
         split = os.path.basename(path)[len("confusion_"):-len(".csv")]
         out = os.path.join(run, f"confusion_{split}.png")

@@ -3,7 +3,8 @@
 # versioned virtual environment outside the repository, and prints LibTorch's CMake prefix
 # (torch.utils.cmake_prefix_path) as the last line of stdout. Safe to run any number of times: a complete
 # environment (its marker file is written last and names what was installed) is reused as it is; an incomplete or
-# different one is removed and built again.
+# different one is removed and built again. matplotlib (for tools/plot_run.py) is added to a complete environment
+# when missing, with no reinstall of torch; without network it is a warning.
 #
 # Pin: torch 2.11.0, whose Linux wheel on PyPI is the very build the GPU test machines have preinstalled
 # (torch.__version__ "2.11.0+cu130", the same git commit): the trainer and its tests built here against it run there
@@ -32,6 +33,9 @@ python="${MELFORGE_PYTHON:-/usr/bin/python3}"
 cache="${MELFORGE_CACHE:-$HOME/.cache/melforge}"
 # numpy: LibTorch's Python side warns at import without it, and the export tests load weights in this Python.
 requirements=("torch==$version" numpy)
+# Added to a complete environment when missing, without rebuilding it (not part of the marker's spec, so that adding
+# one never reinstalls torch): matplotlib for tools/plot_run.py.
+extras=(matplotlib)
 
 log() { echo "[setup_torch] $*" >&2; }
 
@@ -67,8 +71,24 @@ fi
 
 prefix_of() { "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)'; }
 
+# Installs the extras the environment lacks (an import check each, so a complete one costs ~1 s); a failed install
+# (no network, no cached wheel) is a warning: only tools/plot_run.py needs them, and it names what to install.
+install_extras() {
+  local missing=() x
+  for x in "${extras[@]}"; do
+    "$venv/bin/python" -c "import $x" 2>/dev/null || missing+=("$x")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  log "adding ${missing[*]} to $venv"
+  if ! "$venv/bin/python" -m pip --disable-pip-version-check --no-input install --only-binary=:all: \
+      --find-links "$cache/wheels" "${missing[@]}" >&2; then
+    log "warning: could not install ${missing[*]} into $venv; tools/plot_run.py will not run in this Python"
+  fi
+}
+
 if [[ -f "$marker" && "$(head -n1 "$marker")" == "$spec" ]] && prefix="$(prefix_of 2>/dev/null)"; then
   log "reusing $venv ($(tail -n1 "$marker"))"
+  install_extras
   echo "$prefix"
   exit 0
 fi
@@ -95,4 +115,5 @@ cuda="$("$venv/bin/python" -c 'import torch; print(torch.version.cuda)')"
 summary="torch $version (CUDA $cuda) installed $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(($(date +%s) - start)) s, $(du -sh "$venv" | cut -f1)"
 printf '%s\n%s\n' "$spec" "$summary" >"$marker"
 log "$summary"
+install_extras
 echo "$prefix"

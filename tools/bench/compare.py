@@ -240,7 +240,8 @@ def main():
         rd = os.path.join(WORK, "run-mf")
         _, wall, rss = run([A.train_bin, "train", "--data", ds, "--out", rd, "--overwrite", "--epochs", epochs,
                             "--positive-class", "seven", "--threads", 2, "--device", "cpu", "--log-level", "warn"])
-        lines = [json.loads(x) for x in open(os.path.join(rd, "metrics.jsonl"))]
+        lines = [j for j in (json.loads(x) for x in open(os.path.join(rd, "metrics.jsonl")) if x.strip())
+                 if j.get("type", "epoch") == "epoch"]
         rep = json.load(open(os.path.join(rd, "report.json")))
         ts = sum(x["train_s"] for x in lines)
         mf_runs.append({"samples_per_s": sum(x["samples_per_s"] * x["train_s"] for x in lines) / ts,

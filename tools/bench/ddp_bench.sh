@@ -37,7 +37,7 @@ fi
 
 common=(train --data "$data" --epochs "$epochs" --patience 0 --threads 1 --prefetch 2 --log-level warn --overwrite
         "${extra[@]}")
-last_rate() { /usr/bin/python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["samples_per_s"])' "$1/metrics.jsonl"; }
+last_rate() { /usr/bin/python3 -c 'import json,sys; print([j for j in map(json.loads, open(sys.argv[1])) if j.get("type", "epoch") == "epoch"][-1]["samples_per_s"])' "$1/metrics.jsonl"; }
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 "$train" "${common[@]}" --out "$work/run1" --batch-size $((2 * batch)) > "$work/run1.log" 2>&1

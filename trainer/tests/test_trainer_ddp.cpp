@@ -32,7 +32,7 @@
 
 using namespace melforge;
 using melforge::test::TempDir;
-using melforge::test::read_lines;
+using melforge::test::epoch_lines;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -135,7 +135,7 @@ struct Reference {
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     weights = trainer::load_checkpoint(run / "checkpoints" / "last.pt").model;
-    metrics = read_lines(run / "metrics.jsonl");
+    metrics = epoch_lines(run / "metrics.jsonl");
   }
 };
 
@@ -187,7 +187,7 @@ TEST_CASE("2 Gloo ranks with batch B end with the weights of 1 process with batc
   CHECK(diff <= kWeightTolerance);
 
   // The training metrics are reduced over both ranks: every sample once, with the same weights as the reference.
-  const auto lines = read_lines(root / "run" / "metrics.jsonl");
+  const auto lines = epoch_lines(root / "run" / "metrics.jsonl");
   REQUIRE(lines.size() == ref.metrics.size());
   for (std::size_t e = 0; e < lines.size(); ++e) {
     CHECK(lines[e]["step"] == ref.metrics[e]["step"]);
@@ -315,7 +315,7 @@ TEST_CASE("a 2-rank job killed after an epoch resumes with 2 ranks to the same w
   const auto [diff, scale] = max_difference(c.model, ref.weights);
   INFO("max scaled |resumed ddp - single| = " << diff << ", max |w| = " << scale);
   CHECK(diff <= kWeightTolerance);
-  CHECK(read_lines(run / "metrics.jsonl").size() == static_cast<std::size_t>(kEpochs));
+  CHECK(epoch_lines(run / "metrics.jsonl").size() == static_cast<std::size_t>(kEpochs));
 }
 
 TEST_CASE("torchrun --no-python starts the 2 ranks, which rendezvous at its agent's store",

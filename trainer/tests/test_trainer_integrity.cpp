@@ -135,7 +135,7 @@ TEST_CASE("a second train in a run folder that one is training in is refused at 
     CHECK_THAT(r.output, Catch::Contains("run folder '" + run.string() + "' is in use by another melforge-train") &&
                              Catch::Contains("(pid " + std::to_string(first_pid) + ")"));
   }
-  const auto lines = test::read_lines(run / "metrics.jsonl");
+  const auto lines = test::epoch_lines(run / "metrics.jsonl");
   REQUIRE(lines.size() == static_cast<std::size_t>(epochs));
   for (int e = 0; e < epochs; ++e) CHECK(lines[static_cast<std::size_t>(e)]["epoch"] == e + 1);
   CHECK(trainer::load_checkpoint(last).epoch == epochs);

@@ -22,6 +22,7 @@ using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
+using test::epoch_lines;
 using test::read_lines;
 using test::require_same_tensors;
 using test::tiny_config;
@@ -73,7 +74,7 @@ TEST_CASE("a short CPU training on tones reaches high accuracy and leaves a comp
   CHECK(config["train"]["epochs"] == 8);
   CHECK(config["positive_class"] == "class0");
 
-  const auto lines = read_lines(run / "metrics.jsonl");
+  const auto lines = epoch_lines(run / "metrics.jsonl");
   REQUIRE(lines.size() == 8);
   for (std::size_t i = 0; i < lines.size(); ++i) {
     CHECK(lines[i]["epoch"] == static_cast<int64_t>(i + 1));
@@ -145,7 +146,7 @@ TEST_CASE("a run stopped after 2 epochs and resumed ends with the weights of an 
   CHECK(part.interrupted);
   CHECK(part.epochs_done == 2);
   CHECK_FALSE(fs::exists(d / "pieces" / "report.json"));
-  CHECK(read_lines(d / "pieces" / "metrics.jsonl").size() == 2);
+  CHECK(epoch_lines(d / "pieces" / "metrics.jsonl").size() == 2);
 
   trainer::TrainConfig resume;
   resume.train.resume = form == "run folder" ? d / "pieces" : d / "pieces" / "checkpoints" / "last.pt";
@@ -161,7 +162,7 @@ TEST_CASE("a run stopped after 2 epochs and resumed ends with the weights of an 
   require_same_tensors(a.model, b.model, "model");
   require_same_tensors(a.optimizer, b.optimizer, "optimizer");
   CHECK(at::equal(a.rng_state, b.rng_state));
-  const auto la = read_lines(d / "straight" / "metrics.jsonl"), lb = read_lines(d / "pieces" / "metrics.jsonl");
+  const auto la = epoch_lines(d / "straight" / "metrics.jsonl"), lb = epoch_lines(d / "pieces" / "metrics.jsonl");
   REQUIRE(lb.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) CHECK(la[i]["train_loss"] == lb[i]["train_loss"]);
   REQUIRE(rest.test.has_value());
@@ -189,7 +190,7 @@ TEST_CASE("a NaN loss stops the run with a clear error and keeps the last good c
     INFO(name);
     CHECK(at::isfinite(t).all().item<bool>());
   }
-  CHECK(read_lines(d / "run" / "metrics.jsonl").size() == 1);
+  CHECK(epoch_lines(d / "run" / "metrics.jsonl").size() == 1);
 }
 
 TEST_CASE("invalid hyperparameters are refused before any data is read", "[trainer][train]") {
@@ -314,7 +315,7 @@ TEST_CASE("bf16 autocast with SpecAugment trains on the CPU", "[trainer][train]"
   std::ostringstream log;
   const auto r = trainer::train(c, log);
   REQUIRE(r.test.has_value());
-  const auto lines = read_lines(d / "run" / "metrics.jsonl");
+  const auto lines = epoch_lines(d / "run" / "metrics.jsonl");
   REQUIRE(lines.size() == 2);
   CHECK(std::isfinite(lines[1]["train_loss"].get<double>()));
   const auto config = read_json(d / "run" / "config.json");

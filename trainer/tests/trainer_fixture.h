@@ -95,6 +95,14 @@ inline std::vector<nlohmann::json> read_lines(const std::filesystem::path& p) {
   return out;
 }
 
+/// The epoch lines of a run's metrics.jsonl ("type": "epoch"; the step lines are left out).
+inline std::vector<nlohmann::json> epoch_lines(const std::filesystem::path& metrics) {
+  std::vector<nlohmann::json> out;
+  for (auto& j : read_lines(metrics))
+    if (j.value("type", "") == "epoch") out.push_back(std::move(j));
+  return out;
+}
+
 /// Every tensor of `a` equals the one of the same name in `b`, bit for bit.
 inline void require_same_tensors(const trainer::TensorMap& a, const trainer::TensorMap& b, const std::string& what) {
   REQUIRE(a.size() == b.size());

@@ -167,6 +167,7 @@ void TrainConfig::validate() const {
   train.validate();
   runtime.validate();
   dist.validate();
+  monitor.validate();
   if (train.cuda_graph && optim.accumulate != 1)
     throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
 }
@@ -212,6 +213,7 @@ void add_options(po::options_description& desc, TrainConfig& c) {
       "detection probability at or above which a segment or file is positive");
   add_options(desc, c.runtime);
   add_options(desc, c.dist);
+  add_options(desc, c.monitor);
 }
 
 double metric_value(const EvalResult& r, const std::string& metric) {

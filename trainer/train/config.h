@@ -10,6 +10,7 @@
 #include "dist/dist.h"
 #include "eval/evaluate.h"
 #include "options.h"
+#include "train/monitor.h"
 #include "train/optim.h"
 #include "train/spec_augment.h"
 
@@ -82,6 +83,8 @@ struct TrainConfig {
   RuntimeOptions runtime;
   /// Data-parallel job (not saved in config.json; a checkpoint records the world size).
   DistOptions dist;
+  /// Step lines and TensorBoard (not saved: logging only; a resumed run takes them from its command line).
+  MonitorOptions monitor;
 
   /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
   void validate() const;

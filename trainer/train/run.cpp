@@ -10,6 +10,7 @@
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
 #include "train/graph_step.h"
+#include "train/monitor.h"
 #include "train/profiling.h"
 #include "train/rng_state.h"
 #include "train/run_folder.h"
@@ -48,6 +49,7 @@ TrainResult Run::run_stages() {
   resolve_pos_weight();
   set_up_model();
   write_config();
+  if (writer()) monitor_ = std::make_unique<RunMonitor>(run_dir_, cfg_.monitor, step_, resume_from_.has_value());
   TrainResult result;
   result.run_dir = run_dir_;
   result.rank = rank_;
@@ -61,6 +63,7 @@ TrainResult Run::run_stages() {
   }
   loader_->stop();
   profiler_.reset();
+  if (monitor_) monitor_->close();
   result.epochs_done = epoch_;
   result.best_epoch = best_epoch_;
   result.best_value = best_value_;

@@ -27,6 +27,7 @@
 namespace melforge::trainer {
 
 class GraphStep;
+class RunMonitor;
 class StepProfiler;
 
 /// The training state of one run: model, optimizer, schedule, scaler and bookkeeping.
@@ -156,6 +157,8 @@ class Run {
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<StepProfiler> profiler_;
+  /// Rank 0: step lines and TensorBoard (null elsewhere).
+  std::unique_ptr<RunMonitor> monitor_;
   /// --cuda-graph on CUDA: the captured step (null otherwise).
   std::unique_ptr<GraphStep> graph_;
   StageTimes times_;

@@ -10,6 +10,7 @@
 #include "melforge/common/progress.h"
 #include "melforge/common/utf8.h"
 #include "train/graph_step.h"
+#include "train/monitor.h"
 #include "train/profiling.h"
 #include "train/run_folder.h"
 #include "train/spec_augment.h"
@@ -37,6 +38,7 @@ bool Run::run_epoch() {
   check_finite_validation(val, e);
   const bool improved = record_validation(val);
   const nlohmann::json line = epoch_line(e, train, val, val_s);
+  if (monitor_) monitor_->end_epoch(line, val.segment.confusion);
   save_epoch(line, improved);
   log_epoch(line, train, val, val_s, improved);
   return !hooks_.on_epoch_end || hooks_.on_epoch_end(e);
@@ -49,6 +51,7 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
   model_->train();
   Stopwatch watch;
   loader_->start_epoch(epoch);
+  if (monitor_) monitor_->start_epoch();
   Progress progress(fmt("epoch %lld/%lld", static_cast<long long>(epoch + 1),
                         static_cast<long long>(cfg_.train.epochs)),
                     batches, "batches", !log_.enabled(LogLevel::info));
@@ -68,7 +71,9 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
     acc.add(out.logits.detach(), out.detection.detach(), batch->y,
             loss.detach() * static_cast<double>(batch->y.size(0)));
     ++micro;
+    if (monitor_) monitor_->add_batch(loss, batch->global_size);
     if (!graph_ && last_micro) r.lr = optimizer_step();
+    if (monitor_ && last_micro) monitor_->end_step(epoch + 1, step_, r.lr, loader_->wait_seconds());
     if (profiler_) profiler_->step();
     progress.advance();
   }
@@ -214,7 +219,8 @@ nlohmann::json Run::epoch_line(int64_t epoch, const EpochTraining& train, const 
                                double val_s) const {
   const auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   const double train_s = train.seconds;
-  return {{"epoch", epoch + 1},
+  return {{"type", "epoch"},
+          {"epoch", epoch + 1},
           {"step", step_},
           {"lr", train.lr},
           {"train_loss", num(train.metrics.loss)},

@@ -19,6 +19,15 @@ const std::vector<std::string> kRunFiles = {"config.json",        "metrics.jsonl
                                             "confusion_val_files.csv", "confusion_test_files.csv",
                                             "timings.json",       "trace.json"};
 
+/// The TensorBoard event files of `dir` (events.out.tfevents.*; a run writes one per start, into its folder).
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) out.push_back(entry.path());
+  return out;
+}
+
 }  // namespace
 
 RunFolderLock lock_run_dir(const fs::path& dir) {
@@ -40,6 +49,8 @@ void discard_run_dir(const fs::path& dir, RunFolderLock& lock, bool cleared) noe
   std::error_code ec;
   if (cleared)
     for (const auto& name : kRunFiles) fs::remove_all(dir / name, ec);
+  if (cleared)
+    for (const auto& f : event_files(dir)) fs::remove(f, ec);
   lock.lock.reset();
   if (lock.created) fs::remove(dir, ec);
 }
@@ -68,6 +79,11 @@ void clear_run_files(const fs::path& dir) {
     std::error_code ec;
     fs::remove_all(dir / name, ec);
     if (ec) throw IoError("cannot remove '" + (dir / name).string() + "': " + ec.message());
+  }
+  for (const auto& f : event_files(dir)) {
+    std::error_code ec;
+    fs::remove(f, ec);
+    if (ec) throw IoError("cannot remove '" + f.string() + "': " + ec.message());
   }
 }
 

@@ -36,7 +36,8 @@ std::filesystem::path run_dir_of(const std::filesystem::path& checkpoint);
 void check_run_dir(const std::filesystem::path& dir, bool overwrite);
 
 /// Removes the files and folders a run writes into `dir` (config.json, metrics.jsonl, checkpoints/, report.json,
-/// the confusion CSVs, timings.json, trace.json), and nothing else. Throws IoError naming what it cannot remove.
+/// the confusion CSVs, timings.json, trace.json, the TensorBoard files events.out.tfevents.*), and nothing else.
+/// Throws IoError naming what it cannot remove.
 void clear_run_files(const std::filesystem::path& dir);
 
 /// Undoes a fresh run that failed before its first checkpoint, so that the same command can run again: removes its
@@ -47,7 +48,8 @@ void discard_run_dir(const std::filesystem::path& dir, RunFolderLock& lock, bool
 /// Appends `line` and a newline to `path`. Throws IoError when it cannot.
 void append_line(const std::filesystem::path& path, const std::string& line);
 
-/// Keeps the lines of metrics.jsonl whose epoch is at most `epochs` (a resumed run rewrites the rest), through
+/// Keeps the lines of metrics.jsonl (epoch and step lines) whose epoch is at most `epochs` (a resumed run rewrites
+/// the rest), through
 /// an atomic rewrite; nothing when the file does not exist.
 void truncate_metrics(const std::filesystem::path& path, int64_t epochs);
 

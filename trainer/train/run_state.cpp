@@ -43,6 +43,7 @@ void Run::resolve_resume() {
   }
   saved.runtime = c.runtime;
   saved.dist = c.dist;
+  saved.monitor = c.monitor;
   saved.loader.prefetch = c.loader.prefetch;
   saved.loader.gpu_mem = c.loader.gpu_mem;
   saved.train.profile_steps = c.train.profile_steps;

@@ -3,9 +3,10 @@
 /// writes, the evaluation of a checkpoint, and the benchmark of each stage on its own.
 ///
 /// A run folder RUN holds config.json (the full configuration, mel parameters and classes), metrics.jsonl (one
-/// line per epoch), checkpoints/last.pt and checkpoints/best.pt (written atomically after every epoch), and at the
-/// end report.json (best.pt evaluated on val and test), confusion_val.csv, confusion_test.csv and timings.json;
-/// trace.json with --profile-steps.
+/// line per epoch, and step lines every --log-every steps: train/monitor.h), the TensorBoard event files
+/// events.out.tfevents.* (unless --no-tensorboard), checkpoints/last.pt and checkpoints/best.pt (written atomically
+/// after every epoch), and at the end report.json (best.pt evaluated on val and test), confusion_val.csv,
+/// confusion_test.csv and timings.json; trace.json with --profile-steps.
 ///
 /// This header is the trainer's public face: train() and its hooks and result, and, included, what configures a
 /// run (config.h), the `eval` command (eval/eval_command.h) and the `bench` command (bench.h). How a run is split
