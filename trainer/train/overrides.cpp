@@ -53,6 +53,9 @@ void resume_field(nlohmann::json& merged, const nlohmann::json::json_pointer& p,
     merged[p] = value;
     return;
   }
+  if (value != theirs && (flag == "init-from" || flag == "reset-heads"))
+    throw InvalidArgument("--" + flag + " starts a new run from trained weights; it cannot be combined with --resume "
+                          "(give --out NEW instead of --resume)");
   if (value != theirs)
     throw InvalidArgument("--" + flag + " cannot be changed when resuming: " + checkpoint + " was trained with " +
                           shown(theirs) + ", the command line gives " + shown(value) +
