@@ -1,9 +1,6 @@
 #include "build_cli.h"
 
 #include <boost/program_options.hpp>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <ostream>
 #include <sstream>
 
@@ -28,22 +25,6 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
   po::options_description seg("Segmentation");
   segment::add_options(seg, config.segment);
   all.add(general).add(build).add(mel).add(seg);
-}
-
-std::string read_config_text(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InvalidArgument("--config: '" + path + "' is a folder; give the options file");
-  std::ifstream in(path, std::ios::binary);
-  std::string text;
-  try {
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  } catch (const std::exception& e) {
-    throw InvalidArgument("--config: cannot read '" + path + "': " + e.what());
-  }
-  if (!in.is_open() || in.bad()) throw InvalidArgument("--config: cannot read '" + path + "'");
-  if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
-  return text;
 }
 
 bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help) {

@@ -16,10 +16,6 @@ namespace melforge::builder {
 void add_build_groups(boost::program_options::options_description& all, BuildConfig& config,
                       std::string& config_file);
 
-/// The text of the --config file `path`, without the UTF-8 byte order mark some editors write at its start. Throws
-/// InvalidArgument when it cannot be read.
-std::string read_config_text(const std::string& path);
-
 /// Parses `args` (the command line without the program name) and then the --config file they name (the command line
 /// wins) into the variables bound by `all`, after rewriting flag and key spellings to the registered ones
 /// (canonical_args, canonical_config). Returns false after writing the help to `help` when --help was given. Throws

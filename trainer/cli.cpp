@@ -24,6 +24,7 @@
 #include "models/model.h"
 #include "options.h"
 #include "predict/predict.h"
+#include "train/overrides.h"
 #include "train/trainer.h"
 #include "util.h"
 
@@ -257,6 +258,7 @@ std::map<std::string, Command> make_commands(CommandOptions& opts) {
           add_options(d, opts.train_config);
         },
         [&opts](std::ostream& o, std::ostream& e) {
+          opts.train_config = with_config_file(opts.train_config);
           opts.train_config.validate();
           opts.exit_code = run_train(opts.train_config, o, e);
         }}},
@@ -331,6 +333,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
     out << desc << "\n";
     return kExitOk;
   }
+  if (first == "train") read_train_config_file(vm, desc, opts.train_config);
   po::notify(vm);
   command.run(out, err);
   return opts.exit_code;

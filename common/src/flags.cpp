@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
+
+#include "melforge/common/errors.h"
 
 namespace po = boost::program_options;
 
@@ -132,6 +137,22 @@ std::string ascii_lower(std::string_view s) {
   for (char& c : out)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   return out;
+}
+
+std::string read_config_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InvalidArgument("--config: '" + path + "' is a folder; give the options file");
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception& e) {
+    throw InvalidArgument("--config: cannot read '" + path + "': " + e.what());
+  }
+  if (!in.is_open() || in.bad()) throw InvalidArgument("--config: cannot read '" + path + "'");
+  if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
+  return text;
 }
 
 }  // namespace melforge

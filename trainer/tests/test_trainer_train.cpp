@@ -23,17 +23,12 @@ using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
 using test::epoch_lines;
+using test::read_json;
 using test::read_lines;
 using test::require_same_tensors;
 using test::tiny_config;
 
 namespace {
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  REQUIRE(f);
-  return nlohmann::json::parse(f);
-}
 
 int64_t data_files_of_test(const fs::path& data) {
   return trainer::read_split(data / "test.h5", "test", /*load_mel=*/false).files();
@@ -260,6 +255,7 @@ TEST_CASE("bad datasets and run folders get clear errors", "[trainer][train]") {
     trainer::TrainConfig r;
     r.train.resume = d / "run";
     r.data.data = other;
+    r.given = {"data"};
     r.runtime.log_level = "warn";
     CHECK_THROWS_WITH(trainer::train(r, log), Catch::Contains("does not fit") && Catch::Contains("n_mels"));
   }

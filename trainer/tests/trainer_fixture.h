@@ -85,6 +85,13 @@ inline std::pair<int, std::string> run_in_process(const std::vector<std::string>
   return {code, out.str()};
 }
 
+/// The JSON document of file `p` (REQUIREs that it opens).
+inline nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  REQUIRE(f);
+  return nlohmann::json::parse(f);
+}
+
 /// The JSON objects of a JSON-lines file (empty lines skipped).
 inline std::vector<nlohmann::json> read_lines(const std::filesystem::path& p) {
   std::ifstream f(p);

@@ -404,7 +404,7 @@ void verify_zip_crcs(const std::vector<char>& bytes, const std::filesystem::path
 
 }  // namespace
 
-Checkpoint load_checkpoint(const std::filesystem::path& path) {
+c10::IValue read_torch_archive(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) throw IoError(folder_message(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot open checkpoint '" + path.string() + "': " + errno_text());
@@ -420,6 +420,11 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
     throw FormatError("checkpoint '" + path.string() + "' is not a readable torch archive (truncated or corrupt?): " +
                       what);
   }
+  return root;
+}
+
+Checkpoint load_checkpoint(const std::filesystem::path& path) {
+  const c10::IValue root = read_torch_archive(path);
   if (!root.isGenericDict())
     throw FormatError("checkpoint '" + path.string() + "' is not a melforge checkpoint (it holds a " +
                       root.tagKind() + ", not a dict)");

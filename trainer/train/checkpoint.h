@@ -71,6 +71,11 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path);
 /// checkpoint, is truncated or corrupt, or has another version.
 Checkpoint load_checkpoint(const std::filesystem::path& path);
 
+/// The value pickled in a torch.save archive (a checkpoint, or any file torch.save wrote), after checking the zip
+/// entries' CRCs. Throws IoError when the file cannot be read (naming the checkpoints of a run folder given instead),
+/// FormatError when it is not a readable torch archive.
+c10::IValue read_torch_archive(const std::filesystem::path& path);
+
 /// `value` serialized as torch.save does (a zip archive with data.pkl and one record per tensor storage), without
 /// TorchScript's type tags (torch::pickle_save adds them), so that Python's torch.load with its default
 /// weights_only=True reads dicts, lists, strings, ints and tensors back; torch::jit::pickle_load reads it too.

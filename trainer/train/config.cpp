@@ -105,6 +105,7 @@ void TrainOptions::validate() const {
   if (std::find(kBestMetrics.begin(), kBestMetrics.end(), best_metric) == kBestMetrics.end())
     throw InvalidArgument("--best-metric must be one of " + join(kBestMetrics) + ", got '" + best_metric + "'");
   if (profile_steps < 0) throw InvalidArgument("--profile-steps must be >= 0, got " + std::to_string(profile_steps));
+  if (reset_heads && init_from.empty()) throw InvalidArgument("--reset-heads needs --init-from");
   if (cuda_graph && amp == "fp16")
     throw InvalidArgument("--cuda-graph cannot be combined with --amp fp16 (the loss scale is host-driven); use bf16");
 }
@@ -112,7 +113,9 @@ void TrainOptions::validate() const {
 nlohmann::json TrainOptions::to_json() const {
   return {{"epochs", epochs},         {"amp", amp},           {"positive_class", positive_class},
           {"bce_weight", bce_weight}, {"pos_weight", pos_weight}, {"patience", patience},
-          {"best_metric", best_metric}, {"cuda_graph", cuda_graph}, {"channels_last", channels_last}};
+          {"best_metric", best_metric}, {"cuda_graph", cuda_graph}, {"channels_last", channels_last},
+          {"init_from", init_from.empty() ? std::string() : fs::absolute(init_from).lexically_normal().string()},
+          {"reset_heads", reset_heads}};
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
@@ -126,13 +129,17 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
   read_field(j, "best_metric", o.best_metric, "train");
   read_field(j, "cuda_graph", o.cuda_graph, "train");
   read_field(j, "channels_last", o.channels_last, "train");
+  std::string init_from;
+  read_field(j, "init_from", init_from, "train");
+  o.init_from = init_from;
+  read_field(j, "reset_heads", o.reset_heads, "train");
   return o;
 }
 
 void add_options(po::options_description& desc, TrainOptions& o) {
   desc.add_options()("out", po::value(&o.out)->value_name("RUN"), "run folder to create (must be empty or absent)")(
       "resume", po::value(&o.resume)->value_name("RUN|CKPT"),
-      "continue a run: its folder or a checkpoint in it (its saved configuration is used)")(
+      "continue a run (to --epochs N): its folder or a checkpoint in it; its saved configuration is used")(
       "overwrite", po::bool_switch(&o.overwrite), "replace the run files in a non-empty --out folder")(
       "epochs", po::value(&o.epochs)->default_value(o.epochs)->value_name("N"), "epochs to train")(
       "amp", po::value(&o.amp)->default_value(o.amp)->value_name("off|fp16|bf16"),
@@ -151,7 +158,13 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "CUDA: capture forward, backward and optimizer step in a CUDA Graph (implies --drop-last)")(
       "channels-last", po::bool_switch(&o.channels_last), "CUDA: channels-last convolutions")(
       "profile-steps", po::value(&o.profile_steps)->default_value(o.profile_steps)->value_name("N"),
-      "write a Chrome trace of the first N training steps to RUN/trace.json");
+      "write a Chrome trace of the first N training steps to RUN/trace.json")(
+      "config", po::value(&o.config)->value_name("FILE"),
+      "read options from an INI FILE (`lr = 0.01`) or a run's config.json; flags given override it")(
+      "init-from", po::value(&o.init_from)->value_name("CKPT|WEIGHTS"),
+      "start a new run from trained weights: a checkpoint (best.pt) or an `export`ed state dict")(
+      "reset-heads", po::bool_switch(&o.reset_heads),
+      "with --init-from: re-initialise the class and detection heads (allows another class set)");
 }
 
 void TrainConfig::validate() const {
@@ -173,7 +186,7 @@ void TrainConfig::validate() const {
 }
 
 nlohmann::json TrainConfig::to_json() const {
-  return {{"data", fs::absolute(data.data).lexically_normal().string()},
+  return {{"data", data.data.empty() ? std::string() : fs::absolute(data.data).lexically_normal().string()},
           {"stream", data.stream.to_json()},
           {"model", trainer::to_json(model)},
           {"optim", optim_to_json(optim)},

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "data/loader.h"
@@ -24,11 +25,12 @@ namespace melforge::trainer {
 struct TrainOptions {
   /// The run folder to create (must be empty or absent, unless `overwrite`).
   std::filesystem::path out;
-  /// A run to continue: its folder, or a checkpoint inside it (normally RUN/checkpoints/last.pt).
+  /// A run to continue: its folder, or a checkpoint inside it (normally RUN/checkpoints/last.pt). Its saved
+  /// configuration is used; flags given with it are honoured or refused (train/overrides.h).
   std::filesystem::path resume;
   /// Write into a non-empty run folder, replacing the files a run writes (other files are left alone).
   bool overwrite = false;
-  /// Epochs to train (the cosine schedule spans all of them), >= 1.
+  /// Epochs to train (the cosine schedule spans all of them), >= 1. With --resume: the total to continue to.
   int64_t epochs = 30;
   /// Mixed precision: `off`, `fp16` (CUDA only, with a GradScaler) or `bf16` (CPU or CUDA).
   std::string amp = "off";
@@ -50,6 +52,15 @@ struct TrainOptions {
   bool channels_last = false;
   /// Profile this many training steps of the first epoch into RUN/trace.json (Chrome trace); 0: off.
   int64_t profile_steps = 0;
+  /// --config: an INI options file (read by the command line into the flags) or a run's config.json (its saved
+  /// configuration, with the flags given replacing its values: config_from_run_json in train/overrides.h).
+  std::filesystem::path config;
+  /// Start a new run from these weights: a melforge checkpoint (best.pt, last.pt) or a state dict written by
+  /// `export` (or by torch.save of a dict of tensors). Empty: initialise from --seed.
+  std::filesystem::path init_from;
+  /// With init_from: re-initialise the classification and detection heads (from --seed) instead of loading them, so
+  /// that the new dataset may have another class set.
+  bool reset_heads = false;
 
   /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
   void validate() const;
@@ -60,7 +71,7 @@ struct TrainOptions {
 };
 
 /// Registers --out --resume --overwrite --epochs --amp --positive-class --bce-weight --pos-weight --patience
-/// --best-metric --cuda-graph --channels-last --profile-steps.
+/// --best-metric --cuda-graph --channels-last --profile-steps --config --init-from --reset-heads.
 void add_options(boost::program_options::options_description& desc, TrainOptions& opts);
 
 /// Everything `train` is configured by.
@@ -85,6 +96,10 @@ struct TrainConfig {
   DistOptions dist;
   /// Step lines and TensorBoard (not saved: logging only; a resumed run takes them from its command line).
   MonitorOptions monitor;
+  /// The flags given on the command line or in an INI --config file (canonical names without dashes, e.g.
+  /// "epochs"). With --resume they decide what replaces the saved configuration (train/overrides.h); a library call
+  /// that leaves it empty resumes with the saved configuration and its own runtime and dist groups.
+  std::set<std::string> given;
 
   /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
   void validate() const;

@@ -1,6 +1,7 @@
 #include "train/run.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/ops/full.h>
 
 #include <cmath>
@@ -97,6 +98,7 @@ void Run::check_dataset() {
   for (const auto& name : kSplitNames) meta.require_files(name);
   std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
   check_training_memory(cfg_, meta.info, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
+  if (!resume_from_ && !cfg_.train.init_from.empty()) check_init_weights(meta);
   if (!resume_from_) return;
   check_checkpoint_fits(*resume_from_, meta.info, meta.class_names, resume_checkpoint(cfg_.train.resume).string(),
                         cfg_.data.data.string());
@@ -120,6 +122,7 @@ void Run::load_data() {
     ScopedStage stage(times_, "load data");
     data_ = load_dataset(cfg_.data.data, cfg_.data.stream, -1, hooks_.on_load);
   }
+  stream_requested_ = cfg_.data.stream.stream;
   cfg_.data.stream.stream = data_.train.streamed() ? "on" : "off";
   if (data_.train.streamed())
     log_.info(fmt("streaming the spectrograms from the HDF5 files (chunk cache %lld MiB per split, shuffle windows "
@@ -162,6 +165,7 @@ void Run::set_up_model() {
   std::tie(input_mean_, input_std_) = input_statistics(data_.train);
   model_->set_input_normalization(input_mean_, input_std_);
   model_->to(s_.device);
+  if (init_) apply_init_weights();
   if (cfg_.train.channels_last && s_.device.is_cuda()) to_channels_last(*model_);
   params_ = model_->parameters();
   opt_ = std::make_unique<AdamW>(params_, cfg_.optim);
@@ -191,15 +195,20 @@ void Run::write_config() const {
   config["input_std"] = input_std_;
   config["model_config"] = model_->config_json();
   config["device"] = s_.device.str();
-  config["threads"] = cfg_.runtime.threads;
+  config["threads"] = at::get_num_threads();
   config["adamw"] = opt_->implementation();
   config["steps_per_epoch"] = steps_per_epoch_;
   config["melforge_version"] = MELFORGE_VERSION;
-  if (group_) {
-    config["world_size"] = world_;
-    config["dist_backend"] = group_->backend();
-    config["global_batch_size"] = cfg_.loader.batch_size * world_;
-  }
+  config["world_size"] = world_;
+  config["dist_backend"] = group_ ? group_->backend() : "none";
+  config["global_batch_size"] = cfg_.loader.batch_size * world_;
+  config["requested"] = {{"device", cfg_.runtime.device},
+                         {"threads", cfg_.runtime.threads},
+                         {"stream", stream_requested_},
+                         {"adamw", cfg_.optim.adamw_impl},
+                         {"pos_weight", cfg_.train.pos_weight},
+                         {"dist_backend", cfg_.dist.backend},
+                         {"world_size", cfg_.dist.world_size}};
   if (writer()) write_json_atomically(run_dir_ / "config.json", config);
 }
 

@@ -20,6 +20,7 @@
 #include "models/model.h"
 #include "options.h"
 #include "train/checkpoint.h"
+#include "train/init_weights.h"
 #include "train/run_folder.h"
 #include "train/setup.h"
 #include "train/trainer.h"
@@ -113,11 +114,20 @@ class Run {
   void write_timings(double total_s);
 
   // Resume and checkpoint contents (run_state.cpp).
-  /// Fresh run: checks --out. --resume: loads the checkpoint and replaces the configuration by the saved one,
-  /// keeping only data, runtime, dist, loader.prefetch/gpu_mem and profile_steps from the command line.
+  /// Fresh run: checks --out. --resume: loads the checkpoint and replaces the configuration by the saved one with
+  /// the given flags honoured or refused (resume_config, train/overrides.h).
   void resolve_resume();
+  /// --resume: throws InvalidArgument when `merged` asks for fewer epochs than the checkpoint completed, or for
+  /// more when the run stopped early and the (new) --patience does not let it go on.
+  void check_extension(const TrainConfig& merged) const;
   /// Loads a checkpoint's model, optimizer, scaler, generators and bookkeeping.
   void restore(const Checkpoint& c);
+  /// --init-from: reads the weights and checks (before any data is loaded) that their architecture matches the run's
+  /// model and, without --reset-heads, that their class set and positive class are the dataset's (`meta`).
+  void check_init_weights(const Dataset& meta);
+  /// --init-from: copies the weights (the heads aside with --reset-heads) into the new model, strictly by name and
+  /// shape; the input normalisation comes from them too.
+  void apply_init_weights();
   /// Everything of the run as it stands, as a checkpoint.
   Checkpoint make_checkpoint() const;
   /// Every rank's generator states, gathered on rank 0: [{"cpu": hex, "cuda": hex}] by rank (empty elsewhere).
@@ -148,6 +158,8 @@ class Run {
   /// A fresh run has cleared (--overwrite) or taken over the run folder (prepare_run_dir); a checkpoint was written.
   bool cleared_ = false, checkpointed_ = false;
   std::optional<Checkpoint> resume_from_;
+  /// --init-from's weights, from check_init_weights until apply_init_weights.
+  std::optional<InitWeights> init_;
   Dataset data_;
   StepSetup s_;
   std::shared_ptr<Classifier> model_;
@@ -171,6 +183,8 @@ class Run {
   int64_t bad_epochs_ = 0;
   bool early_stopped_ = false;
   double input_mean_ = 0, input_std_ = 1;
+  /// --stream as requested (auto, on or off) before load_data resolved it; config.json's "requested".
+  std::string stream_requested_;
   /// Data-parallel job: this rank, the world size, the process group and the gradient all-reduce (world > 1 only).
   int rank_ = 0, world_ = 1;
   std::unique_ptr<ProcessGroup> group_;

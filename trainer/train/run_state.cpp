@@ -1,8 +1,10 @@
 #include "train/run.h"
 
 #include "melforge/common/errors.h"
+#include "train/overrides.h"
 #include "train/rng_state.h"
 #include "train/run_folder.h"
+#include "util.h"
 
 namespace fs = std::filesystem;
 
@@ -33,27 +35,33 @@ void Run::resolve_resume() {
                           " process(es); resume it with the same world size (this job has " +
                           std::to_string(world_) + "): the shuffle shards and the per-rank random states depend "
                           "on it");
-  TrainConfig saved = TrainConfig::from_json(resume_from_->config);
-  if (!c.data.data.empty()) saved.data.data = c.data.data;
-  saved.data.stream.h5_cache = c.data.stream.h5_cache;
-  if (c.data.stream.stream != "auto" && c.data.stream.stream != saved.data.stream.stream) {
-    log_.warn("--stream " + c.data.stream.stream + " replaces the run's '" + saved.data.stream.stream +
-              "': the shuffle order changes from here on, so the result will differ from an uninterrupted run");
-    saved.data.stream.stream = c.data.stream.stream;
-  }
-  saved.runtime = c.runtime;
-  saved.dist = c.dist;
-  saved.monitor = c.monitor;
-  saved.loader.prefetch = c.loader.prefetch;
-  saved.loader.gpu_mem = c.loader.gpu_mem;
-  saved.train.profile_steps = c.train.profile_steps;
-  saved.train.resume = c.train.resume;
+  TrainConfig saved = resume_config(resume_from_->config, c, ckpt.string(), log_);
   saved.train.out = run_dir_;
   saved.validate();
   if (saved.data.data.empty()) throw InvalidArgument("--resume: the checkpoint names no dataset; pass --data");
+  check_extension(saved);
   cfg_ = std::move(saved);
-  log_.info("resuming " + run_dir_.string() + " after epoch " + std::to_string(resume_from_->epoch) +
-            " with its saved configuration");
+  std::string from_flags;
+  for (const auto& flag : cfg_.given)
+    if (resume_honoured_flags().count(flag)) from_flags += (from_flags.empty() ? " --" : ", --") + flag;
+  log_.info("resuming " + run_dir_.string() + " after epoch " + std::to_string(resume_from_->epoch) + " of " +
+            std::to_string(cfg_.train.epochs) + " with its saved configuration" +
+            (from_flags.empty() ? "" : " and" + from_flags + " from the command line"));
+}
+
+void Run::check_extension(const TrainConfig& merged) const {
+  const Checkpoint& c = *resume_from_;
+  if (merged.train.epochs < c.epoch)
+    throw InvalidArgument("--epochs " + std::to_string(merged.train.epochs) + ": the run of " +
+                          resume_checkpoint(merged.train.resume).string() + " has completed " +
+                          std::to_string(c.epoch) + " epochs already");
+  const int64_t bad = c.state.value("bad_epochs", int64_t{0});
+  const bool stopped = merged.train.patience > 0 && bad >= merged.train.patience;
+  if (stopped && merged.given.count("epochs") && merged.train.epochs > c.epoch)
+    throw InvalidArgument("--epochs " + std::to_string(merged.train.epochs) + ": the run stopped early after epoch " +
+                          std::to_string(c.epoch) + " (" + std::to_string(bad) +
+                          " epochs without improvement); give --patience above " + std::to_string(bad) +
+                          " (or 0) to train on");
 }
 
 void Run::restore(const Checkpoint& c) {
@@ -75,6 +83,45 @@ void Run::restore(const Checkpoint& c) {
   best_value_ = st.contains("best_value") && st["best_value"].is_number() ? st["best_value"].get<double>() : 0.0;
   bad_epochs_ = st.value("bad_epochs", int64_t{0});
   early_stopped_ = st.value("early_stopped", false);
+  early_stopped_ = cfg_.train.patience > 0 && bad_epochs_ >= cfg_.train.patience && epoch_ < cfg_.train.epochs;
+}
+
+void Run::check_init_weights(const Dataset& meta) {
+  const std::string what = "--init-from '" + cfg_.train.init_from.string() + "'";
+  init_ = load_init_weights(cfg_.train.init_from);
+  const bool reset = cfg_.train.reset_heads;
+  const nlohmann::json mine = make_model(cfg_.model, meta.info, meta.num_classes())->config_json();
+  if (const std::string diff = model_config_difference(init_->model_config, mine); !diff.empty())
+    throw InvalidArgument(what + ": its model differs from this run's: " + diff +
+                          "; give the same --model, --hidden, --rnn and --rnn-hidden and a dataset of the same mel "
+                          "shape (the architecture is not taken from the weights)");
+  if (reset) return;
+  if (init_->class_names.empty()) {
+    log_.warn(what + " names no classes (a state dict without export's JSON beside it): the heads are loaded by "
+              "shape only");
+    return;
+  }
+  if (init_->class_names != meta.class_names)
+    throw InvalidArgument(what + " was trained on the classes " + join(init_->class_names) + ", the dataset has " +
+                          join(meta.class_names) + ": give --reset-heads to start the classification and "
+                          "detection heads afresh");
+  if (!init_->positive_class.empty() && init_->positive_class != s_.positive_name)
+    throw InvalidArgument(what + "'s detection head detects '" + init_->positive_class + "', this run's '" +
+                          s_.positive_name + "': give --positive-class " + init_->positive_class +
+                          ", or --reset-heads to start the heads afresh");
+}
+
+void Run::apply_init_weights() {
+  const std::string what = "--init-from '" + cfg_.train.init_from.string() + "'";
+  const std::vector<std::string> skip = cfg_.train.reset_heads ? head_prefixes() : std::vector<std::string>{};
+  const std::size_t copied = load_matching(*model_, init_->model, skip, what);
+  const TensorMap loaded = state_dict(*model_);
+  input_mean_ = loaded.at("input_mean").item<double>();
+  input_std_ = loaded.at("input_std").item<double>();
+  log_.info(fmt("initialised from %s (%s, %zu tensors%s; input normalisation mean %g, std %g)",
+                cfg_.train.init_from.string().c_str(), init_->kind.c_str(), copied,
+                cfg_.train.reset_heads ? ", heads re-initialised" : "", input_mean_, input_std_));
+  init_.reset();
 }
 
 Checkpoint Run::make_checkpoint() const {

@@ -61,9 +61,10 @@ struct TrainResult {
 };
 
 /// Trains as `config` says (validated first), writing the run folder. With train.resume, the run's saved
-/// configuration is used (only data, runtime, loader.prefetch/gpu_mem and profile_steps come from `config`) and
-/// training continues after the last completed epoch; on the CPU the result is bit-identical to an uninterrupted
-/// run. With a world size > 1 (config.dist, resolved from the environment), or with --dist-backend gloo|nccl or
+/// configuration is used, with the flags that config.given names honoured or refused (resume_config in
+/// train/overrides.h; runtime, dist and profile_steps always come from `config`), and training continues after the
+/// last completed epoch up to train.epochs; on the CPU the result is bit-identical to an uninterrupted run. With
+/// train.init_from, a new run starts from those weights (train/init_weights.h). With a world size > 1 (config.dist, resolved from the environment), or with --dist-backend gloo|nccl or
 /// --world-size 1 given (DistOptions::forces_process_group), this process is one rank of a data-parallel job joined
 /// through c10d: see trainer/README.md; only rank 0 writes the run folder, every rank returns the same
 /// TrainResult apart from run_dir's files (val/test are evaluated on rank 0 only). Logs on `log`. Throws

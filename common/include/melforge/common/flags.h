@@ -42,6 +42,10 @@ std::vector<std::string> canonical_args(const std::vector<std::string>& args,
 std::string canonical_config(const std::string& text, const boost::program_options::options_description& desc,
                              const std::string& source);
 
+/// The text of the --config file `path`, without the UTF-8 byte order mark some editors write at its start. Throws
+/// InvalidArgument when it cannot be read.
+std::string read_config_text(const std::string& path);
+
 /// `s` in ASCII lower case: the spelling enum values are compared in (`Slaney`, `HTK`, `Hann` are accepted).
 std::string ascii_lower(std::string_view s);
 
