@@ -176,7 +176,8 @@ KeptFiles BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& bat
       continue;
     }
     kept.records.push_back({state_.class_index.at(f.input->label), f.input->rel_path, f.plan.num_valid_long,
-                            f.info.sample_rate});
+                            f.info.sample_rate, {}});
+    for (const auto& l : f.input->labels) kept.records.back().targets.push_back(state_.class_index.at(l));
     kept.offsets.push_back(b.samples.data() - arena_.data());
     kept.valid_long.push_back(f.plan.num_valid_long);
     totals_.counts[split][f.input->label]++;

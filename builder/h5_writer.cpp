@@ -154,6 +154,7 @@ struct SplitWriter::Impl {
   std::vector<std::string> paths;
   std::vector<int32_t> num_valid_long;
   std::vector<int32_t> source_sample_rate;
+  std::vector<uint8_t> targets;
 
   /// Shuffle + deflate of whole chunks; null when compression_level is 0.
   std::unique_ptr<ChunkCompressor> compressor;
@@ -252,6 +253,10 @@ struct SplitWriter::Impl {
         throw InvalidArgument(config.final_path.string() + ": label " + std::to_string(r.label) + " of '" + r.path +
                               "' is outside [0, " + std::to_string(num_classes) + ")");
       }
+      for (const int32_t t : r.targets)
+        if (t < 0 || t >= num_classes)
+          throw InvalidArgument(config.final_path.string() + ": target " + std::to_string(t) + " of '" + r.path +
+                                "' is outside [0, " + std::to_string(num_classes) + ")");
       if (r.num_valid_long < 0 || r.num_valid_long > num_long) {
         throw InvalidArgument(config.final_path.string() + ": num_valid_long " + std::to_string(r.num_valid_long) +
                               " of '" + r.path + "' is outside [0, " + std::to_string(num_long) + "]");
@@ -316,12 +321,21 @@ struct SplitWriter::Impl {
       paths.push_back(r.path);
       num_valid_long.push_back(r.num_valid_long);
       source_sample_rate.push_back(r.source_sample_rate);
+      if (config.multilabel) add_target_row(r);
     }
+  }
+
+  void add_target_row(const FileRecord& r) {
+    const std::size_t row = targets.size();
+    targets.resize(row + config.class_names.size(), 0);
+    targets[row + static_cast<std::size_t>(r.label)] = 1;
+    for (const int32_t t : r.targets) targets[row + static_cast<std::size_t>(t)] = 1;
   }
 
   void write_metadata() {
     write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, num_valid_long,
-                         config.source_sample_rate ? &source_sample_rate : nullptr);
+                         config.source_sample_rate ? &source_sample_rate : nullptr,
+                         config.multilabel ? &targets : nullptr);
   }
 
   void finish() {
@@ -358,7 +372,7 @@ SplitWriter::~SplitWriter() {
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
                           const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
-                          const std::vector<int32_t>* source_sample_rate) {
+                          const std::vector<int32_t>* source_sample_rate, const std::vector<uint8_t>* targets) {
   const auto escaped = [](const std::vector<std::string>& names) {
     std::vector<std::string> out;
     out.reserve(names.size());
@@ -374,6 +388,9 @@ void write_split_metadata(h5::File& file, const std::string& split, const std::v
                             " source sample rates for " + std::to_string(labels.size()) + " files");
     h5::write_int32(file, "source_sample_rate", *source_sample_rate);
   }
+  if (targets != nullptr)
+    h5::write_uint8_matrix(file, "targets", static_cast<int64_t>(labels.size()),
+                           static_cast<int64_t>(class_names.size()), *targets);
   h5::write_strings(file, "class_names", escaped(class_names));
   h5::write_attribute_int64(file, "schema_version", kSchemaVersion);
   h5::write_attribute_string(file, "split", split);

@@ -32,6 +32,9 @@ struct FileRecord {
   /// The audio file's own sample rate, Hz, before resampling to the `sample_rate` attribute (0: unknown, in files
   /// merged from shards that did not record it).
   int32_t source_sample_rate = 0;
+  /// Class indices of every label of a multi-label file (`label` among them); empty: the file has `label` alone.
+  /// Used only when SplitWriterConfig::multilabel.
+  std::vector<int32_t> targets;
 };
 
 /// Everything the writer needs up front.
@@ -59,10 +62,12 @@ struct SplitWriterConfig {
   /// Write the `source_sample_rate` dataset (FileRecord::source_sample_rate); false only when merging shards that
   /// did not record it.
   bool source_sample_rate = true;
+  /// Write the `targets` matrix [files, classes] (uint8, 1 where the file carries the class): a multi-label corpus.
+  bool multilabel = false;
 };
 
 /// Schema version written to every file's `schema_version` attribute.
-inline constexpr int64_t kSchemaVersion = 1;
+inline constexpr int64_t kSchemaVersion = 2;
 
 /// Files per HDF5 chunk that SplitWriter uses for files of `file_bytes` bytes each: `files_per_chunk` when > 0, else
 /// as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over 2 GiB. Exposed for melforge-build bench,
@@ -77,13 +82,15 @@ h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_
 
 /// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path`, `num_valid_long` and
 /// `source_sample_rate` (one entry per file, in dataset order; `source_sample_rate` is left out when the pointer is
-/// null, as when merging shards written before it existed), `class_names`, and the root attributes
+/// null, as when merging shards written before it existed), `targets` (uint8 [files, class_names.size()],
+/// row-major; left out when the pointer is null: a single-label corpus), `class_names`, and the root attributes
 /// schema_version, `split`, melforge_version and then `attributes`. Paths and class names are stored as UTF-8 strings, bytes that are not
 /// valid UTF-8 escaped by utf8::escape (`\xNN`). SplitWriter::finish and melforge-build merge call it.
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
                           const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
-                          const std::vector<int32_t>* source_sample_rate);
+                          const std::vector<int32_t>* source_sample_rate,
+                          const std::vector<uint8_t>* targets = nullptr);
 
 /// Cuts a stream of files, `file_bytes` bytes each, into whole chunks of `files_per_chunk` files, as SplitWriter
 /// stores them. Files of a chunk that is not yet full are copied and kept until the next call.

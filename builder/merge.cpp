@@ -159,6 +159,9 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
   s.label = h5::read_int32(s.file, "label");
   s.num_valid_long = h5::read_int32(s.file, "num_valid_long");
   s.path_values = h5::read_strings(s.file, "path");
+  if (h5::exists(s.file, "targets"))
+    throw FormatError(where + ": holds a multi-label `targets` matrix; merging multi-label shards is not supported "
+                      "yet: build a multi-label corpus without --shard");
   s.has_source_sample_rate = h5::exists(s.file, "source_sample_rate");
   if (s.has_source_sample_rate) s.source_sample_rate = h5::read_int32(s.file, "source_sample_rate");
   const auto files = static_cast<size_t>(s.dims[0]);
@@ -276,7 +279,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
         for (int64_t i = first; i < first + n; ++i) {
           const auto k = static_cast<size_t>(i);
           records.push_back({p.label[k], p.path_values[k], p.num_valid_long[k],
-                             p.has_source_sample_rate ? p.source_sample_rate[k] : 0});
+                             p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {}});
         }
         writer.append(buffer.data(), records);
       }

@@ -164,7 +164,10 @@ void select_shard(BuildState& state) {
 
 void label_files(BuildState& state) {
   std::set<std::string> labels;
-  for (const auto& f : state.scan.files) labels.insert(f.label);
+  for (const auto& f : state.scan.files) {
+    labels.insert(f.label);
+    labels.insert(f.labels.begin(), f.labels.end());
+  }
   state.class_names.assign(labels.begin(), labels.end());
   state.class_index.clear();
   for (std::size_t i = 0; i < state.class_names.size(); ++i)
@@ -274,6 +277,7 @@ std::string corpus_fingerprint(const ScanResult& scan) {
   for (const auto& f : scan.files) {
     mix(f.rel_path);
     mix(f.label);
+    for (const auto& l : f.labels) mix(l);
     mix(std::to_string(f.split));
   }
   for (const auto& f : scan.skipped) mix(f.path);

@@ -27,14 +27,34 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
+/// The labels of manifest label field `field` (`dog;bark`), trimmed, in order. Throws FormatError (`where` first)
+/// for an empty field, an empty label between separators, or a label given twice.
+std::vector<std::string> split_labels(const std::string& field, const std::string& where) {
+  std::vector<std::string> labels;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = field.find(kLabelSeparator, start);
+    labels.push_back(trim(field.substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (labels.size() == 1 && labels[0].empty()) throw FormatError(where + "empty label");
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i].empty())
+      throw FormatError(where + "empty label in '" + field + "' (labels are separated by ';', e.g. dog;bark)");
+    for (std::size_t j = 0; j < i; ++j)
+      if (labels[j] == labels[i]) throw FormatError(where + "label '" + labels[i] + "' is listed twice in '" + field + "'");
+  }
+  return labels;
+}
+
 /// One manifest row `f` (path,label[,split]; `where` is "manifest:line: " for messages) as an input file; relative
 /// paths are resolved against `base`. The label and split are trimmed. Throws FormatError.
 InputFile manifest_row(const std::vector<std::string>& f, const std::string& where, const fs::path& base) {
   if (f.size() < 2 || f.size() > 3)
     throw FormatError(where + "expected path,label[,split], got " + std::to_string(f.size()) + " fields");
   if (f[0].empty()) throw FormatError(where + "empty path");
-  const std::string label = trim(f[1]);
-  if (label.empty()) throw FormatError(where + "empty label");
+  const std::vector<std::string> labels = split_labels(f[1], where);
   int split = -1;
   if (f.size() == 3 && !trim(f[2]).empty()) {
     split = split_index(lower(trim(f[2])));
@@ -42,7 +62,9 @@ InputFile manifest_row(const std::vector<std::string>& f, const std::string& whe
   }
   fs::path p(f[0]);
   if (p.is_relative()) p = base / p;
-  return {p, f[0], label, split};
+  InputFile row{p, f[0], labels[0], split, {}};
+  if (labels.size() > 1) row.labels = labels;
+  return row;
 }
 
 /// Adds what `walk` found below `root` to `out`: regular files with an audio extension as `label` / `split`, the
@@ -55,7 +77,7 @@ void absorb(const fs::path& root, const WalkResult& walk, const std::string& lab
     return !ext.empty() && exts.contains(ext.substr(1));
   };
   for (const auto& p : walk.files) {
-    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split});
+    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split, {}});
     else out.skipped.push_back({rel(p), "not an audio file extension", "scan"});
   }
   for (const auto& p : walk.folders)
@@ -255,6 +277,7 @@ ScanResult scan_manifest(const fs::path& manifest) {
     if (line_no == 1 && !f.empty() && lower(f[0]) == "path") continue;
     const InputFile row = manifest_row(f, where, base);
     if (row.split >= 0) out.presplit = true;
+    if (!row.labels.empty()) out.multilabel = true;
     const fs::path key = (fs::path(row.rel_path).is_relative() ? abs_base / row.rel_path : fs::path(row.rel_path))
                              .lexically_normal();
     const auto [it, inserted] = seen.emplace(key, std::make_pair(line_no, row.rel_path));

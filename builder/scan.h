@@ -13,10 +13,13 @@ struct InputFile {
   std::filesystem::path path;
   /// Path stored in the dataset: relative to the input root (generic '/' separators), or as written in the manifest.
   std::string rel_path;
-  /// Class name.
+  /// Class name (of a multi-label row: its first label, as written).
   std::string label;
   /// Split index (0 train, 1 val, 2 test) given by the layout or manifest; -1 when it is to be assigned.
   int split = -1;
+  /// Every label of a multi-label manifest row (`dog;bark`), in the order written, `labels[0] == label`; empty for a
+  /// single-label row and for folder layouts.
+  std::vector<std::string> labels;
 };
 
 /// A file that did not make it into the dataset, and why.
@@ -45,7 +48,12 @@ struct ScanResult {
   std::vector<std::string> warnings;
   /// True when the layout or manifest gave the splits (all or some).
   bool presplit = false;
+  /// True when a manifest row names more than one label: the build then writes the `targets` matrix.
+  bool multilabel = false;
 };
+
+/// The separator of several labels in one manifest label field (`dog;bark;outdoor`).
+inline constexpr char kLabelSeparator = ';';
 
 /// How scan_folder scans.
 struct ScanOptions {
@@ -78,7 +86,8 @@ ScanResult scan_folder(const std::filesystem::path& root, const ScanOptions& opt
 ScanResult scan_folder(const std::filesystem::path& root, const std::vector<std::string>& extensions);
 
 /// Reads a CSV manifest: `path,label[,split]` per row, an optional header row starting with `path`, RFC 4180 quoting,
-/// blank lines ignored. Relative paths are resolved against the manifest's folder. Labels and split fields are
+/// blank lines ignored. The label field may name several labels separated by ';' (`dog;bark;outdoor`, each trimmed):
+/// a multi-label row (InputFile::labels, ScanResult::multilabel); an empty or repeated label in it is an error. Relative paths are resolved against the manifest's folder. Labels and split fields are
 /// trimmed of surrounding spaces and tabs. Throws FormatError naming the line for a malformed row, an empty label,
 /// an unknown split name, or a file listed twice: two paths that are equal once made absolute and normalised
 /// lexically (`c/a/f0.wav`, `./c/a/f0.wav`, `c//a/../a/f0.wav`, `/data/c/a/f0.wav`), naming both lines.

@@ -60,6 +60,7 @@ SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std
     wc.files_per_chunk = bo.files_per_chunk;
     wc.threads = state.threads;
     wc.class_names = state.class_names;
+    wc.multilabel = state.scan.multilabel;
     wc.attributes = attributes;
     paths_.push_back(wc.final_path);
     writers_.push_back(std::make_unique<SplitWriter>(std::move(wc)));

@@ -488,6 +488,38 @@ std::vector<int32_t> read_int32(Ref parent, const std::string& name) {
   return out;
 }
 
+void write_uint8_matrix(Ref parent, const std::string& name, int64_t rows, int64_t cols,
+                        std::span<const uint8_t> values) {
+  silence_errors();
+  const std::string what = child_name(parent, name);
+  if (rows < 0 || cols < 0 || static_cast<int64_t>(values.size()) != rows * cols)
+    throw InvalidArgument(what + ": " + std::to_string(values.size()) + " values for [" + std::to_string(rows) +
+                          ", " + std::to_string(cols) + "]");
+  Dataspace space = simple_space({static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)}, nullptr, what);
+  PropList dcpl = dataset_creation_plist(what);
+  Dataset ds(check_id(H5Dcreate2(parent.id, name.c_str(), H5T_STD_U8LE, space.id(), H5P_DEFAULT, dcpl.id(),
+                                 H5P_DEFAULT),
+                      what + ": cannot create dataset"),
+             what);
+  if (!values.empty()) {
+    check(H5Dwrite(ds.id(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), what + ": cannot write");
+  }
+  ds.close();
+}
+
+std::vector<uint8_t> read_uint8_matrix(Ref parent, const std::string& name, std::vector<int64_t>& dims_out) {
+  Dataset ds = open_dataset(parent, name);
+  dims_out = dims(ds);
+  if (dims_out.size() != 2) throw_format(ds.name() + ": expected a 2-D dataset, found rank " + std::to_string(dims_out.size()));
+  Datatype type = dataset_type(ds);
+  if (type_class(type) != H5T_INTEGER) throw_format(ds.name() + ": expected integers");
+  std::vector<uint8_t> out(static_cast<size_t>(dims_out[0] * dims_out[1]));
+  if (!out.empty()) {
+    check(H5Dread(ds.id(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), ds.name() + ": cannot read");
+  }
+  return out;
+}
+
 void write_strings(Ref parent, const std::string& name, const std::vector<std::string>& values) {
   silence_errors();
   const std::string what = child_name(parent, name);

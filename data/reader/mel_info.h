@@ -13,8 +13,10 @@
 
 namespace melforge::data {
 
-/// The dataset schema version this reader understands (docs/FORMAT.md, "Schema versioning").
-inline constexpr int64_t kSupportedSchemaVersion = 1;
+/// The newest dataset schema version this reader understands (docs/FORMAT.md, "Schema versioning").
+inline constexpr int64_t kSupportedSchemaVersion = 2;
+/// The oldest dataset schema version this reader still reads (version 1: no `targets` matrix).
+inline constexpr int64_t kOldestSchemaVersion = 1;
 
 /// Split names in order (0 train, 1 val, 2 test); split `s` is stored in `<dir>/<s>.h5`.
 inline const std::vector<std::string> kSplitNames = {"train", "val", "test"};

@@ -24,6 +24,29 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+/// Reads and checks the `targets` matrix of `file` into `s` (labels already read): shape [files, classes], values
+/// 0 or 1, a 1 at each file's label. Throws FormatError naming `where`, the row and the file.
+void read_targets(const h5::File& file, const std::string& where, SplitInfo& s) {
+  const auto classes = static_cast<int64_t>(s.class_names.size());
+  const auto d = h5::dims(h5::open_dataset(file, "targets"));
+  if (d.size() != 2 || d[0] != s.files() || d[1] != classes)
+    throw FormatError(where + ": targets has shape " + shape_text(d) + ", expected [" + std::to_string(s.files()) +
+                      ", " + std::to_string(classes) + "] [files, classes]");
+  std::vector<int64_t> dims;
+  s.targets = h5::read_uint8_matrix(file, "targets", dims);
+  s.has_targets_dataset = true;
+  for (int64_t f = 0; f < s.files(); ++f) {
+    const uint8_t* row = s.targets.data() + f * classes;
+    for (int64_t c = 0; c < classes; ++c)
+      if (row[c] > 1)
+        throw FormatError(where + ": targets[" + std::to_string(f) + ", " + std::to_string(c) + "] = " +
+                          std::to_string(row[c]) + " is not 0 or 1 (file " + s.paths[f] + ")");
+    if (row[s.labels[f]] != 1)
+      throw FormatError(where + ": targets row " + std::to_string(f) + " lacks the file's label " +
+                        std::to_string(s.labels[f]) + " (file " + s.paths[f] + ")");
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> SplitInfo::segment_offsets() const {
@@ -88,10 +111,11 @@ SplitInfo read_split_info(const fs::path& path, const std::string& expected_spli
   if (!h5::has_attribute(file, "schema_version"))
     throw FormatError(where + ": no schema_version attribute (not a melforge-build dataset?)");
   const int64_t version = h5::read_attribute_int64(file, "schema_version");
-  if (version != kSupportedSchemaVersion)
+  if (version < kOldestSchemaVersion || version > kSupportedSchemaVersion)
     throw FormatError(where + ": schema_version " + std::to_string(version) +
                       " is not supported (this melforge-train reads schema_version " +
-                      std::to_string(kSupportedSchemaVersion) + "); rebuild the dataset with a matching melforge-build");
+                      std::to_string(kOldestSchemaVersion) + " to " + std::to_string(kSupportedSchemaVersion) +
+                      "); rebuild the dataset with a matching melforge-build");
   const std::string split_attr = h5::read_attribute_string(file, "split");
   if (split_attr != expected_split)
     throw FormatError(where + ": holds split '" + split_attr + "', expected '" + expected_split + "'");
@@ -150,6 +174,7 @@ SplitInfo read_split_info(const fs::path& path, const std::string& expected_spli
   }
   s.labels.assign(labels.begin(), labels.end());
   s.num_valid_long.assign(valid.begin(), valid.end());
+  if (h5::exists(file, "targets")) read_targets(file, where, s);
   return s;
 }
 

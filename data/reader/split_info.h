@@ -37,6 +37,15 @@ struct SplitInfo {
   std::vector<int64_t> num_valid_long;
   /// Path of each file relative to the corpus root (or as in the manifest), [files].
   std::vector<std::string> paths;
+  /// Multi-label targets, row-major uint8 [files, class_names.size()], 1 where the file carries the class (its
+  /// `label` among them); empty when the file has no `targets` dataset (a single-label corpus, or schema 1).
+  std::vector<uint8_t> targets;
+
+  /// True when the file holds a `targets` dataset (also for a split with no files).
+  bool has_targets_dataset = false;
+
+  /// True when the split has a multi-label `targets` matrix.
+  bool multilabel() const { return has_targets_dataset; }
 
   /// Number of files.
   int64_t files() const { return static_cast<int64_t>(paths.size()); }
@@ -65,7 +74,8 @@ SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, in
 /// Reads one split file and checks it on its own: schema version, the `split` attribute equal to `expected_split`,
 /// every parameter attribute present and well formed, `mel` of shape [F, num_long, num_short, n_mels, n_frames],
 /// `label`, `num_valid_long` and `path` of length F, labels within the class names, num_valid_long in
-/// [1, num_long], and F small enough that the per-file metadata (about 64 bytes a file) fits in MemAvailable,
+/// [1, num_long], the optional `targets` matrix of shape [F, classes] holding 0 or 1 with a 1 at each file's label,
+/// and F small enough that the per-file metadata (about 64 bytes a file) fits in MemAvailable,
 /// checked before any of it is read. Throws IoError when the file cannot be opened or read, FormatError when it is
 /// not a valid melforge dataset of a supported schema.
 SplitInfo read_split_info(const std::filesystem::path& path, const std::string& expected_split);

@@ -86,7 +86,9 @@ Metrics file_metrics(const std::vector<int64_t>& labels, const std::vector<int64
     conf[static_cast<std::size_t>(labels[f])][static_cast<std::size_t>(predicted[f])] += 1;
     det[labels[f] == positive_class ? 1 : 0][detected[f] ? 1 : 0] += 1;
   }
-  return metrics_from_confusion(std::move(conf), std::move(det), std::numeric_limits<double>::quiet_NaN());
+  Metrics m = metrics_from_confusion(std::move(conf), std::move(det), std::numeric_limits<double>::quiet_NaN());
+  m.has_detection = positive_class >= 0;
+  return m;
 }
 
 nlohmann::json Metrics::to_json(const std::vector<std::string>& class_names) const {
@@ -103,13 +105,13 @@ nlohmann::json Metrics::to_json(const std::vector<std::string>& class_names) con
                       {"accuracy", accuracy},
                       {"macro_f1", macro_f1},
                       {"per_class", per},
-                      {"confusion", confusion},
-                      {"detection",
-                       {{"accuracy", det_accuracy},
-                        {"precision", det_precision},
-                        {"recall", det_recall},
-                        {"f1", det_f1},
-                        {"confusion", det_confusion}}}};
+                      {"confusion", confusion}};
+  if (has_detection)
+    j["detection"] = {{"accuracy", det_accuracy},
+                      {"precision", det_precision},
+                      {"recall", det_recall},
+                      {"f1", det_f1},
+                      {"confusion", det_confusion}};
   return j;
 }
 

@@ -39,6 +39,9 @@ struct Metrics {
   double det_f1 = 0;
   /// det_confusion[t][p] with 0 = negative, 1 = positive.
   std::vector<std::vector<int64_t>> det_confusion;
+  /// False when the run has no detection head (`--positive-class none`): the det_* fields mean nothing and
+  /// to_json leaves "detection" out.
+  bool has_detection = true;
 
   /// Every field, per-class scores keyed by class name: {"count", "loss", "accuracy", "macro_f1", "per_class":
   /// {name: {...}}, "confusion", "detection": {...}}.
@@ -54,7 +57,8 @@ Metrics metrics_from_confusion(std::vector<std::vector<int64_t>> confusion,
                                std::vector<std::vector<int64_t>> det_confusion, double loss_sum);
 
 /// File-level metrics of per-file decisions: `labels`, `predicted` [F] in [0, num_classes), `detected` [F] (0/1);
-/// a file is a detection positive when its label is `positive_class`. Loss is NaN. Throws InvalidArgument on
+/// a file is a detection positive when its label is `positive_class` (-1: no detection head, has_detection false).
+/// Loss is NaN. Throws InvalidArgument on
 /// mismatched sizes or a label / prediction outside [0, num_classes).
 Metrics file_metrics(const std::vector<int64_t>& labels, const std::vector<int64_t>& predicted,
                      const std::vector<uint8_t>& detected, int64_t num_classes, int64_t positive_class);

@@ -106,6 +106,13 @@ class Dataset:
         return self._handle().labels()
 
     @property
+    def targets(self):
+        """Multi-label targets, uint8 ndarray [files, classes] (1 where the file carries the class; row
+        ``targets[file_index]`` belongs to a segment's ``file_index``), or None when the dataset is single-label (no
+        ``targets`` matrix, docs/FORMAT.md)."""
+        return self._handle().targets()
+
+    @property
     def num_valid_long(self):
         """Long segments that hold audio per file, int64 ndarray [files], each in [1, num_long]."""
         return self._handle().num_valid_long()

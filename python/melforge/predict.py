@@ -138,9 +138,13 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
 
     import torch
 
-    from .models import build_model
+    from .models import build_model, model_config_of
 
     state, config, mel, class_names, positive_class = _load_model_files(checkpoint_or_export)
+    task = model_config_of(config).get("task", "multiclass")
+    if task != "multiclass":
+        raise _core.FormatError(f"{checkpoint_or_export}: trained with --task {task}: melforge.predict supports "
+                                "--task multiclass checkpoints only (melforge-train eval evaluates it)")
     model = build_model(config)
     model.load_state_dict(state, strict=True)
     if len(class_names) != model.num_classes:

@@ -97,6 +97,17 @@ void bind_data(nb::module_& m) {
       .def_prop_ro("paths", [](const SplitHandle& s) { return s.info().paths; })
       .def("labels", [](const SplitHandle& s) { return long_array(s.info().labels); })
       .def("num_valid_long", [](const SplitHandle& s) { return long_array(s.info().num_valid_long); })
+      .def(
+          "targets",
+          [](const SplitHandle& s) -> nb::object {
+            const data::SplitInfo& i = s.info();
+            if (!i.multilabel()) return nb::none();
+            auto* copy = new std::vector<uint8_t>(i.targets);
+            nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+            return nb::cast(nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(
+                copy->data(), {static_cast<size_t>(i.files()), i.class_names.size()}, owner));
+          },
+          "Multi-label targets, uint8 [files, classes], or None for a single-label dataset.")
       .def_prop_ro("info_json", [](const SplitHandle& s) { return s.info().info.to_json().dump(); });
 
   nb::class_<data::SegmentLoader>(m, "_Loader", "SegmentLoader (internal: use melforge.Loader).")

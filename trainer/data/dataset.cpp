@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 
 #include <algorithm>
 #include <cmath>
@@ -113,6 +114,9 @@ Split read_split(const fs::path& path, const std::string& expected_split, bool l
   s.paths = std::move(info.paths);
   s.label = int64_tensor(info.labels);
   s.num_valid_long = int64_tensor(info.num_valid_long);
+  if (info.multilabel())
+    s.targets = at::from_blob(info.targets.data(), {s.files(), static_cast<int64_t>(s.class_names.size())}, at::kByte)
+                    .to(at::kFloat);
   if (load_mel) read_mel(s);
   return s;
 }
@@ -189,6 +193,11 @@ Dataset read_metadata(const fs::path& dir) {
                         " vs " + list(d.train.class_names) + " in train.h5; all three splits must come from one " +
                         "melforge-build run");
     }
+    if (s->multilabel() != d.train.multilabel())
+      throw FormatError(s->path.string() + " does not match train.h5: " +
+                        (s->multilabel() ? "it has a multi-label targets matrix and train.h5 has none"
+                                         : "train.h5 has a multi-label targets matrix and it has none") +
+                        "; all three splits must come from one melforge-build run");
   }
   d.info = d.train.info;
   d.class_names = d.train.class_names;

@@ -48,7 +48,12 @@ struct Split {
   at::Tensor num_valid_long;
   /// Path of each file relative to the corpus root (or as in the manifest), [files].
   std::vector<std::string> paths;
+  /// Multi-label targets, float32 [files, num_classes] of 0 and 1 (the file's `targets` matrix); undefined when
+  /// the file has none (a single-label corpus).
+  at::Tensor targets;
 
+  /// True when the split has a multi-label target matrix.
+  bool multilabel() const { return targets.defined(); }
   /// Number of files (dim 0 of `mel`).
   int64_t files() const { return static_cast<int64_t>(paths.size()); }
   /// Short segments that hold audio: sum over files of num_valid_long * num_short.
@@ -106,6 +111,8 @@ struct Dataset {
 
   /// Number of classes.
   int64_t num_classes() const { return static_cast<int64_t>(class_names.size()); }
+  /// True when the three splits carry multi-label targets (checked to agree by load_dataset).
+  bool multilabel() const { return train.multilabel(); }
   /// The split called `name` (train, val or test). Throws InvalidArgument for another name.
   const Split& split(const std::string& name) const;
   /// Throws FormatError naming the split and the folder when split `name` has no files.

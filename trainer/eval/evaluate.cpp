@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "eval/batching.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/options.h"
 #include "models/model.h"
@@ -28,19 +29,6 @@ namespace po = boost::program_options;
 namespace melforge::trainer {
 
 namespace {
-
-/// Restores the module's training mode on scope exit.
-class ModeGuard {
- public:
-  explicit ModeGuard(torch::nn::Module& m) : module_(m), training_(m.is_training()) {}
-  ~ModeGuard() { module_.train(training_); }
-  ModeGuard(const ModeGuard&) = delete;
-  ModeGuard& operator=(const ModeGuard&) = delete;
-
- private:
-  torch::nn::Module& module_;
-  bool training_;
-};
 
 at::Tensor long_tensor(const std::vector<int64_t>& v) {
   return at::from_blob(const_cast<int64_t*>(v.data()), {static_cast<int64_t>(v.size())}, at::kLong).clone();
@@ -63,6 +51,8 @@ void EvalOptions::validate() const {
     throw InvalidArgument("--split: '" + split + "' is not one of train, val, test");
   if (batch_size < 1) throw InvalidArgument("--eval-batch-size must be >= 1 (got " + std::to_string(batch_size) + ")");
   parse_vote(vote);
+  if (aggregate != "mean" && aggregate != "max")
+    throw InvalidArgument("--aggregate: '" + aggregate + "' is not one of mean, max");
   if (!(threshold > 0 && threshold < 1))
     throw InvalidArgument("--threshold must be in (0, 1) (got " + std::to_string(threshold) + ")");
 }
@@ -75,10 +65,15 @@ void add_options(po::options_description& desc, EvalOptions& opts) {
     ("vote", po::value<std::string>(&opts.vote)->default_value(opts.vote),
      "file-level vote over long segments: mean or majority")
     ("threshold", po::value<double>(&opts.threshold)->default_value(opts.threshold, default_text(opts.threshold)),
-     "detection probability at or above which the detection head says positive, in (0, 1)");
+     "detection probability at or above which the detection head says positive, in (0, 1); multilabel: class "
+     "probability at or above which a file carries the class")
+    ("aggregate", po::value<std::string>(&opts.aggregate)->default_value(opts.aggregate),
+     "multilabel: file score per class from its segments' probabilities: mean or max");
 }
 
 nlohmann::json EvalResult::to_json(const std::vector<std::string>& class_names) const {
+  if (is_multilabel)
+    return {{"multilabel", multilabel.to_json(class_names)}, {"seconds", seconds}, {"files_per_s", files_per_s}};
   return {{"segment", segment.to_json(class_names)},
           {"file", file.to_json(class_names)},
           {"seconds", seconds},
@@ -95,7 +90,7 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
   const int64_t F = split.files(), L = split.info.num_long, S = split.info.num_short, M = split.info.n_mels,
                 T = split.info.n_frames;
   const int64_t C = static_cast<int64_t>(split.class_names.size());
-  if (positive_class < 0 || positive_class >= C)
+  if (positive_class < -1 || positive_class >= C)
     throw InvalidArgument("evaluate: positive class " + std::to_string(positive_class) + " outside [0, " +
                           std::to_string(C) + ")");
 
@@ -112,16 +107,7 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
   MetricAccumulator segments(C, positive_class, opts.threshold, device);
   std::vector<at::Tensor> class_probs, predicted, det_score, detected;
   std::vector<int64_t> global, local;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (int64_t f0 = 0; f0 < F;) {
-    int64_t f1 = f0, segs = 0;
-    do {
-      segs += valid[f1] * S;
-      ++f1;
-    } while (f1 < F && segs + valid[f1] * S <= opts.batch_size);
-    ranges.emplace_back(f0, f1);
-    f0 = f1;
-  }
+  const std::vector<std::pair<int64_t, int64_t>> ranges = file_ranges(valid, F, S, opts.batch_size);
   const auto read = [&split](std::pair<int64_t, int64_t> r) { return split.read_files(r.first, r.second - r.first); };
   std::future<at::Tensor> ahead;
   if (split.streamed()) ahead = std::async(std::launch::async, read, ranges.front());
@@ -178,6 +164,11 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
 }
 
 int64_t first_non_finite_file(const EvalResult& result) {
+  if (result.is_multilabel) {
+    if (!result.file_scores.defined()) return -1;
+    const at::Tensor bad = result.file_scores.isfinite().all(1).logical_not().nonzero();
+    return bad.size(0) > 0 ? bad[0][0].item<int64_t>() : -1;
+  }
   const at::Tensor probs = result.files.class_probs, score = result.files.detection_score;
   if (!probs.defined() || !score.defined()) return -1;
   const at::Tensor bad = probs.isfinite().all(1).logical_and(score.isfinite()).logical_not().nonzero();

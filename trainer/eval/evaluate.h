@@ -8,6 +8,7 @@
 #include <string>
 
 #include "eval/metrics.h"
+#include "metrics/multilabel.h"
 
 namespace boost::program_options {
 class options_description;
@@ -26,14 +27,17 @@ struct EvalOptions {
   int64_t batch_size = 1024;
   /// File-level vote over long segments: mean or majority.
   std::string vote = "mean";
-  /// Detection probability at or above which the binary head says "positive", in (0, 1).
+  /// Detection probability at or above which the binary head says "positive", in (0, 1); with --task multilabel,
+  /// the class probability at or above which a file carries a class.
   double threshold = 0.5;
+  /// --task multilabel: how a file's segment probabilities become its per-class score: mean or max.
+  std::string aggregate = "mean";
 
   /// Throws InvalidArgument naming the flag.
   void validate() const;
 };
 
-/// Registers --split --eval-batch-size --vote --threshold.
+/// Registers --split --eval-batch-size --vote --threshold --aggregate.
 void add_options(boost::program_options::options_description& desc, EvalOptions& opts);
 
 /// The result of one evaluation.
@@ -47,8 +51,14 @@ struct EvalResult {
   /// Wall time of the evaluation, seconds; and files per second.
   double seconds = 0;
   double files_per_s = 0;
+  /// --task multilabel: true, and `multilabel` holds the metrics (`segment.loss` the mean BCE per segment; the
+  /// other multi-class fields stay empty) and `file_scores` the per-file class probabilities, float32 CPU [F, C].
+  bool is_multilabel = false;
+  metrics::MultilabelMetrics multilabel;
+  at::Tensor file_scores;
 
-  /// {"segment": ..., "file": ..., "seconds", "files_per_s"}.
+  /// {"segment": ..., "file": ..., "seconds", "files_per_s"}; multi-label: {"multilabel": ..., "seconds",
+  /// "files_per_s"}.
   nlohmann::json to_json(const std::vector<std::string>& class_names) const;
 };
 

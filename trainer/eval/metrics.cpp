@@ -39,7 +39,7 @@ Metrics metrics_from_counts(const at::Tensor& confusion, const at::Tensor& det_c
 MetricAccumulator::MetricAccumulator(int64_t num_classes, int64_t positive_class, double threshold, at::Device device)
     : num_classes_(num_classes), positive_class_(positive_class), threshold_(threshold) {
   if (num_classes < 1) throw InvalidArgument("MetricAccumulator: num_classes must be >= 1");
-  if (positive_class < 0 || positive_class >= num_classes)
+  if (positive_class < -1 || positive_class >= num_classes)
     throw InvalidArgument("MetricAccumulator: positive_class " + std::to_string(positive_class) + " outside [0, " +
                           std::to_string(num_classes) + ")");
   const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
@@ -75,7 +75,9 @@ Metrics MetricAccumulator::finish() const {
   const at::Tensor conf = all.slice(0, 0, cc).to(at::kLong).reshape({num_classes_, num_classes_});
   const at::Tensor det = all.slice(0, cc, cc + 4).to(at::kLong).reshape({2, 2});
   const double loss = have_loss_ ? all[cc + 4].item<double>() : std::numeric_limits<double>::quiet_NaN();
-  return metrics_from_counts(conf, det, loss);
+  Metrics m = metrics_from_counts(conf, det, loss);
+  m.has_detection = positive_class_ >= 0;
+  return m;
 }
 
 void MetricAccumulator::reset() {

@@ -25,8 +25,8 @@ Metrics metrics_from_counts(const at::Tensor& confusion, const at::Tensor& det_c
 /// Accumulates counts on the device of its tensors; only finish() syncs with the host.
 class MetricAccumulator {
  public:
-  /// `positive_class` in [0, num_classes); `threshold`: detection probability at or above which a segment is
-  /// called positive.
+  /// `positive_class` in [0, num_classes), or -1 for no detection head (Metrics::has_detection false); `threshold`:
+  /// detection probability at or above which a segment is called positive.
   MetricAccumulator(int64_t num_classes, int64_t positive_class, double threshold, at::Device device);
   /// Adds a batch: `logits` [B, C], `detection` logits [B], `labels` int64 [B]; `loss_sum` (a scalar tensor, the
   /// summed loss of the batch) may be undefined.

@@ -66,7 +66,12 @@ std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& 
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
 }
 
-std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config) {
+std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool multilabel_ok) {
+  if (config.contains("task") && config["task"] != "multiclass" && !multilabel_ok)
+    throw FormatError("the checkpoint was trained with --task " +
+                      (config["task"].is_string() ? config["task"].get<std::string>() : config["task"].dump()) +
+                      ": this command supports --task multiclass checkpoints only (melforge-train eval evaluates "
+                      "a multilabel checkpoint)");
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
   if (kind == "cnn") return std::make_shared<CnnNetImpl>(CnnConfig::from_json(config));
   if (kind == "crnn") return std::make_shared<CrnnNetImpl>(CrnnConfig::from_json(config));
@@ -83,7 +88,7 @@ namespace melforge::trainer {
 at::Tensor combined_loss(const ModelOutput& out, const at::Tensor& labels, int64_t positive_class, double bce_weight,
                          const at::Tensor& pos_weight) {
   const at::Tensor ce = at::cross_entropy_loss(out.logits.to(at::kFloat), labels);
-  if (bce_weight == 0.0) return ce;
+  if (bce_weight == 0.0 || positive_class < 0) return ce;
   const at::Tensor target = labels.eq(positive_class).to(at::kFloat);
   const at::Tensor bce = at::binary_cross_entropy_with_logits(out.detection.to(at::kFloat), target, {}, pos_weight);
   return ce + bce * bce_weight;

@@ -76,8 +76,10 @@ ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_
 std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
 
 /// Builds the architecture a checkpoint recorded (Classifier::config_json). Throws FormatError when the JSON names
-/// an unknown model or lacks a field.
-std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config);
+/// an unknown model or lacks a field, and when it records `"task": "multilabel"` (a `--task multilabel`
+/// checkpoint, whose class logits are sigmoid scores) unless `multilabel_ok`: a caller that treats the logits as
+/// softmax classes refuses such a checkpoint instead of misreading it.
+std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool multilabel_ok = false);
 
 }  // namespace melforge::trainer
 
@@ -85,7 +87,7 @@ namespace melforge::trainer {
 
 /// The training loss of both heads, averaged over the batch: cross-entropy of `out.logits` against `labels`
 /// (int64 [B]) plus `bce_weight` times the binary cross-entropy with logits of `out.detection` against
-/// `labels == positive_class`; `pos_weight` (a float scalar tensor, or undefined for 1) weights the positive
+/// `labels == positive_class` (no BCE term when positive_class is -1: `--positive-class none`); `pos_weight` (a float scalar tensor, or undefined for 1) weights the positive
 /// term of the BCE as torch.nn.BCEWithLogitsLoss(pos_weight=...) does. Returns a float scalar tensor.
 at::Tensor combined_loss(const ModelOutput& out, const at::Tensor& labels, int64_t positive_class, double bce_weight,
                          const at::Tensor& pos_weight = {});

@@ -440,10 +440,10 @@ TEST_CASE("corrupt, truncated and foreign inputs given to melforge-train get a c
       {"train.h5 without its last byte", truncate_to(size - 1)},
       {"train.h5 with flipped bytes in the superblock", flip_at(24, 8)},
       {"train.h5 with flipped bytes inside the first mel chunk", flip_at(chunk, 16), true},
-      {"train.h5 of schema version 2",
+      {"train.h5 of schema version 3",
        [](const fs::path& data) {
          auto f = h5::open_file(data / "train.h5", true);
-         h5::write_attribute_int64(f, "schema_version", 2);
+         h5::write_attribute_int64(f, "schema_version", 3);
        }},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {

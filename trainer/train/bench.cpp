@@ -176,6 +176,8 @@ void print_bench(const nlohmann::json& result, const TrainConfig& config, std::o
 nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, std::ostream& out,
                          std::ostream& log_stream) {
   validate_bench(config, opts);
+  if (config.train.multilabel())
+    throw InvalidArgument("bench times the --task multiclass step only; --task multilabel is not supported by bench");
   const Logger log = Logger::from(log_stream, config.runtime);
   const at::Device device = config.runtime.resolve_device();
   if (config.train.amp == "fp16" && !device.is_cuda())

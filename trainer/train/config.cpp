@@ -16,6 +16,7 @@ namespace melforge::trainer {
 namespace {
 
 const std::vector<std::string> kBestMetrics = {"val_macro_f1", "val_accuracy", "val_loss", "val_file_accuracy"};
+const std::vector<std::string> kMultilabelBestMetrics = {"val_map", "val_map_micro", "val_loss"};
 
 template <typename T>
 void read_field(const nlohmann::json& j, const char* name, T& value, const char* group) {
@@ -56,7 +57,8 @@ OptimOptions optim_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json eval_to_json(const EvalOptions& o) {
-  return {{"split", o.split}, {"batch_size", o.batch_size}, {"vote", o.vote}, {"threshold", o.threshold}};
+  return {{"split", o.split}, {"batch_size", o.batch_size}, {"vote", o.vote}, {"threshold", o.threshold},
+          {"aggregate", o.aggregate}};
 }
 
 EvalOptions eval_from_json(const nlohmann::json& j) {
@@ -65,6 +67,7 @@ EvalOptions eval_from_json(const nlohmann::json& j) {
   read_field(j, "batch_size", o.batch_size, "eval");
   read_field(j, "vote", o.vote, "eval");
   read_field(j, "threshold", o.threshold, "eval");
+  read_field(j, "aggregate", o.aggregate, "eval");
   return o;
 }
 
@@ -102,12 +105,27 @@ void TrainOptions::validate() const {
       throw InvalidArgument("--pos-weight must be 'auto' or a positive number, got '" + pos_weight + "'");
   }
   if (patience < 0) throw InvalidArgument("--patience must be >= 0, got " + std::to_string(patience));
-  if (std::find(kBestMetrics.begin(), kBestMetrics.end(), best_metric) == kBestMetrics.end())
-    throw InvalidArgument("--best-metric must be one of " + join(kBestMetrics) + ", got '" + best_metric + "'");
+  if (task != "multiclass" && task != "multilabel")
+    throw InvalidArgument("--task must be multiclass or multilabel, got '" + task + "'");
+  const auto& metrics = multilabel() ? kMultilabelBestMetrics : kBestMetrics;
+  if (best_metric != "auto" && std::find(metrics.begin(), metrics.end(), best_metric) == metrics.end())
+    throw InvalidArgument("--best-metric must be auto or one of " + join(metrics) + " with --task " + task +
+                          ", got '" + best_metric + "'");
+  if (multilabel() && !positive_class.empty())
+    throw InvalidArgument("--positive-class selects the detection head of --task multiclass; --task multilabel has "
+                          "none (got '" + positive_class + "')");
+  if ((multilabel() || positive_class == "none") && (bce_weight != 1.0 || pos_weight != "auto"))
+    throw InvalidArgument(std::string("--bce-weight and --pos-weight weigh the detection head, which ") +
+                          (multilabel() ? "--task multilabel does not have" : "--positive-class none switches off"));
   if (profile_steps < 0) throw InvalidArgument("--profile-steps must be >= 0, got " + std::to_string(profile_steps));
   if (reset_heads && init_from.empty()) throw InvalidArgument("--reset-heads needs --init-from");
   if (cuda_graph && amp == "fp16")
     throw InvalidArgument("--cuda-graph cannot be combined with --amp fp16 (the loss scale is host-driven); use bf16");
+}
+
+std::string TrainOptions::resolved_best_metric() const {
+  if (best_metric != "auto") return best_metric;
+  return multilabel() ? "val_map" : "val_macro_f1";
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -115,7 +133,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"bce_weight", bce_weight}, {"pos_weight", pos_weight}, {"patience", patience},
           {"best_metric", best_metric}, {"cuda_graph", cuda_graph}, {"channels_last", channels_last},
           {"init_from", init_from.empty() ? std::string() : fs::absolute(init_from).lexically_normal().string()},
-          {"reset_heads", reset_heads}};
+          {"reset_heads", reset_heads},
+          {"task", task}};
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
@@ -133,6 +152,7 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
   read_field(j, "init_from", init_from, "train");
   o.init_from = init_from;
   read_field(j, "reset_heads", o.reset_heads, "train");
+  read_field(j, "task", o.task, "train");
   return o;
 }
 
@@ -145,7 +165,10 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "amp", po::value(&o.amp)->default_value(o.amp)->value_name("off|fp16|bf16"),
       "mixed precision (fp16: CUDA only, with loss scaling; bf16: CPU or CUDA)")(
       "positive-class", po::value(&o.positive_class)->value_name("NAME"),
-      "class of the detection head (default: 'leak' if present, else the first class)")(
+      "class of the detection head (default: 'leak' if present, else the first class; none: no detection head)")(
+      "task", po::value(&o.task)->default_value(o.task)->value_name("multiclass|multilabel"),
+      "multiclass: one class per file (softmax + detection head); multilabel: sigmoid/BCE over the dataset's "
+      "targets matrix")(
       "bce-weight", po::value(&o.bce_weight)->default_value(o.bce_weight)->value_name("W"),
       "weight of the detection head's BCE in the loss")(
       "pos-weight", po::value(&o.pos_weight)->default_value(o.pos_weight)->value_name("auto|W"),
@@ -153,7 +176,8 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "patience", po::value(&o.patience)->default_value(o.patience)->value_name("N"),
       "stop after N epochs without improvement (0: never)")(
       "best-metric", po::value(&o.best_metric)->default_value(o.best_metric)->value_name("NAME"),
-      "val_macro_f1, val_accuracy, val_loss or val_file_accuracy: picks best.pt, drives early stopping")(
+      "auto, val_macro_f1, val_accuracy, val_loss or val_file_accuracy (multilabel: val_map, val_map_micro, "
+      "val_loss; auto: val_macro_f1, multilabel val_map): picks best.pt, drives early stopping")(
       "cuda-graph", po::bool_switch(&o.cuda_graph),
       "CUDA: capture forward, backward and optimizer step in a CUDA Graph (implies --drop-last)")(
       "channels-last", po::bool_switch(&o.channels_last), "CUDA: channels-last convolutions")(
@@ -181,6 +205,10 @@ void TrainConfig::validate() const {
   runtime.validate();
   dist.validate();
   monitor.validate();
+  if (train.multilabel() && eval.vote != "mean")
+    throw InvalidArgument("--vote applies to --task multiclass; --task multilabel aggregates with --aggregate");
+  if (!train.multilabel() && eval.aggregate != "mean")
+    throw InvalidArgument("--aggregate applies to --task multilabel; --task multiclass votes with --vote");
   if (train.cuda_graph && optim.accumulate != 1)
     throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
 }
@@ -223,13 +251,17 @@ void add_options(po::options_description& desc, TrainConfig& c) {
       "vote", po::value(&c.eval.vote)->default_value(c.eval.vote)->value_name("mean|majority"),
       "file-level vote over long segments")(
       "threshold", po::value(&c.eval.threshold)->default_value(c.eval.threshold)->value_name("P"),
-      "detection probability at or above which a segment or file is positive");
+      "detection probability at or above which a segment or file is positive (multilabel: class probability)")(
+      "aggregate", po::value(&c.eval.aggregate)->default_value(c.eval.aggregate)->value_name("mean|max"),
+      "multilabel: a file's class score from its segments' probabilities");
   add_options(desc, c.runtime);
   add_options(desc, c.dist);
   add_options(desc, c.monitor);
 }
 
 double metric_value(const EvalResult& r, const std::string& metric) {
+  if (metric == "val_map") return r.multilabel.map_macro;
+  if (metric == "val_map_micro") return r.multilabel.map_micro;
   if (metric == "val_accuracy") return r.segment.accuracy;
   if (metric == "val_loss") return r.segment.loss;
   if (metric == "val_file_accuracy") return r.file.accuracy;

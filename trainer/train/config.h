@@ -34,8 +34,12 @@ struct TrainOptions {
   int64_t epochs = 30;
   /// Mixed precision: `off`, `fp16` (CUDA only, with a GradScaler) or `bf16` (CPU or CUDA).
   std::string amp = "off";
-  /// Class the detection head detects. Empty: the class named `leak` when there is one, else the first class.
+  /// Class the detection head detects. Empty: the class named `leak` when there is one, else the first class
+  /// (logged); `none`: no detection head term in the loss and no detection metrics.
   std::string positive_class;
+  /// `multiclass` (one class per file: cross-entropy plus the detection head) or `multilabel` (the class logits
+  /// through sigmoid/BCE against the dataset's targets matrix; no detection head).
+  std::string task = "multiclass";
   /// Weight of the detection head's BCE in the loss, >= 0.
   double bce_weight = 1.0;
   /// Weight of the positive term of the BCE: `auto` (negatives / positives among the training segments) or a
@@ -44,8 +48,9 @@ struct TrainOptions {
   /// Stop after this many epochs without improvement of best_metric; 0 never stops early.
   int64_t patience = 10;
   /// The metric that picks best.pt and drives early stopping: val_macro_f1, val_accuracy, val_loss (lower is
-  /// better) or val_file_accuracy.
-  std::string best_metric = "val_macro_f1";
+  /// better) or val_file_accuracy; with --task multilabel val_map (macro mAP of the files), val_map_micro or
+  /// val_loss. `auto`: val_macro_f1, or val_map for multilabel (resolved_best_metric).
+  std::string best_metric = "auto";
   /// CUDA only: capture forward, backward and optimizer step in a CUDA Graph (implies drop-last; not with fp16).
   bool cuda_graph = false;
   /// CUDA only: channels-last memory format for the convolutions.
@@ -64,13 +69,17 @@ struct TrainOptions {
 
   /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
   void validate() const;
+  /// best_metric with `auto` resolved for the task.
+  std::string resolved_best_metric() const;
+  /// True for --task multilabel.
+  bool multilabel() const { return task == "multilabel"; }
   /// The fields that define the run (not out/resume/overwrite/profile_steps).
   nlohmann::json to_json() const;
   /// Reads to_json()'s fields (missing ones keep their defaults); FormatError on a mistyped one.
   static TrainOptions from_json(const nlohmann::json& j);
 };
 
-/// Registers --out --resume --overwrite --epochs --amp --positive-class --bce-weight --pos-weight --patience
+/// Registers --out --resume --overwrite --epochs --amp --positive-class --task --bce-weight --pos-weight --patience
 /// --best-metric --cuda-graph --channels-last --profile-steps --config --init-from --reset-heads.
 void add_options(boost::program_options::options_description& desc, TrainOptions& opts);
 

@@ -82,6 +82,8 @@ void Run::set_up_job() {
   world_ = dist.world_size;
   if (rank_ > 0 && log_.level() < LogLevel::warn) log_ = Logger(log_.stream(), LogLevel::warn);
   resolve_resume();
+  cfg_.train.best_metric = cfg_.train.resolved_best_metric();
+  multilabel_ = cfg_.train.multilabel();
   s_.device = cfg_.runtime.resolve_device();
   if (cfg_.train.amp == "fp16" && !s_.device.is_cuda())
     throw InvalidArgument("--amp fp16 needs a CUDA device (use bf16 on the CPU)");
@@ -96,7 +98,9 @@ void Run::set_up_job() {
 void Run::check_dataset() {
   const Dataset meta = load_dataset(cfg_.data.data, /*load_mel=*/false);
   for (const auto& name : kSplitNames) meta.require_files(name);
-  std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
+  check_task(meta);
+  if (multilabel_) std::tie(s_.positive_index, s_.positive_name) = std::pair<int64_t, std::string>{-1, "none"};
+  else std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
   check_training_memory(cfg_, meta.info, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
   if (!resume_from_ && !cfg_.train.init_from.empty()) check_init_weights(meta);
   if (!resume_from_) return;
@@ -137,7 +141,7 @@ void Run::load_data() {
 void Run::make_loader() {
   LoaderOptions loader_opts = cfg_.loader;
   if (cfg_.train.cuda_graph && s_.device.is_cuda()) loader_opts.drop_last = true;
-  loader_ = std::make_unique<BatchLoader>(data_.train, loader_opts, cfg_.model.seed, s_.device, rank_, world_);
+  loader_ = std::make_unique<BatchLoader>(loader_split(), loader_opts, cfg_.model.seed, s_.device, rank_, world_);
   if (loader_->batches_per_epoch() == 0)
     throw InvalidArgument(fmt("--batch-size %lld with --drop-last leaves no batch: train has %lld segments",
                               static_cast<long long>(cfg_.loader.batch_size),
@@ -148,7 +152,9 @@ void Run::make_loader() {
 }
 
 void Run::resolve_pos_weight() {
-  if (cfg_.train.pos_weight == "auto") {
+  if (s_.positive_index < 0) {
+    s_.pos_weight = 1.0;
+  } else if (cfg_.train.pos_weight == "auto") {
     const at::Tensor nvl = data_.train.num_valid_long;
     const double pos = data_.train.label.eq(s_.positive_index).to(at::kLong).mul(nvl).sum().item<double>();
     const double all = nvl.sum().item<double>();
@@ -166,6 +172,7 @@ void Run::set_up_model() {
   model_->set_input_normalization(input_mean_, input_std_);
   model_->to(s_.device);
   if (init_) apply_init_weights();
+  if (multilabel_) train_targets_ = data_.train.targets.to(s_.device);
   if (cfg_.train.channels_last && s_.device.is_cuda()) to_channels_last(*model_);
   params_ = model_->parameters();
   opt_ = std::make_unique<AdamW>(params_, cfg_.optim);
@@ -193,7 +200,7 @@ void Run::write_config() const {
   config["pos_weight_value"] = s_.pos_weight;
   config["input_mean"] = input_mean_;
   config["input_std"] = input_std_;
-  config["model_config"] = model_->config_json();
+  config["model_config"] = model_config();
   config["device"] = s_.device.str();
   config["threads"] = at::get_num_threads();
   config["adamw"] = opt_->implementation();

@@ -2,7 +2,8 @@
 /// The training run behind train() (trainer.h): one object holding the model, optimizer, schedule, scaler, loader
 /// and bookkeeping of a run, from set-up through the epochs to the final evaluation. Internal to the trainer; its
 /// methods are defined by stage in run.cpp (set-up), run_epoch.cpp (epochs and final evaluation), run_state.cpp
-/// (resume and checkpoint contents) and run_dist.cpp (the data-parallel job).
+/// (resume and checkpoint contents), run_dist.cpp (the data-parallel job) and run_task.cpp (multiclass vs
+/// multilabel).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -113,6 +114,29 @@ class Run {
   /// Writes timings.json: the stage times, the total since `total_s` was measured and the peak RSS.
   void write_timings(double total_s);
 
+  // The task (run_task.cpp): what differs between --task multiclass and multilabel.
+  /// Throws before any work when --task multilabel meets a dataset without a targets matrix (or --cuda-graph);
+  /// warns when --task multiclass meets a multi-label dataset (only each file's first label is used).
+  void check_task(const Dataset& meta) const;
+  /// The split the loader batches (it keeps a reference): the training split, or for multilabel the copy
+  /// rows_split_ whose `label` is the file row (Batch::y then indexes train_targets_).
+  const Split& loader_split();
+  /// The training loss of a batch: combined_loss, or multilabel_loss against the batch's target rows.
+  at::Tensor training_loss(const ModelOutput& out, const Batch& batch) const;
+  /// evaluate or evaluate_multilabel (F1 also at `tuned` when >= 0) of `split` with the run's settings.
+  EvalResult evaluate_split(const Split& split, double tuned = -1) const;
+  /// The model's config_json() with the task recorded ("task": "multilabel"; nothing added for multiclass).
+  nlohmann::json model_config() const;
+  /// Adapts an epoch_line to the task: multilabel replaces the multi-class fields by val_map, val_map_micro,
+  /// val_auc, val_f1_micro and val_f1_macro; without a detection head the detection fields are removed.
+  void task_fields(nlohmann::json& line, const EvalResult& val) const;
+  /// What report.json holds for either task: run folder, best.pt, classes, epochs, best metric and the `val` and
+  /// `test` results.
+  nlohmann::json report_json(const EvalResult& val, const EvalResult& test) const;
+  /// finish() for multilabel: best.pt on val (threshold tuned there) and test; report.json and
+  /// scores_{val,test}.csv (per-file class scores).
+  void finish_multilabel(TrainResult& result);
+
   // Resume and checkpoint contents (run_state.cpp).
   /// Fresh run: checks --out. --resume: loads the checkpoint and replaces the configuration by the saved one with
   /// the given flags honoured or refused (resume_config, train/overrides.h).
@@ -185,6 +209,10 @@ class Run {
   double input_mean_ = 0, input_std_ = 1;
   /// --stream as requested (auto, on or off) before load_data resolved it; config.json's "requested".
   std::string stream_requested_;
+  /// --task multilabel; and then the training split's targets, float32 [files, C] on the device.
+  bool multilabel_ = false;
+  at::Tensor train_targets_;
+  Split rows_split_;
   /// Data-parallel job: this rank, the world size, the process group and the gradient all-reduce (world > 1 only).
   int rank_ = 0, world_ = 1;
   std::unique_ptr<ProcessGroup> group_;

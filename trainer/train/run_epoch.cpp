@@ -1,7 +1,9 @@
 #include "train/run.h"
 
 #include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "data/loader.h"
@@ -32,12 +34,13 @@ bool Run::run_epoch() {
   EvalResult val;
   {
     ScopedStage stage(times_, "validate");
-    val = evaluate(*model_, data_.val, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device, s_.autocast);
+    val = evaluate_split(data_.val);
   }
   const double val_s = vw.seconds();
   check_finite_validation(val, e);
   const bool improved = record_validation(val);
-  const nlohmann::json line = epoch_line(e, train, val, val_s);
+  nlohmann::json line = epoch_line(e, train, val, val_s);
+  task_fields(line, val);
   if (monitor_) monitor_->end_epoch(line, val.segment.confusion);
   save_epoch(line, improved);
   log_epoch(line, train, val, val_s, improved);
@@ -55,7 +58,8 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
   Progress progress(fmt("epoch %lld/%lld", static_cast<long long>(epoch + 1),
                         static_cast<long long>(cfg_.train.epochs)),
                     batches, "batches", !log_.enabled(LogLevel::info));
-  int64_t micro = 0;
+  int64_t micro = 0, ml_count = 0;
+  at::Tensor ml_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(s_.device));
   r.lr = schedule_->lr(step_);
   for (;;) {
     std::optional<Batch> batch;
@@ -68,8 +72,13 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
     const bool last_micro = (micro + 1) % cfg_.optim.accumulate == 0 || batch->index == batches - 1;
     at::Tensor loss;
     const ModelOutput out = forward_backward(*batch, last_micro, r.lr, loss);
-    acc.add(out.logits.detach(), out.detection.detach(), batch->y,
-            loss.detach() * static_cast<double>(batch->y.size(0)));
+    if (multilabel_) {
+      ml_loss.add_(loss.detach().to(at::kDouble) * static_cast<double>(batch->y.size(0)));
+      ml_count += batch->y.size(0);
+    } else {
+      acc.add(out.logits.detach(), out.detection.detach(), batch->y,
+              loss.detach() * static_cast<double>(batch->y.size(0)));
+    }
     ++micro;
     if (monitor_) monitor_->add_batch(loss, batch->global_size);
     if (!graph_ && last_micro) r.lr = optimizer_step();
@@ -78,11 +87,16 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
     progress.advance();
   }
   if (profiler_) profiler_->finish();
+  at::Tensor ml_n = at::full({}, static_cast<double>(ml_count), ml_loss.options());
   if (group_) {
-    std::vector<at::Tensor> counts = acc.counts();
+    std::vector<at::Tensor> counts = multilabel_ ? std::vector<at::Tensor>{ml_loss, ml_n} : acc.counts();
     group_->allreduce_sum(counts);
   }
   r.metrics = acc.finish();
+  if (multilabel_) {
+    r.metrics.count = static_cast<int64_t>(ml_n.item<double>());
+    r.metrics.loss = ml_loss.item<double>() / std::max(1.0, ml_n.item<double>());
+  }
   progress.finish();
   r.seconds = watch.seconds();
   r.wait_s = loader_->wait_seconds();
@@ -105,7 +119,7 @@ ModelOutput Run::forward_backward(const Batch& batch, bool last_micro, double& l
     TraceRange range("forward");
     AutocastGuard autocast(s_.device.type(), s_.autocast);
     out = model_->forward(x);
-    loss = combined_loss(out, batch.y, s_.positive_index, cfg_.train.bce_weight, s_.pos_weight_tensor);
+    loss = training_loss(out, batch);
   }
   TraceRange range("backward");
   const int64_t accumulate = cfg_.optim.accumulate;
@@ -203,12 +217,22 @@ void Run::save_epoch(const nlohmann::json& line, bool improved) {
 void Run::log_epoch(const nlohmann::json& line, const EpochTraining& train, const EvalResult& val, double val_s,
                     bool improved) const {
   const Metrics& tm = train.metrics;
-  log_.info(fmt("epoch %lld/%lld: lr %.3g, train loss %.4f acc %.4f | val loss %.4f acc %.4f macro-F1 %.4f, "
-                "files %.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
-                static_cast<long long>(epoch_), static_cast<long long>(cfg_.train.epochs), train.lr, tm.loss,
-                tm.accuracy, val.segment.loss, val.segment.accuracy, val.segment.macro_f1, val.file.accuracy,
-                line["samples_per_s"].get<double>(), train.seconds + val_s,
-                100.0 * line["data_wait_fraction"].get<double>(), improved ? " *" : ""));
+  if (multilabel_) {
+    const auto& m = val.multilabel;
+    log_.info(fmt("epoch %lld/%lld: lr %.3g, train loss %.4f | val loss %.4f mAP %.4f (micro %.4f) ROC-AUC %.4f "
+                  "F1 micro %.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
+                  static_cast<long long>(epoch_), static_cast<long long>(cfg_.train.epochs), train.lr, tm.loss,
+                  val.segment.loss, m.map_macro, m.map_micro, m.auc_macro, m.f1.micro,
+                  line["samples_per_s"].get<double>(), train.seconds + val_s,
+                  100.0 * line["data_wait_fraction"].get<double>(), improved ? " *" : ""));
+  } else {
+    log_.info(fmt("epoch %lld/%lld: lr %.3g, train loss %.4f acc %.4f | val loss %.4f acc %.4f macro-F1 %.4f, "
+                  "files %.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
+                  static_cast<long long>(epoch_), static_cast<long long>(cfg_.train.epochs), train.lr, tm.loss,
+                  tm.accuracy, val.segment.loss, val.segment.accuracy, val.segment.macro_f1, val.file.accuracy,
+                  line["samples_per_s"].get<double>(), train.seconds + val_s,
+                  100.0 * line["data_wait_fraction"].get<double>(), improved ? " *" : ""));
+  }
   if (early_stopped_)
     log_.info(fmt("early stop: %s has not improved for %lld epochs (best %.4f in epoch %lld)",
                   cfg_.train.best_metric.c_str(), static_cast<long long>(bad_epochs_), best_value_,
@@ -244,6 +268,7 @@ void Run::finish(TrainResult& result) {
   const fs::path best = run_dir_ / "checkpoints" / "best.pt";
   const Checkpoint c = load_checkpoint(best);
   load_state_dict(*model_, c.model, best.string());
+  if (multilabel_) return finish_multilabel(result);
   EvalResult val = evaluate(*model_, data_.val, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device,
                             s_.autocast);
   EvalResult test = evaluate(*model_, data_.test, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device,
@@ -252,23 +277,15 @@ void Run::finish(TrainResult& result) {
   write_file_atomically(run_dir_ / "confusion_test.csv", test.segment.confusion_csv(data_.class_names));
   write_file_atomically(run_dir_ / "confusion_val_files.csv", val.file.confusion_csv(data_.class_names));
   write_file_atomically(run_dir_ / "confusion_test_files.csv", test.file.confusion_csv(data_.class_names));
-  nlohmann::json report = {{"run_dir", fs::absolute(run_dir_).string()},
-                           {"checkpoint", fs::absolute(best).string()},
-                           {"classes", data_.class_names},
-                           {"positive_class", s_.positive_name},
-                           {"epochs_done", epoch_},
-                           {"best_epoch", best_epoch_},
-                           {"best_metric", cfg_.train.best_metric},
-                           {"best_value", best_value_},
-                           {"early_stopped", early_stopped_},
-                           {"val", val.to_json(data_.class_names)},
-                           {"test", test.to_json(data_.class_names)}};
+  nlohmann::json report = report_json(val, test);
+  report["positive_class"] = s_.positive_name;
   write_json_atomically(run_dir_ / "report.json", report);
-  log_.info(fmt("best epoch %lld (%s %.4f): test accuracy %.4f, macro-F1 %.4f; files %.4f (macro-F1 %.4f); "
-                "detection F1 %.4f (files %.4f)",
+  log_.info(fmt("best epoch %lld (%s %.4f): test accuracy %.4f, macro-F1 %.4f; files %.4f (macro-F1 %.4f)%s",
                 static_cast<long long>(best_epoch_), cfg_.train.best_metric.c_str(), best_value_,
                 test.segment.accuracy, test.segment.macro_f1, test.file.accuracy, test.file.macro_f1,
-                test.segment.det_f1, test.file.det_f1));
+                s_.positive_index < 0 ? ""
+                                      : fmt("; detection F1 %.4f (files %.4f)", test.segment.det_f1,
+                                            test.file.det_f1).c_str()));
   result.val = std::move(val);
   result.test = std::move(test);
 }

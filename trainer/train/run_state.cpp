@@ -127,7 +127,7 @@ void Run::apply_init_weights() {
 Checkpoint Run::make_checkpoint() const {
   Checkpoint c;
   c.version = kCheckpointVersion;
-  c.model_config = model_->config_json();
+  c.model_config = model_config();
   c.config = cfg_.to_json();
   c.mel = data_.info.to_json();
   c.class_names = data_.class_names;

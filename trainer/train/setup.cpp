@@ -40,11 +40,20 @@ void to_channels_last(torch::nn::Module& module) {
 }
 
 std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std::string& name, const Logger& log) {
+  if (name == kNoPositiveClass) {
+    for (const auto& c : d.class_names)
+      if (c == kNoPositiveClass)
+        log.warn("--positive-class none switches the detection head off; the dataset's class named 'none' is not "
+                 "made the detection class");
+    log.info("--positive-class none: no detection head (no BCE term in the loss, no detection metrics)");
+    return {-1, kNoPositiveClass};
+  }
   if (!name.empty()) return {d.class_index(name, "--positive-class"), name};
   for (std::size_t i = 0; i < d.class_names.size(); ++i)
     if (d.class_names[i] == "leak") return {static_cast<int64_t>(i), "leak"};
   log.info("no --positive-class and no class named 'leak': the detection head detects '" + d.class_names[0] +
-           "' (the first class)");
+           "' (the first class); name another with --positive-class NAME, or switch the head off with "
+           "--positive-class none");
   return {0, d.class_names[0]};
 }
 

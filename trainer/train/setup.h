@@ -34,7 +34,7 @@ struct StepSetup {
   at::Device device = at::kCPU;
   /// Autocast dtype: at::kFloat (off), at::kBFloat16 or at::kHalf (amp_dtype()).
   at::ScalarType autocast = at::kFloat;
-  /// Label index and name of the detection head's positive class.
+  /// Label index and name of the detection head's positive class; -1 and "none" without a detection head.
   int64_t positive_index = 0;
   std::string positive_name;
   /// Weight of the BCE's positive term, and the same as a float32 tensor [1] on `device`.
@@ -54,8 +54,12 @@ void configure_cuda(bool cuda);
 /// Gives the 4-d parameters of `module` (the convolution weights) the channels-last memory format.
 void to_channels_last(torch::nn::Module& module);
 
-/// The positive class {index, name}: the one named (`name`; InvalidArgument naming --positive-class when the
-/// dataset has no such class), else `leak` when present, else the first class (said on `log`).
+/// The `--positive-class` value that switches the detection head off.
+inline constexpr const char* kNoPositiveClass = "none";
+
+/// The positive class {index, name}: {-1, "none"} for `none` (no detection head; said on `log`), the one named
+/// (`name`; InvalidArgument naming --positive-class when the dataset has no such class), else `leak` when present,
+/// else the first class (said on `log`, with how to change it).
 std::pair<int64_t, std::string> pick_positive_class(const Dataset& dataset, const std::string& name,
                                                     const Logger& log);
 

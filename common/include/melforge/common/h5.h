@@ -265,6 +265,13 @@ std::string read_attribute_string(Ref object, const std::string& name);
 void write_int32(Ref parent, const std::string& name, std::span<const int32_t> values);
 /// Reads a whole 1-D integer dataset as int32; FormatError when missing, not an integer or not 1-D.
 std::vector<int32_t> read_int32(Ref parent, const std::string& name);
+/// Writes `values` (row-major, rows * cols) as a new 2-D uint8 dataset [rows, cols] (contiguous, H5T_STD_U8LE).
+/// Throws InvalidArgument when values.size() != rows * cols.
+void write_uint8_matrix(Ref parent, const std::string& name, int64_t rows, int64_t cols,
+                        std::span<const uint8_t> values);
+/// Reads a whole 2-D integer dataset as uint8, row-major, and its dims [rows, cols]; FormatError when missing, not
+/// an integer or not 2-D.
+std::vector<uint8_t> read_uint8_matrix(Ref parent, const std::string& name, std::vector<int64_t>& dims_out);
 /// Writes `values` as a new 1-D variable-length UTF-8 string dataset [values.size()].
 void write_strings(Ref parent, const std::string& name, const std::vector<std::string>& values);
 /// Reads a whole 1-D string dataset (variable or fixed length); FormatError when missing, not strings or not 1-D.

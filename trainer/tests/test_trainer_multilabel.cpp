@@ -1,0 +1,249 @@
+// --task multilabel end to end on a tiny corpus of tone mixtures (labels: which tones a file holds), the file-score
+// aggregation, the refusals around it, and --positive-class none.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/log.h>
+#include <ATen/ops/log1p.h>
+#include <ATen/ops/rand.h>
+#include <sndfile.h>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "eval/multilabel.h"
+#include "melforge/common/errors.h"
+#include "metrics/multilabel.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "trainer_fixture.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  REQUIRE(f);
+  return nlohmann::json::parse(f);
+}
+
+/// The tones of the corpus: class name and frequency in Hz.
+const std::vector<std::pair<std::string, double>> kTones = {{"high", 2400}, {"low", 350}, {"mid", 1100}};
+
+/// Writes a 16-bit mono WAV at 8 kHz of `frames` frames: the sum of the tones whose bit is set in `mask` (bit k:
+/// kTones[k]), with a little deterministic noise.
+void write_mix(const fs::path& path, unsigned mask, int64_t frames, uint32_t seed) {
+  fs::create_directories(path.parent_path());
+  SF_INFO info{};
+  info.samplerate = 8000;
+  info.channels = 1;
+  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  REQUIRE(f != nullptr);
+  std::vector<float> buf(static_cast<std::size_t>(frames));
+  uint32_t lcg = seed;
+  for (int64_t i = 0; i < frames; ++i) {
+    lcg = lcg * 1664525u + 1013904223u;
+    float v = (static_cast<float>(lcg >> 8) / 16777216.0f - 0.5f) * 0.04f;
+    for (std::size_t k = 0; k < kTones.size(); ++k)
+      if (mask & (1u << k)) v += 0.25f * static_cast<float>(std::sin(2.0 * M_PI * kTones[k].second * i / 8000.0));
+    buf[static_cast<std::size_t>(i)] = v;
+  }
+  sf_writef_float(f, buf.data(), frames);
+  sf_close(f);
+}
+
+/// A multi-label corpus (every non-empty subset of the tones, `per_set` files each, splits 3:1:1 by file number)
+/// built into `root`/data through a manifest; the first label of a row rotates so that stratification sees every
+/// class.
+fs::path build_mix_dataset(const fs::path& root, int per_set) {
+  std::string manifest = "path,label,split\n";
+  int n = 0;
+  for (unsigned mask = 1; mask < 8; ++mask) {
+    for (int i = 0; i < per_set; ++i, ++n) {
+      const std::string name = "m" + std::to_string(mask) + "_" + std::to_string(i) + ".wav";
+      write_mix(root / "in" / name, mask, 6000 + (n * 977) % 9000, 7u + static_cast<uint32_t>(n));
+      std::vector<std::string> labels;
+      for (std::size_t k = 0; k < kTones.size(); ++k)
+        if (mask & (1u << ((k + static_cast<std::size_t>(i)) % kTones.size())))
+          labels.push_back(kTones[(k + static_cast<std::size_t>(i)) % kTones.size()].first);
+      std::string field;
+      for (const auto& l : labels) field += (field.empty() ? "" : ";") + l;
+      manifest += "in/" + name + "," + field + "," + (i % 5 == 3 ? "val" : i % 5 == 4 ? "test" : "train") + "\n";
+    }
+  }
+  test::write_text(root / "m.csv", manifest);
+  builder::BuildConfig c = test::tiny_build_config({}, root / "data");
+  c.build.manifest = root / "m.csv";
+  builder::run_build(c);
+  return root / "data";
+}
+
+/// The mean prevalence of the classes in `split`'s targets: the mAP of scores that carry no information.
+double chance_map(const trainer::Split& split) { return split.targets.mean(0).mean().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("aggregate_multilabel takes the mean or the max over the valid segments of each file",
+          "[trainer][multilabel]") {
+  at::manual_seed(3);
+  const at::Tensor probs = at::rand({3, 2, 4, 5});
+  std::vector<int64_t> valid = {2, 1, 2};
+  const at::Tensor nvl = at::from_blob(valid.data(), {3}, at::kLong).clone();
+  const std::string how = GENERATE(std::string("mean"), std::string("max"));
+  const at::Tensor got = trainer::aggregate_multilabel(probs, nvl, how);
+  REQUIRE(got.sizes() == at::IntArrayRef({3, 5}));
+  for (int64_t f = 0; f < 3; ++f) {
+    const at::Tensor rows = probs[f].narrow(0, 0, nvl[f].item<int64_t>()).reshape({-1, 5});
+    const at::Tensor want = how == "max" ? std::get<0>(rows.max(0)) : rows.mean(0);
+    CHECK(at::allclose(got[f], want, 1e-6, 1e-7));
+    const at::Tensor logits = at::log(rows) - at::log1p(-rows);
+    CHECK(at::allclose(trainer::multilabel_file_scores(logits, how), want, 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("multilabel training on tone mixtures ends well above chance, and eval reports the same numbers",
+          "[trainer][multilabel]") {
+  TempDir d;
+  const fs::path data = build_mix_dataset(d.path(), 10);
+  const fs::path run = d / "run";
+  auto c = test::tiny_config(data, run, 8);
+  c.train.task = "multilabel";
+  std::ostringstream log;
+  const trainer::TrainResult r = trainer::train(c, log);
+  INFO(log.str());
+  REQUIRE(r.test.has_value());
+  REQUIRE(r.test->is_multilabel);
+  const trainer::Split test = trainer::read_split(data / "test.h5", "test", /*load_mel=*/false);
+  const double chance = chance_map(test);
+  const auto& m = r.test->multilabel;
+  INFO("test mAP " << m.map_macro << " (micro " << m.map_micro << "), AUC " << m.auc_macro << ", chance " << chance);
+  CHECK(chance < 0.65);
+  CHECK(m.map_macro >= chance + 0.25);
+  CHECK(m.auc_macro >= 0.85);
+  CHECK(m.ap_undefined == 0);
+
+  const auto config = read_json(run / "config.json");
+  CHECK(config["train"]["task"] == "multilabel");
+  CHECK(config["train"]["best_metric"] == "val_map");
+  CHECK(config["model_config"]["task"] == "multilabel");
+  const auto lines = test::read_lines(run / "metrics.jsonl");
+  REQUIRE(lines.size() == 8);
+  for (const char* k : {"val_map", "val_map_micro", "val_auc", "val_f1_micro", "val_loss", "train_loss"}) {
+    INFO(k);
+    CHECK(lines.back()[k].is_number());
+  }
+  CHECK_FALSE(lines.back().contains("val_macro_f1"));
+  CHECK_FALSE(lines.back().contains("val_det_f1"));
+  const auto report = read_json(run / "report.json");
+  CHECK(report["task"] == "multilabel");
+  CHECK(report["test"]["multilabel"]["map_macro"].get<double>() == m.map_macro);
+  CHECK(report["test"]["multilabel"]["f1_tuned"]["threshold"].get<double>() == report["tuned_threshold"].get<double>());
+  CHECK(fs::is_regular_file(run / "scores_test.csv"));
+  CHECK(trainer::load_checkpoint(run / "checkpoints/best.pt").model_config["task"] == "multilabel");
+
+  std::vector<double> scores(r.test->file_scores.data_ptr<float>(),
+                             r.test->file_scores.data_ptr<float>() + r.test->file_scores.numel());
+  const at::Tensor t = test.targets.to(at::kByte).contiguous();
+  const std::vector<uint8_t> targets(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + t.numel());
+  const auto again = metrics::multilabel_metrics(scores, targets, test.files(), 3, 0.5);
+  CHECK(again.map_macro == m.map_macro);
+  CHECK(again.auc_macro == m.auc_macro);
+
+  trainer::EvalCommandOptions e;
+  e.checkpoint = run / "checkpoints" / "best.pt";
+  trainer::DataOptions data_opts;
+  data_opts.data = data;
+  trainer::RuntimeOptions runtime;
+  runtime.log_level = "warn";
+  std::ostringstream out;
+  const nlohmann::json ev = trainer::run_eval(e, data_opts, trainer::EvalOptions{}, runtime, out, log);
+  CHECK(ev["multilabel"]["map_macro"].get<double>() == m.map_macro);
+  CHECK(ev["multilabel"]["f1_tuned"]["micro"].get<double>() == m.f1_tuned.micro);
+  CHECK(ev["tuned_threshold"] == report["tuned_threshold"]);
+  CHECK_THAT(out.str(), Catch::Contains("mAP macro") && Catch::Contains("tuned on val") && Catch::Contains("low"));
+
+  for (const std::string cmd : {"predict", "export"}) {
+    CAPTURE(cmd);
+    std::vector<std::string> args = {"melforge-train", cmd, "--checkpoint", e.checkpoint.string()};
+    if (cmd == "predict") args = test::with(args, {(d / "in" / "m1_0.wav").string()});
+    else args = test::with(args, {"--out", (d / "exported").string()});
+    const auto [code, output] = test::run_in_process(args);
+    CHECK(code != 0);
+    CHECK_THAT(output, Catch::Contains("--task multilabel"));
+  }
+}
+
+TEST_CASE("multilabel training refuses a single-label dataset and multiclass flags before any work",
+          "[trainer][multilabel]") {
+  TempDir d;
+  const fs::path data = test::build_tone_dataset(d.path(), 2, 3);
+  auto c = test::tiny_config(data, d / "run", 1);
+  c.train.task = "multilabel";
+  std::ostringstream log;
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--task multilabel") &&
+                                                Catch::Contains("no multi-label targets matrix"));
+  CHECK_FALSE(fs::exists(d / "run" / "config.json"));
+  c.train.best_metric = "val_macro_f1";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--best-metric"));
+  c.train.best_metric = "auto";
+  c.train.positive_class = "class0";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--positive-class"));
+  c.train.positive_class.clear();
+  c.eval.aggregate = "median";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--aggregate"));
+  c.eval.aggregate = "mean";
+  c.eval.vote = "majority";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--vote") && Catch::Contains("--aggregate"));
+  c.eval.vote = "mean";
+  c.train.pos_weight = "2";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--pos-weight"));
+  c.train.task = "multiclass";
+  c.train.positive_class = "none";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--positive-class none"));
+  c.train.pos_weight = "auto";
+  c.eval.aggregate = "max";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--aggregate applies to --task multilabel"));
+  c.eval.aggregate = "mean";
+  c.train.task = "regression";
+  CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("--task"));
+}
+
+TEST_CASE("positive class none trains without the detection head, the default names the class it took",
+          "[trainer][train]") {
+  TempDir d;
+  const fs::path data = test::build_tone_dataset(d.path(), 3, 4);
+  std::ostringstream log;
+  auto c = test::tiny_config(data, d / "run", 3);
+  c.runtime.log_level = "info";
+  const bool none = GENERATE(true, false);
+  if (none) c.train.positive_class = "none";
+  const trainer::TrainResult r = trainer::train(c, log);
+  REQUIRE(r.test.has_value());
+  const auto report = read_json(d / "run" / "report.json");
+  const auto lines = test::read_lines(d / "run" / "metrics.jsonl");
+  REQUIRE(lines.size() == 3);
+  if (none) {
+    CHECK(report["positive_class"] == "none");
+    CHECK_FALSE(report["test"]["segment"].contains("detection"));
+    CHECK_FALSE(report["test"]["file"].contains("detection"));
+    CHECK_FALSE(lines.back().contains("val_det_f1"));
+    CHECK(report["test"]["segment"]["accuracy"].get<double>() >= 0.8);
+    CHECK_THAT(log.str(), Catch::Contains("--positive-class none: no detection head"));
+    CHECK(trainer::load_checkpoint(d / "run" / "checkpoints/best.pt").positive_index == -1);
+  } else {
+    CHECK(report["positive_class"] == "class0");
+    CHECK(report["test"]["segment"].contains("detection"));
+    CHECK(lines.back()["val_det_f1"].is_number());
+    CHECK_THAT(log.str(), Catch::Contains("detects 'class0' (the first class)") &&
+                              Catch::Contains("--positive-class none"));
+  }
+}
