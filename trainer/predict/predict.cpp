@@ -40,9 +40,9 @@ namespace melforge::trainer {
 
 namespace {
 
-std::string number(double v) {
+std::string number(double v, int digits = 6) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
 
@@ -135,7 +135,7 @@ class WindowWriter {
         first_ = false;
         continue;
       }
-      file_ << csv_field(utf8::escape(file)) << ',' << k << ',' << number(start) << ',' << number(end) << ','
+      file_ << csv_field(utf8::escape(file)) << ',' << k << ',' << number(start, 10) << ',' << number(end, 10) << ','
             << csv_field(utf8::escape(predicted)) << ',' << number(votes.detection_score[kk]) << ','
             << static_cast<int>(votes.detected[kk]);
       for (std::size_t c = 0; c < C; ++c) file_ << ',' << number(votes.class_probs[kk * C + c]);
