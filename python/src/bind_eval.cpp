@@ -189,7 +189,7 @@ void bind_eval(nb::module_& m) {
       .def(nb::init<const std::string&, int>(), nb::arg("mel_json"), nb::arg("threads") = 0)
       .def("__call__", &PyFeaturizer::call, nb::arg("path"),
            "(float32 [num_long, num_short, n_mels, n_frames], num_valid_long) of one file; raises AudioError "
-           "naming the file when it cannot be used."
+           "naming the file when it cannot be used.")
       .def(
           "windows",
           [](PyFeaturizer& f, const std::string& path, double hop_seconds, int64_t batch_windows) {
