@@ -238,7 +238,7 @@ struct CommandOptions {
   PredictOptions predict;
   ExportOptions export_opts;
   BenchOptions bench;
-  /// Exit code of the command that ran (train sets it; the others return kExitOk or throw).
+  /// Exit code of the command that ran (train and predict set it; the others return kExitOk or throw).
   int exit_code = kExitOk;
 };
 
@@ -281,7 +281,7 @@ std::map<std::string, Command> make_commands(CommandOptions& opts) {
         },
         [&opts](std::ostream& o, std::ostream& e) {
           opts.predict.validate();
-          run_predict(opts.predict, o, e);
+          opts.exit_code = run_predict(opts.predict, o, e).failed > 0 ? kExitSomeFailed : kExitOk;
         }}},
       {"export",
        {"write a checkpoint's weights for Python's torch.load",

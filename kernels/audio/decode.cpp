@@ -364,36 +364,72 @@ void mix_down(const float* data, int64_t frames, int channels, int channel, floa
 /// (FLAC). A WAV whose data chunk claims more bytes than the file holds is not seen as truncated: libsndfile's header
 /// already clamps the frame count to the complete frames present (streaming writers leave such sizes in valid
 /// files), and exactly those frames are decoded.
+class MonoReader {
+ public:
+  MonoReader(const fs::path& path, OpenAudio& file, int channel, int target_rate, int64_t limit)
+      : path_(path), file_(file), channel_(channel), claimed_(std::min(file.info.frames, limit)) {
+    sf_command(file.snd.get(), SFC_SET_NORM_FLOAT, nullptr, SF_TRUE);
+    const int64_t chunk = std::min(chunk_frames(file.info.channels), claimed_);
+    interleaved_.resize(static_cast<size_t>(chunk * file.info.channels));
+    mono_.resize(static_cast<size_t>(chunk));
+    if (file.info.sample_rate != target_rate) resampler_.emplace(path, file.info.sample_rate, target_rate);
+  }
+  MonoReader(const MonoReader&) = delete;
+  MonoReader& operator=(const MonoReader&) = delete;
+
+  /// Reads one chunk, or at the end flushes the resampler, and hands the output to `sink`; false once all of it was
+  /// handed on. Throws AudioError as stream_mono.
+  bool step(const MonoSink& sink) {
+    if (done_ < claimed_) {
+      read_chunk(sink);
+      return true;
+    }
+    if (resampler_ && !flushed_) {
+      resampler_->flush(sink);
+      flushed_ = true;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  void read_chunk(const MonoSink& sink) {
+    SNDFILE* snd = file_.snd.get();
+    const int channels = file_.info.channels;
+    const sf_count_t want = std::min<sf_count_t>(static_cast<sf_count_t>(mono_.size()), claimed_ - done_);
+    const sf_count_t got = sf_readf_float(snd, interleaved_.data(), want);
+    if (got > 0) {
+      check_samples(path_, interleaved_.data(), got, channels, done_);
+      mix_down(interleaved_.data(), got, channels, channel_, mono_.data());
+      if (resampler_) resampler_->push(mono_.data(), got, sink);
+      else sink(mono_.data(), got);
+      done_ += got;
+    }
+    if (got < want) {
+      std::string reason = "truncated: header claims " + std::to_string(claimed_) + " frames, read " +
+                           std::to_string(done_);
+      if (sf_error(snd) != SF_ERR_NO_ERROR) reason += " (" + std::string(sf_strerror(snd)) + ")";
+      fail(path_, reason);
+    }
+  }
+
+  const fs::path& path_;
+  OpenAudio& file_;
+  const int channel_;
+  const int64_t claimed_;
+  int64_t done_ = 0;
+  bool flushed_ = false;
+  std::vector<float> interleaved_;
+  std::vector<float> mono_;
+  std::optional<Resampler> resampler_;
+};
+
+/// Hands the first `limit` frames of `file` to `sink` a MonoReader step at a time.
 void stream_mono(const fs::path& path, OpenAudio& file, int channel, int target_rate, int64_t limit,
                  const MonoSink& sink) {
-  SNDFILE* snd = file.snd.get();
-  const int channels = file.info.channels;
-  const int64_t claimed = std::min(file.info.frames, limit);
-  sf_command(snd, SFC_SET_NORM_FLOAT, nullptr, SF_TRUE);
-  const int64_t chunk = std::min(chunk_frames(channels), claimed);
-  std::vector<float> interleaved(static_cast<size_t>(chunk * channels));
-  std::vector<float> mono(static_cast<size_t>(chunk));
-  std::optional<Resampler> resampler;
-  if (file.info.sample_rate != target_rate) resampler.emplace(path, file.info.sample_rate, target_rate);
-  int64_t done = 0;
-  while (done < claimed) {
-    const sf_count_t want = std::min<sf_count_t>(chunk, claimed - done);
-    const sf_count_t got = sf_readf_float(snd, interleaved.data(), want);
-    if (got <= 0) break;
-    check_samples(path, interleaved.data(), got, channels, done);
-    mix_down(interleaved.data(), got, channels, channel, mono.data());
-    if (resampler) resampler->push(mono.data(), got, sink);
-    else sink(mono.data(), got);
-    done += got;
-    if (got < want) break;
+  MonoReader reader(path, file, channel, target_rate, limit);
+  while (reader.step(sink)) {
   }
-  if (done < claimed) {
-    std::string reason = "truncated: header claims " + std::to_string(claimed) + " frames, read " +
-                         std::to_string(done);
-    if (sf_error(snd) != SF_ERR_NO_ERROR) reason += " (" + std::string(sf_strerror(snd)) + ")";
-    fail(path, reason);
-  }
-  if (resampler) resampler->flush(sink);
 }
 
 /// Native frames decode() reads for `max_frames` output frames (0: all): see decode().
@@ -469,6 +505,10 @@ class Decoder {
   const DecodedInto& result() const { return result_; }
   /// Streams the signal to `sink` (stream_mono); soxr may hand on a few samples past result().frames.
   void stream(const MonoSink& sink) { stream_mono(path_, file_, opts_.channel, opts_.sample_rate, part_.frames, sink); }
+  /// A reader of the same signal a step at a time (it refers to this Decoder, which must outlive it).
+  std::unique_ptr<MonoReader> reader() {
+    return std::make_unique<MonoReader>(path_, file_, opts_.channel, opts_.sample_rate, part_.frames);
+  }
 
  private:
   static const DecodeOptions& checked(const DecodeOptions& opts) {
@@ -520,6 +560,54 @@ DecodedAudio decode(const std::filesystem::path& path, const DecodeOptions& opts
   });
   out.samples.resize(static_cast<size_t>(keep), 0.0f);
   return out;
+}
+
+struct DecodeStream::Impl {
+  Impl(const fs::path& p, const DecodeOptions& opts) : path(p), decoder(path, opts, 0), reader(decoder.reader()) {}
+  const fs::path path;
+  Decoder decoder;
+  std::unique_ptr<MonoReader> reader;
+  /// Output of the last step not yet read, from `taken`.
+  std::vector<float> pending;
+  size_t taken = 0;
+  /// Samples given so far.
+  int64_t given = 0;
+  bool ended = false;
+};
+
+DecodeStream::DecodeStream(const std::filesystem::path& path, const DecodeOptions& opts)
+    : impl_(std::make_unique<Impl>(path, opts)) {}
+
+DecodeStream::~DecodeStream() = default;
+
+const DecodedInto& DecodeStream::info() const { return impl_->decoder.result(); }
+
+int64_t DecodeStream::read(std::span<float> dst) {
+  Impl& s = *impl_;
+  const int64_t total = s.decoder.result().frames;
+  const int64_t want = std::min(static_cast<int64_t>(dst.size()), total - s.given);
+  int64_t n = 0;
+  const MonoSink append = [&s](const float* samples, int64_t count) {
+    s.pending.insert(s.pending.end(), samples, samples + count);
+  };
+  while (n < want) {
+    if (s.taken < s.pending.size()) {
+      const int64_t take = std::min(want - n, static_cast<int64_t>(s.pending.size() - s.taken));
+      std::memcpy(dst.data() + n, s.pending.data() + s.taken, static_cast<size_t>(take) * sizeof(float));
+      s.taken += static_cast<size_t>(take);
+      n += take;
+      continue;
+    }
+    s.pending.clear();
+    s.taken = 0;
+    if (s.ended || !s.reader->step(append)) {
+      s.ended = true;
+      std::fill(dst.begin() + n, dst.begin() + want, 0.0f);
+      n = want;
+    }
+  }
+  s.given += n;
+  return n;
 }
 
 }  // namespace melforge::audio

@@ -2,6 +2,7 @@
 /// Audio decoding through libsndfile, with mix-down or channel selection and resampling through libsoxr.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +91,28 @@ struct DecodedInto {
 /// most decode_bytes(info, opts, dst.size()) bytes of buffers, however long the file. Throws InvalidArgument for an
 /// empty `dst`. On AudioError, dst holds part of the signal.
 DecodedInto decode_to(const std::filesystem::path& path, const DecodeOptions& opts, std::span<float> dst);
+
+/// decode() read a block at a time on demand: the same samples, in order, read with read(). Besides the caller's
+/// buffer it holds the read chunk, its mono mix, soxr's state and the output of one read chunk not yet taken, at
+/// most about 1.6 MiB plus (read chunk x rate ratio) samples whatever the file's length (predict's whole-file
+/// windows). Errors as decode(), thrown by the constructor (header, channel) or by read() (truncation, NaN, ...).
+class DecodeStream {
+ public:
+  /// Opens `path` and checks `opts` and the channel (throws InvalidArgument or AudioError as decode()).
+  DecodeStream(const std::filesystem::path& path, const DecodeOptions& opts);
+  ~DecodeStream();
+  DecodeStream(const DecodeStream&) = delete;
+  DecodeStream& operator=(const DecodeStream&) = delete;
+  /// The header, whether the audio is resampled, and `frames`: the samples the stream gives in all
+  /// (decode(path, opts).samples.size()), known before any audio is read.
+  const DecodedInto& info() const;
+  /// Writes the next min(dst.size(), remaining) samples to `dst` and returns their count; 0 at the end.
+  int64_t read(std::span<float> dst);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// Upper bound, in bytes, of the buffers decode_to(path, opts, dst of max_frames) holds besides `dst` for a file of
 /// `info` (decode holds the same plus its result): the interleaved read chunk (at most 256 KiB, whatever the channel

@@ -133,13 +133,17 @@ FloatFeatures Featurizer::operator()(const std::filesystem::path& path) {
   out.num_valid_long = f.num_valid_long;
   const auto n = static_cast<std::size_t>(p.num_long * p.num_short * p.n_mels * p.n_frames);
   out.values.resize(n);
-  if (p.dtype == mel::DType::float32) {
-    std::memcpy(out.values.data(), f.bytes.data(), n * sizeof(float));
-  } else {
-    const auto* src = reinterpret_cast<const uint16_t*>(f.bytes.data());
-    for (std::size_t i = 0; i < n; ++i) out.values[i] = mel::half_bits_to_float(src[i]);
-  }
+  to_float(f.bytes.data(), p.dtype, out.values);
   return out;
+}
+
+void to_float(const void* bytes, mel::DType dtype, std::span<float> out) {
+  if (dtype == mel::DType::float32) {
+    std::memcpy(out.data(), bytes, out.size() * sizeof(float));
+  } else {
+    const auto* src = static_cast<const uint16_t*>(bytes);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = mel::half_bits_to_float(src[i]);
+  }
 }
 
 }  // namespace melforge::featurize

@@ -100,6 +100,9 @@ struct FloatFeatures {
   int num_valid_long = 0;
 };
 
+/// Widens out.size() elements of `dtype` at `bytes` (float16 as half bits, converted exactly) to float32 `out`.
+void to_float(const void* bytes, mel::DType dtype, std::span<float> out);
+
 /// featurize_file with one CPU engine built once for many files, as `melforge-train predict` and melforge.predict
 /// featurize: the same bytes a dataset with these parameters stores, as float32.
 class Featurizer {
@@ -112,6 +115,8 @@ class Featurizer {
   FloatFeatures operator()(const std::filesystem::path& path);
   /// The dataset parameters.
   const DatasetParams& params() const { return params_; }
+  /// The CPU engine (kernels/windows computes whole-file windows with it).
+  mel::MelEngine& engine() { return *engine_; }
 
  private:
   DatasetParams params_;

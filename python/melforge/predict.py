@@ -1,7 +1,8 @@
 """`melforge.predict`: `melforge-train predict` from Python, with the model in PyTorch.
 
-Input listing (kernels/inputs: FolderWalk), featurization (kernels/featurize: decode, resample, segment, log-mel,
-float16 rounding as the dataset stores it) and the file-level vote (kernels/vote) are the C++ code the binary runs;
+Input listing (kernels/inputs: FolderWalk), whole-file windows (kernels/windows: streamed decode and resample, one
+long segment every hop, log-mel, float16 rounding as the dataset stores it) and the file-level vote over the windows
+(kernels/vote) are the C++ code the binary runs;
 the model is `melforge.models` in torch, with the weights of a checkpoint or of an export.
 """
 from __future__ import annotations
@@ -58,34 +59,44 @@ def _resolve_device(device: str):
     return torch.device("cuda:0" if cuda else "cpu")
 
 
-def _score_chunk(model, feats, rows, vote, threshold, device):
-    """Runs the valid long segments of `feats` ([(mel [L, S, M, T], num_valid_long)]) through the model and fills
-    `rows` with the file-level vote (as trainer/predict/predict.cpp score_chunk)."""
+_BATCH_SEGMENTS = 1024  # as kPredictBatchSegments of trainer/predict/predict.h
+
+
+def _score_file(model, featurize, path, hop, num_short, vote, threshold, device, class_names, want_windows):
+    """The row of one file (as trainer/predict/predict.cpp predict_file): its windows (kernels/windows, streamed)
+    through the model a fixed-size batch at a time, then the vote of `eval` over all of them (kernels/vote)."""
     import torch
 
-    mel = np.stack([f for f, _ in feats])
-    F, L, S, M, T = mel.shape
-    nvl = np.array([n for _, n in feats], dtype=np.int64)
-    idx = np.concatenate([f * L + np.arange(n) for f, n in enumerate(nvl)])
-    x = torch.from_numpy(mel.reshape(F * L, S, M, T)[idx].reshape(-1, M, T)).to(device)
-    logits, detection = model(x)
-    probs = torch.softmax(logits.float(), 1).reshape(len(idx), S, -1).cpu().numpy()
-    det = torch.sigmoid(detection.float()).reshape(len(idx), S).cpu().numpy()
-    C = probs.shape[2]
-    dense = np.zeros((F * L, S, C), dtype=np.float32)
-    dense[idx] = probs
-    dense_det = np.zeros((F * L, S), dtype=np.float32)
-    dense_det[idx] = det
-    cp, pred, score, detected = _core.vote_files(dense.reshape(F, L, S, C), dense_det.reshape(F, L, S), nvl, vote,
+    windows = featurize.windows(path, hop, max(1, _BATCH_SEGMENTS // num_short))
+    probs, dets = [], []
+    while (batch := windows.next()) is not None:
+        mel, _ = batch
+        n, S, M, T = mel.shape
+        logits, detection = model(torch.from_numpy(mel.reshape(n * S, M, T)).to(device))
+        probs.append(torch.softmax(logits.float(), 1).reshape(n, S, -1).cpu().numpy())
+        dets.append(torch.sigmoid(detection.float()).reshape(n, S).cpu().numpy())
+    probs = np.ascontiguousarray(np.concatenate(probs), dtype=np.float32)
+    dets = np.ascontiguousarray(np.concatenate(dets), dtype=np.float32)
+    W = probs.shape[0]
+    cp, pred, score, detected = _core.vote_files(probs[None], dets[None], np.array([W], dtype=np.int64), vote,
                                                  float(threshold))
-    for f, row in enumerate(rows):
-        row.update(probs=cp[f], predicted=int(pred[f]), score=float(score[f]), detected=bool(detected[f]),
-                   num_valid_long=int(nvl[f]))
+    row = dict(probs=cp[0], predicted=int(pred[0]), score=float(score[0]), detected=bool(detected[0]),
+               num_windows=W)
+    if want_windows:
+        wp, wpred, wscore, wdet = _core.vote_files(probs[:, None], dets[:, None], np.ones(W, dtype=np.int64),
+                                                   "mean", float(threshold))
+        start, end = windows.times()
+        row["windows"] = [{"path": path, "window": k, "start": float(start[k]), "end": float(end[k]),
+                           "predicted": class_names[int(wpred[k])],
+                           "probabilities": {n: float(p) for n, p in zip(class_names, wp[k])},
+                           "detection_score": float(wscore[k]), "detected": bool(wdet[k])} for k in range(W)]
+    return row
 
 
 def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]],
             vote: str = "mean", threshold: float = 0.5, threads: int = 0, device: str = "cpu",
-            include_hidden: bool = False) -> List[dict]:
+            include_hidden: bool = False, hop: float = 0.0, windows: bool = False,
+            strict: bool = False) -> List[dict]:
     """Classifies audio files as `melforge-train predict --format json` does.
 
     Parameters
@@ -97,7 +108,7 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
         Audio files, or folders searched recursively for the extensions melforge-build scans (hidden entries
         skipped unless `include_hidden`), sorted by path within each folder.
     vote : {"mean", "majority"}
-        File-level vote over the long segments (as `--vote`).
+        File-level vote over all the windows of a file (as `--vote`).
     threshold : float
         Detection probability at or above which the detection head says positive, in (0, 1).
     threads : int
@@ -106,12 +117,19 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
         Where the model runs.
     include_hidden : bool
         Also read entries whose name starts with '.' inside input folders.
+    hop : float
+        Seconds between window starts, in (0, long_seconds] of the model (as `--hop`); 0: long_seconds.
+    windows : bool
+        Add to each scored row "windows": the objects `--windows FILE.json` writes for the file (path, window,
+        start, end, predicted, probabilities, detection_score, detected).
+    strict : bool
+        Raise AudioError at the first input that cannot be scored (as `--strict`) instead of an error row.
 
     Returns
     -------
     list of dict
         One per input file, in order: {"path", "predicted" (class name), "probabilities" ({class name: float}),
-        "positive_class", "detection_score" (float), "detected" (bool), "num_valid_long" (int)}, or
+        "positive_class", "detection_score" (float), "detected" (bool), "num_windows" (int)}, or
         {"path", "error"} for a file or folder that cannot be read (the others are still scored) - the objects of
         `melforge-train predict --format json`.
 
@@ -120,7 +138,7 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
     InvalidArgument
         Bad parameters (before any work), or no audio file in the inputs.
     AudioError
-        No input file could be scored.
+        No input file could be scored, or one could not with `strict`.
     """
     if vote not in _VOTES:
         raise _core.InvalidArgument(f"--vote: '{vote}' is not one of mean, majority")
@@ -130,6 +148,8 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
         raise _core.InvalidArgument(f"--threads must be >= 0 (got {threads})")
     if device not in ("cpu", "cuda", "auto"):
         raise _core.InvalidArgument(f"--device: '{device}' is not one of cpu, cuda, auto")
+    if not (hop >= 0):
+        raise _core.InvalidArgument(f"--hop must be a number of seconds > 0 (got {hop})")
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
@@ -156,22 +176,21 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
     inputs = _core.collect_inputs(paths, include_hidden)
     if not inputs:
         raise _core.InvalidArgument("no audio files found in the inputs")
+    if hop > float(mel["long_seconds"]):
+        raise _core.InvalidArgument(f"--hop {hop} s exceeds the model's window (long_seconds "
+                                    f"{mel['long_seconds']} s): windows would leave gaps")
     featurize = _core.Featurizer(json.dumps(mel), threads)
-    per_file = max(1, int(mel["num_long"]) * int(mel["num_short"]))
-    chunk_files = max(1, 1024 // per_file)
     rows = [{"path": p, "error": e} for p, e in inputs]
-    feats, pending = [], []
     with torch.no_grad():
-        for i, row in enumerate(rows):
+        for row in rows:
             if not row["error"]:
                 try:
-                    feats.append(featurize(row["path"]))
-                    pending.append(row)
+                    row.update(_score_file(model, featurize, row["path"], hop, int(mel["num_short"]), vote,
+                                           threshold, dev, class_names, windows))
                 except _core.IoError as e:  # AudioError is an IoError
                     row["error"] = str(e)
-            if feats and (len(feats) >= chunk_files or i + 1 == len(rows)):
-                _score_chunk(model, feats, pending, vote, threshold, dev)
-                feats, pending = [], []
+            if row["error"] and strict:
+                raise _core.AudioError(f"predict --strict: stopped at {row['path']} ({row['error']})")
 
     out = []
     for row in rows:
@@ -184,7 +203,8 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
                     "positive_class": positive_class,
                     "detection_score": row["score"],
                     "detected": row["detected"],
-                    "num_valid_long": row["num_valid_long"]})
+                    "num_windows": row["num_windows"],
+                    **({"windows": row["windows"]} if windows else {})})
     if all("error" in r for r in out):
         raise _core.AudioError(f"no input file could be scored (first error: {out[0]['error']})")
     return out

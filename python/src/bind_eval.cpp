@@ -23,6 +23,7 @@
 #include "melforge/common/errors.h"
 #include "metrics/metrics.h"
 #include "vote/vote.h"
+#include "windows/windows.h"
 
 namespace nb = nanobind;
 
@@ -102,8 +103,56 @@ class PyFeaturizer {
                           nvl);
   }
 
+  /// The kernels' featurizer (PyFileWindows reads with it).
+  featurize::Featurizer& kernel() { return *featurizer_; }
+
  private:
   std::unique_ptr<featurize::Featurizer> featurizer_;
+};
+
+/// windows::FileWindows for Python: a file's whole-file windows, a batch at a time (the featurizer it reads with is
+/// kept alive by the binding).
+class PyFileWindows {
+ public:
+  PyFileWindows(PyFeaturizer& f, const std::string& path, double hop_seconds, int64_t batch_windows)
+      : params_(f.kernel().params()) {
+    const int64_t hop = windows::hop_samples(hop_seconds, params_.segment, params_.mel.sample_rate);
+    nb::gil_scoped_release release;
+    windows_ = std::make_unique<windows::FileWindows>(f.kernel(), path, hop, batch_windows);
+  }
+  /// Window start and end times, seconds, float64 [count] each (a padded last window ends where the audio ends).
+  nb::tuple times() const {
+    const windows::WindowPlan& p = windows_->plan();
+    const auto rate = static_cast<double>(params_.mel.sample_rate);
+    std::vector<double> start, end;
+    for (int64_t k = 0; k < p.count; ++k) {
+      start.push_back(static_cast<double>(p.start(k)) / rate);
+      end.push_back(static_cast<double>(p.start(k) + p.audio_samples(k)) / rate);
+    }
+    const auto n = static_cast<std::size_t>(p.count);
+    return nb::make_tuple(to_numpy(std::move(start), {n}), to_numpy(std::move(end), {n}));
+  }
+  /// (float32 [n, num_short, n_mels, n_frames], index of the first window) of the next batch, or None at the end.
+  nb::object next() {
+    windows::WindowBatch b;
+    bool more = false;
+    {
+      nb::gil_scoped_release release;
+      more = windows_->next(b);
+    }
+    if (!more) return nb::none();
+    return nb::make_tuple(to_numpy(std::move(b.values),
+                                   {static_cast<std::size_t>(b.count), static_cast<std::size_t>(params_.num_short),
+                                    static_cast<std::size_t>(params_.n_mels),
+                                    static_cast<std::size_t>(params_.n_frames)}),
+                          b.first);
+  }
+  /// Windows of the file.
+  int64_t count() const { return windows_->plan().count; }
+
+ private:
+  featurize::DatasetParams params_;
+  std::unique_ptr<windows::FileWindows> windows_;
 };
 
 std::vector<std::tuple<std::string, std::string>> collect_inputs(const std::vector<std::string>& paths,
@@ -140,7 +189,22 @@ void bind_eval(nb::module_& m) {
       .def(nb::init<const std::string&, int>(), nb::arg("mel_json"), nb::arg("threads") = 0)
       .def("__call__", &PyFeaturizer::call, nb::arg("path"),
            "(float32 [num_long, num_short, n_mels, n_frames], num_valid_long) of one file; raises AudioError "
-           "naming the file when it cannot be used.");
+           "naming the file when it cannot be used.")
+      .def(
+          "windows",
+          [](PyFeaturizer& f, const std::string& path, double hop_seconds, int64_t batch_windows) {
+            return new PyFileWindows(f, path, hop_seconds, batch_windows);
+          },
+          nb::arg("path"), nb::arg("hop_seconds") = 0.0, nb::arg("batch_windows") = 128, nb::keep_alive<0, 1>(),
+          "The whole-file windows of `path` (kernels/windows, as melforge-train predict): one long segment every "
+          "hop_seconds (0: long_seconds), read as a stream a batch at a time; raises AudioError naming the file "
+          "when it cannot be opened or is too short, InvalidArgument for a bad hop.");
+  nb::class_<PyFileWindows>(m, "FileWindows", "The windows of one file, from Featurizer.windows().")
+      .def("times", &PyFileWindows::times, "(start, end) seconds, float64 [count] each.")
+      .def("next", &PyFileWindows::next,
+           "(float32 [n, num_short, n_mels, n_frames], first window index) of the next batch, or None at the end; "
+           "raises AudioError when the file turns out unreadable.")
+      .def_prop_ro("count", &PyFileWindows::count, "Number of windows.");
 }
 
 }  // namespace melforge::python

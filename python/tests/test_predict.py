@@ -1,6 +1,7 @@
 """melforge.predict against `melforge-train predict --format json` on the same files (a folder walked by the C++
 FolderWalk, an unreadable file, a missing one), from a checkpoint and from an export."""
 import json
+import subprocess
 
 import pytest
 
@@ -23,9 +24,13 @@ def trained(tmp_path_factory):
 
 
 def binary_predict(trained, checkpoint, vote, extra=()):
-    out = run([trained["train_bin"], "predict", "--checkpoint", checkpoint, "--format", "json", "--vote", vote,
-               "--device", "cpu", *extra, *trained["inputs"]])
-    return json.loads(out.stdout)
+    """The rows of `melforge-train predict --format json`, which exits 3 when some inputs could not be scored."""
+    cmd = [trained["train_bin"], "predict", "--checkpoint", checkpoint, "--format", "json", "--vote", vote,
+           "--device", "cpu", *extra, *trained["inputs"]]
+    out = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    rows = json.loads(out.stdout)
+    assert out.returncode == (3 if any("error" in r for r in rows) else 0), out.stderr
+    return rows
 
 
 def check_same(got, want):
@@ -38,7 +43,7 @@ def check_same(got, want):
         assert g["predicted"] == w["predicted"], g["path"]
         assert g["positive_class"] == w["positive_class"]
         assert g["detected"] == w["detected"], g["path"]
-        assert g["num_valid_long"] == w["num_valid_long"]
+        assert g["num_windows"] == w["num_windows"]
         assert g["detection_score"] == pytest.approx(w["detection_score"], abs=1e-5)
         assert list(g["probabilities"]) == list(w["probabilities"])
         for name, p in w["probabilities"].items():
@@ -79,3 +84,29 @@ def test_bad_parameters_fail_before_any_work(trained, tmp_path):
     (tmp_path / "x.wav").write_text("not audio")
     with pytest.raises(melforge.AudioError, match="no input file could be scored"):
         melforge.predict(trained["checkpoint"], [tmp_path / "x.wav"])
+
+
+@pytest.mark.parametrize("hop", ["0", "0.3"])
+def test_windows_equal_melforge_train_predict(trained, tmp_path, hop):
+    out = tmp_path / "w.json"
+    want = binary_predict(trained, trained["checkpoint"], "mean", ["--hop", hop, "--windows", out])
+    got = melforge.predict(trained["checkpoint"], trained["inputs"], hop=float(hop), windows=True)
+    check_same([{k: v for k, v in r.items() if k != "windows"} for r in got], want)
+    want_windows = json.loads(out.read_text())
+    got_windows = [w for r in got if "windows" in r for w in r["windows"]]
+    assert len(got_windows) == len(want_windows) == sum(r.get("num_windows", 0) for r in want)
+    for g, w in zip(got_windows, want_windows):
+        assert set(g) == set(w)
+        assert (g["path"], g["window"], g["predicted"], g["detected"]) == (w["path"], w["window"], w["predicted"],
+                                                                           w["detected"])
+        assert g["start"] == pytest.approx(w["start"], abs=1e-9) and g["end"] == pytest.approx(w["end"], abs=1e-9)
+        assert g["detection_score"] == pytest.approx(w["detection_score"], abs=1e-5)
+        for name, p in w["probabilities"].items():
+            assert g["probabilities"][name] == pytest.approx(p, abs=1e-5)
+
+
+def test_strict_stops_at_the_first_failure(trained):
+    with pytest.raises(melforge.AudioError, match="--strict.*broken.wav"):
+        melforge.predict(trained["checkpoint"], trained["inputs"], strict=True)
+    with pytest.raises(melforge.InvalidArgument, match="--hop"):
+        melforge.predict(trained["checkpoint"], trained["inputs"], hop=100.0)

@@ -14,6 +14,9 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <fstream>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -21,6 +24,7 @@
 #include "data/dataset.h"
 #include "eval/metrics.h"
 #include "featurize/featurize.h"
+#include "windows/windows.h"
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/options.h"
@@ -36,9 +40,9 @@ namespace melforge::trainer {
 
 namespace {
 
-std::string number(double v) {
+std::string number(double v, int digits = 6) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
 
@@ -50,7 +54,7 @@ struct Row {
   int64_t predicted = -1;
   float score = 0;
   bool detected = false;
-  int64_t num_valid_long = 0;
+  int64_t num_windows = 0;
 };
 
 at::Device resolve_device(const std::string& name) {
@@ -60,47 +64,99 @@ at::Device resolve_device(const std::string& name) {
   return cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
 
-/// Scores the files of `feats` (each [L, S, M, T]) and fills their rows.
-void score_chunk(Classifier& model, const std::vector<FileFeatures>& feats, const std::vector<Row*>& rows,
-                 Vote vote, double threshold, at::Device device) {
-  const at::Tensor mel = at::stack([&] {
-    std::vector<at::Tensor> v;
-    for (const auto& f : feats) v.push_back(f.mel);
-    return v;
-  }());
-  const int64_t F = mel.size(0), L = mel.size(1), S = mel.size(2), M = mel.size(3), T = mel.size(4);
-  std::vector<int64_t> idx, nvl;
-  for (int64_t f = 0; f < F; ++f) {
-    nvl.push_back(feats[f].num_valid_long);
-    for (int64_t l = 0; l < feats[f].num_valid_long; ++l) idx.push_back(f * L + l);
+/// The model's outputs on every window of a file: softmax probabilities float32 [W, S, C] and sigmoid detection
+/// probabilities [W, S], row-major, with the windows' plan. A per-class sigmoid (multi-label) would fill `probs`
+/// the same way; only the vote over them changes.
+struct WindowScores {
+  windows::WindowPlan plan;
+  std::vector<float> probs;
+  std::vector<float> det;
+};
+
+/// Runs the windows of `fw` through `model` a batch at a time; `info` gives the segments' [n_mels, n_frames].
+WindowScores score_file(Classifier& model, windows::FileWindows& fw, const MelInfo& info, at::Device device) {
+  WindowScores w;
+  w.plan = fw.plan();
+  windows::WindowBatch batch;
+  while (fw.next(batch)) {
+    const at::Tensor x = at::from_blob(batch.values.data(), {batch.count * info.num_short, info.n_mels, info.n_frames},
+                                       at::kFloat);
+    const ModelOutput out = model.forward(x.to(device));
+    const at::Tensor p = at::softmax(out.logits.to(at::kFloat), 1).to(at::kCPU).contiguous();
+    const at::Tensor d = at::sigmoid(out.detection.to(at::kFloat)).to(at::kCPU).contiguous();
+    w.probs.insert(w.probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
+    w.det.insert(w.det.end(), d.data_ptr<float>(), d.data_ptr<float>() + d.numel());
   }
-  const int64_t V = static_cast<int64_t>(idx.size());
-  const at::Tensor index = at::from_blob(idx.data(), {V}, at::kLong).clone();
-  const at::Tensor x = mel.reshape({F * L, S, M, T}).index_select(0, index).reshape({V * S, M, T}).to(device);
-  const ModelOutput out = model.forward(x);
-  const auto fopts = at::TensorOptions().dtype(at::kFloat).device(device);
-  const at::Tensor dev_index = index.to(device);
-  const at::Tensor probs = at::zeros({F * L, S, out.logits.size(1)}, fopts)
-                               .index_copy_(0, dev_index, at::softmax(out.logits.to(at::kFloat), 1).view({V, S, -1}))
-                               .view({F, L, S, -1});
-  const at::Tensor det = at::zeros({F * L, S}, fopts)
-                             .index_copy_(0, dev_index, at::sigmoid(out.detection.to(at::kFloat)).view({V, S}))
-                             .view({F, L, S});
-  const at::Tensor cprobs = probs.to(at::kCPU).contiguous(), cdet = det.to(at::kCPU).contiguous();
-  const int64_t C = cprobs.size(3);
-  const vote::FileVotes fv =
-      vote::aggregate_files({cprobs.data_ptr<float>(), static_cast<std::size_t>(cprobs.numel())},
-                            {cdet.data_ptr<float>(), static_cast<std::size_t>(cdet.numel())}, nvl, {F, L, S, C},
-                            vote, threshold);
-  for (int64_t f = 0; f < F; ++f) {
-    Row& r = *rows[f];
-    r.probs.assign(fv.class_probs.begin() + f * C, fv.class_probs.begin() + (f + 1) * C);
-    r.predicted = fv.predicted[f];
-    r.score = fv.detection_score[f];
-    r.detected = fv.detected[f] != 0;
-    r.num_valid_long = nvl[f];
-  }
+  return w;
 }
+
+/// The vote over `w`'s windows, each as a file of one long segment (`windows` true: one result per window, always
+/// the mean over its short segments) or the whole file as one file of W long segments (`vote`).
+vote::FileVotes vote_windows(const WindowScores& w, int64_t S, int64_t C, bool per_window, Vote v, double threshold) {
+  const int64_t W = w.plan.count;
+  const std::vector<int64_t> valid(static_cast<std::size_t>(per_window ? W : 1), per_window ? 1 : W);
+  const vote::VoteShape shape{per_window ? W : 1, per_window ? 1 : W, S, C};
+  return vote::aggregate_files(w.probs, w.det, valid, shape, per_window ? Vote::mean : v, threshold);
+}
+
+/// Writes the --windows file as windows are scored: CSV (path, window, start, end, predicted, detection_score,
+/// detected, p_<class>...) or a JSON array of objects with the same fields (probabilities by class name).
+class WindowWriter {
+ public:
+  WindowWriter(const fs::path& path, std::string format, const std::vector<std::string>& class_names)
+      : path_(path), format_(std::move(format)), class_names_(class_names) {
+    if (path.empty()) return;
+    file_.open(path, std::ios::binary | std::ios::trunc);
+    if (!file_) throw IoError(path.string() + ": cannot write the --windows file: " + std::strerror(errno));
+    if (format_ == "json") {
+      file_ << "[";
+    } else {
+      file_ << "path,window,start,end,predicted,detection_score,detected";
+      for (const auto& n : class_names_) file_ << ',' << csv_field(utf8::escape("p_" + n));
+      file_ << '\n';
+    }
+  }
+  /// Adds the windows of one file (`votes`: one per window, from vote_windows).
+  void add(const std::string& file, const WindowScores& w, const vote::FileVotes& votes, int sample_rate) {
+    if (path_.empty()) return;
+    const auto C = class_names_.size();
+    for (int64_t k = 0; k < w.plan.count; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      const double start = static_cast<double>(w.plan.start(k)) / sample_rate;
+      const double end = static_cast<double>(w.plan.start(k) + w.plan.audio_samples(k)) / sample_rate;
+      const std::string& predicted = class_names_[static_cast<std::size_t>(votes.predicted[kk])];
+      if (format_ == "json") {
+        nlohmann::json probs = nlohmann::json::object();
+        for (std::size_t c = 0; c < C; ++c) probs[class_names_[c]] = votes.class_probs[kk * C + c];
+        const nlohmann::json o = {{"path", file}, {"window", k}, {"start", start}, {"end", end},
+                                  {"predicted", predicted}, {"probabilities", probs},
+                                  {"detection_score", votes.detection_score[kk]}, {"detected", votes.detected[kk] != 0}};
+        file_ << (first_ ? "\n" : ",\n") << utf8::dump(o, -1);
+        first_ = false;
+        continue;
+      }
+      file_ << csv_field(utf8::escape(file)) << ',' << k << ',' << number(start, 10) << ',' << number(end, 10) << ','
+            << csv_field(utf8::escape(predicted)) << ',' << number(votes.detection_score[kk]) << ','
+            << static_cast<int>(votes.detected[kk]);
+      for (std::size_t c = 0; c < C; ++c) file_ << ',' << number(votes.class_probs[kk * C + c]);
+      file_ << '\n';
+    }
+  }
+  /// Ends the JSON array and checks that everything was written.
+  void close() {
+    if (path_.empty()) return;
+    if (format_ == "json") file_ << "\n]\n";
+    file_.close();
+    if (!file_) throw IoError(path_.string() + ": writing the --windows file failed");
+  }
+
+ private:
+  fs::path path_;
+  std::string format_;
+  const std::vector<std::string>& class_names_;
+  std::ofstream file_;
+  bool first_ = true;
+};
 
 /// Writes `rows` as CSV with a header: path, predicted, detection_score, detected, p_<class> per class of
 /// `class_names`, error. Paths, class names and errors go through utf8::escape, as in the JSON output.
@@ -125,7 +181,7 @@ void write_csv(const std::vector<Row>& rows, const std::vector<std::string>& cla
 }
 
 /// Writes `rows` as a JSON array of objects (path and error, or path, predicted, probabilities by class name,
-/// positive_class, detection_score, detected, num_valid_long), names not valid UTF-8 escaped (utf8::dump).
+/// positive_class, detection_score, detected, num_windows), names not valid UTF-8 escaped (utf8::dump).
 void write_json(const std::vector<Row>& rows, const Checkpoint& ck, std::ostream& out) {
   nlohmann::json arr = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -141,7 +197,7 @@ void write_json(const std::vector<Row>& rows, const Checkpoint& ck, std::ostream
                    {"positive_class", ck.positive_class},
                    {"detection_score", r.score},
                    {"detected", r.detected},
-                   {"num_valid_long", r.num_valid_long}});
+                   {"num_windows", r.num_windows}});
   }
   out << utf8::dump(arr, 2) << '\n';
 }
@@ -158,6 +214,20 @@ void PredictOptions::validate() const {
   if (threads < 0) throw InvalidArgument("--threads must be >= 0 (got " + std::to_string(threads) + ")");
   if (device != "cpu" && device != "cuda" && device != "auto")
     throw InvalidArgument("--device: '" + device + "' is not one of cpu, cuda, auto");
+  if (!std::isfinite(hop) || hop < 0)
+    throw InvalidArgument("--hop must be a number of seconds > 0 (got " + std::to_string(hop) + ")");
+  if (!windows.empty()) resolved_windows_format();
+  if (windows.empty() && !windows_format.empty()) throw InvalidArgument("--windows-format needs --windows FILE");
+}
+
+std::string PredictOptions::resolved_windows_format() const {
+  const std::string ext = windows.extension().string();
+  const std::string f = !windows_format.empty() ? windows_format : ext == ".csv" ? "csv" : ext == ".json" ? "json" : "";
+  if (f.empty())
+    throw InvalidArgument("--windows " + windows.string() +
+                          ": cannot tell the format from the extension (.csv or .json); give --windows-format");
+  if (f != "csv" && f != "json") throw InvalidArgument("--windows-format: '" + f + "' is not one of csv, json");
+  return f;
 }
 
 void add_options(po::options_description& desc, PredictOptions& opts) {
@@ -174,6 +244,16 @@ void add_options(po::options_description& desc, PredictOptions& opts) {
     ("device", po::value<std::string>(&opts.device)->default_value(opts.device), "model device: cpu, cuda or auto")
     ("include-hidden", po::bool_switch(&opts.include_hidden),
      "also read files and folders whose name starts with '.' inside input folders (default: ignored)")
+    ("hop", po::value<double>(&opts.hop)->value_name("SECONDS"),
+     "seconds between window starts, at most the model's long_seconds (default: long_seconds, the windows the "
+     "builder cuts)")
+    ("windows", po::value<std::string>()->value_name("FILE")->notifier([&opts](const std::string& s) {
+       opts.windows = s;
+     }), "also write every window's scores with start and end times to FILE (.csv or .json)")
+    ("windows-format", po::value<std::string>(&opts.windows_format)->value_name("csv|json"),
+     "format of the --windows file (default: from its extension)")
+    ("strict", po::bool_switch(&opts.strict),
+     "stop at the first input that cannot be scored (default: report it in its row, score the others, exit 3)")
     (kPredictInputsName, po::value<std::vector<std::string>>()->multitoken()->notifier(
          [&opts](const std::vector<std::string>& v) { opts.inputs.assign(v.begin(), v.end()); }),
      "audio files or folders (searched recursively)");
@@ -191,6 +271,8 @@ Featurizer::Featurizer(const MelInfo& info, int threads) : impl_(std::make_uniqu
 
 Featurizer::~Featurizer() = default;
 
+featurize::Featurizer& Featurizer::kernel() { return *impl_->featurizer; }
+
 FileFeatures Featurizer::operator()(const fs::path& path) {
   featurize::FloatFeatures f = (*impl_->featurizer)(path);
   FileFeatures out;
@@ -205,7 +287,28 @@ FileFeatures featurize_file(const fs::path& path, const MelInfo& info, int threa
   return f(path);
 }
 
-void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& log) {
+namespace {
+
+/// Scores one input (its windows, then the vote) into `row`, adding its windows to `windows_out`.
+void predict_file(Classifier& model, const MelInfo& info, Featurizer& featurize, const PredictOptions& opts,
+                  int64_t hop, at::Device device, WindowWriter& windows_out, Row& row) {
+  const Vote vote = parse_vote(opts.vote);
+  const int64_t S = info.num_short;
+  windows::FileWindows fw(featurize.kernel(), row.path, hop, std::max<int64_t>(1, kPredictBatchSegments / S));
+  const WindowScores w = score_file(model, fw, info, device);
+  const int64_t C = static_cast<int64_t>(w.probs.size()) / (w.plan.count * S);
+  const vote::FileVotes file = vote_windows(w, S, C, false, vote, opts.threshold);
+  row.probs = file.class_probs;
+  row.predicted = file.predicted[0];
+  row.score = file.detection_score[0];
+  row.detected = file.detected[0] != 0;
+  row.num_windows = w.plan.count;
+  windows_out.add(row.path, w, vote_windows(w, S, C, true, vote, opts.threshold), static_cast<int>(info.sample_rate));
+}
+
+}  // namespace
+
+PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& log) {
   opts.validate();
   const Vote vote = parse_vote(opts.vote);
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
@@ -216,6 +319,7 @@ void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& lo
   if (C != ck.model_config.value("num_classes", C))
     throw FormatError("checkpoint '" + opts.checkpoint.string() + "': " + std::to_string(C) +
                       " class names for a model of " + ck.model_config["num_classes"].dump() + " classes");
+  const int64_t hop = windows::hop_samples(opts.hop, info.segment_args(), static_cast<int>(info.sample_rate));
   const at::Device device = resolve_device(opts.device);
   model->to(device);
   model->eval();
@@ -224,43 +328,44 @@ void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& lo
   const std::vector<PredictInput> files = collect_inputs(opts.inputs, opts.include_hidden);
   if (files.empty()) throw InvalidArgument("no audio files found in the inputs");
   Featurizer featurize(info, opts.threads);
+  WindowWriter windows_out(opts.windows, opts.windows.empty() ? "" : opts.resolved_windows_format(), ck.class_names);
   std::vector<Row> rows(files.size());
-  const int64_t segments_per_file = info.num_long * info.num_short;
-  const int64_t chunk_files = std::max<int64_t>(1, 1024 / std::max<int64_t>(1, segments_per_file));
-  std::vector<FileFeatures> feats;
-  std::vector<Row*> pending;
-  int64_t scored = 0;
+  PredictSummary summary;
+  int64_t windows_scored = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
     rows[i].path = files[i].path.string();
     rows[i].error = files[i].error;
     try {
       if (rows[i].error.empty()) {
-        feats.push_back(featurize(files[i].path));
-        pending.push_back(&rows[i]);
+        predict_file(*model, info, featurize, opts, hop, device, windows_out, rows[i]);
+        windows_scored += rows[i].num_windows;
       }
     } catch (const AudioError& e) {
       rows[i].error = e.what();
     } catch (const IoError& e) {
       rows[i].error = e.what();
     }
-    if (!feats.empty() && (static_cast<int64_t>(feats.size()) >= chunk_files || i + 1 == files.size())) {
-      score_chunk(*model, feats, pending, vote, opts.threshold, device);
-      scored += static_cast<int64_t>(feats.size());
-      feats.clear();
-      pending.clear();
+    if (rows[i].error.empty()) {
+      ++summary.scored;
+      continue;
     }
+    ++summary.failed;
+    if (!opts.strict) continue;
+    const std::string error = rows[i].error;
+    rows.resize(i);
+    opts.format == "csv" ? write_csv(rows, ck.class_names, out) : write_json(rows, ck, out);
+    windows_out.close();
+    throw AudioError("predict --strict: stopped at " + files[i].path.string() + " (" + error + ")");
   }
-
-  if (opts.format == "csv")
-    write_csv(rows, ck.class_names, out);
-  else
-    write_json(rows, ck, out);
-  const int64_t failed = static_cast<int64_t>(files.size()) - scored;
-  log << "predict: " << scored << " file(s) scored, " << failed << " unreadable; model " << model->kind()
-      << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", detection of '" << ck.positive_class
-      << "' at " << opts.threshold << ", device " << device.str() << '\n';
-  if (scored == 0)
+  windows_out.close();
+  opts.format == "csv" ? write_csv(rows, ck.class_names, out) : write_json(rows, ck, out);
+  log << "predict: " << summary.scored << " file(s) scored, " << summary.failed << " unreadable; " << windows_scored
+      << " window(s) of " << info.long_seconds << " s every " << static_cast<double>(hop) / info.sample_rate
+      << " s; model " << model->kind() << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", detection of '"
+      << ck.positive_class << "' at " << opts.threshold << ", device " << device.str() << '\n';
+  if (summary.scored == 0)
     throw AudioError("no input file could be scored (first error: " + rows.front().error + ")");
+  return summary;
 }
 
 }  // namespace melforge::trainer

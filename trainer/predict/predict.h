@@ -1,7 +1,8 @@
 #pragma once
-/// `melforge-train predict`: classifies raw audio files with a checkpoint. Audio is decoded, segmented and turned
-/// into spectrograms through the kernels/ library with the checkpoint's mel parameters, exactly as melforge-build
-/// does, then scored with the file-level vote of eval/metrics.h.
+/// `melforge-train predict`: classifies raw audio files with a checkpoint. Each file is decoded as a stream and cut
+/// into sliding windows of one long segment (kernels/windows) whose spectrograms are computed with the checkpoint's
+/// mel parameters exactly as melforge-build computes them; the windows are scored a fixed-size batch at a time and
+/// combined per file with the vote of `eval` (kernels/vote).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -16,6 +17,10 @@
 namespace boost::program_options {
 class options_description;
 }
+
+namespace melforge::featurize {
+class Featurizer;
+}  // namespace melforge::featurize
 
 namespace melforge::data {
 struct MelInfo;
@@ -43,12 +48,24 @@ struct PredictOptions {
   std::string device = "auto";
   /// Read entries of input folders whose name starts with '.' (.DS_Store, ._x.wav, .git/); default: ignored.
   bool include_hidden = false;
+  /// Seconds between window starts, in (0, long_seconds] of the checkpoint; 0: long_seconds (the builder's layout).
+  double hop = 0;
+  /// File written with every window's scores (empty: none).
+  std::filesystem::path windows;
+  /// Format of `windows`: csv or json; empty: from its extension (.csv, .json).
+  std::string windows_format;
+  /// Stop at the first input that cannot be scored (AudioError naming it) instead of reporting it in its row.
+  bool strict = false;
+
+  /// The format of the --windows file (windows_format, or the extension); InvalidArgument when neither says.
+  std::string resolved_windows_format() const;
 
   /// Throws InvalidArgument naming the flag (no checkpoint, no input, unknown format, ...).
   void validate() const;
 };
 
-/// Registers --checkpoint --format --vote --threshold --threads --device --include-hidden and the positional inputs.
+/// Registers --checkpoint --format --vote --threshold --threads --device --include-hidden --hop --windows
+/// --windows-format --strict and the positional inputs.
 void add_options(boost::program_options::options_description& desc, PredictOptions& opts);
 /// The positional-argument name add_options uses for the inputs ("input"), for the command-line parser.
 inline constexpr const char* kPredictInputsName = "input";
@@ -74,6 +91,8 @@ class Featurizer {
   Featurizer& operator=(const Featurizer&) = delete;
   /// As featurize_file.
   FileFeatures operator()(const std::filesystem::path& path);
+  /// The kernels' featurizer (its engine computes predict's windows).
+  featurize::Featurizer& kernel();
 
  private:
   struct Impl;
@@ -84,9 +103,22 @@ class Featurizer {
 using inputs::collect_inputs;
 using inputs::PredictInput;
 
+/// Windows of one forward pass: as many as give at most this many short segments (at least one window).
+inline constexpr int64_t kPredictBatchSegments = 1024;
+
+/// What run_predict did.
+struct PredictSummary {
+  /// Input files scored.
+  int64_t scored = 0;
+  /// Inputs that could not be scored (reported in their row's error column).
+  int64_t failed = 0;
+};
+
 /// Runs predict: one line (CSV, with a header) or object (JSON array) per input file with its path, predicted
-/// class, class probabilities, detection score and decision. Files that cannot be read are reported as such with
-/// the reason (the other files are still scored); throws when no file could be scored.
-void run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& log);
+/// class, class probabilities, detection score and decision from the vote over all its windows. Files that cannot
+/// be read are reported as such with the reason and counted in `failed` (the other files are still scored); with
+/// opts.strict the first one throws AudioError naming it instead, after the rows of the files before it. Throws
+/// AudioError when no file could be scored, IoError when the --windows file cannot be written.
+PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::ostream& log);
 
 }  // namespace melforge::trainer

@@ -1,0 +1,189 @@
+// kernels/windows: predict's whole-file windows. The plan against a naive enumeration, the streamed decode against
+// decode() of the whole file, the streamed windows against windows cut from the whole decoded file, and the windows
+// at the builder's hop against the spectrograms a dataset stores for the same files.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "audio/decode.h"
+#include "build_fixture.h"
+#include "featurize/featurize.h"
+#include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
+#include "reader/mel_info.h"
+#include "test_util.h"
+#include "windows/windows.h"
+
+using namespace melforge;
+using melforge::test::TempDir;
+
+namespace {
+
+/// Naive window starts and audio lengths of a file of `frames` samples (the rule of windows.h, written out).
+std::vector<std::pair<int64_t, int64_t>> naive_windows(int64_t frames, int64_t L, int64_t S, int64_t hop, bool pad) {
+  std::vector<std::pair<int64_t, int64_t>> w;
+  if (frames < L) {
+    if (pad && frames >= S) w.emplace_back(0, frames);
+    return w;
+  }
+  int64_t s = 0;
+  for (; s + L <= frames; s += hop) w.emplace_back(s, L);
+  const int64_t covered = w.back().first + L;
+  if (covered < frames && pad && frames - s >= S) w.emplace_back(s, frames - s);
+  return w;
+}
+
+/// The dataset parameters of the first split file of a build in `dir`.
+featurize::DatasetParams params_of(const std::filesystem::path& dir) {
+  const h5::File f = h5::open_file(dir / "train.h5");
+  return data::read_mel_info(f, (dir / "train.h5").string()).dataset_params();
+}
+
+}  // namespace
+
+TEST_CASE("plan_windows places windows every hop and keeps a last partial one by the short_files policy",
+          "[windows]") {
+  const int64_t frames = GENERATE(1, 1999, 2000, 7999, 8000, 8001, 8499, 8500, 8501, 9999, 12345);
+  const double hop_s = GENERATE(0.0, 0.25, 0.3, 1.0);
+  const bool pad = GENERATE(true, false);
+  CAPTURE(frames, hop_s, pad);
+  segment::SegmentArgs a;
+  a.long_seconds = 1.0;
+  a.short_seconds = 0.25;
+  a.short_files = pad ? segment::ShortFilePolicy::pad : segment::ShortFilePolicy::skip;
+  const int64_t hop = windows::hop_samples(hop_s, a, 8000);
+  CHECK(hop == (hop_s == 0 ? 8000 : std::llround(hop_s * 8000)));
+  const windows::WindowPlan p = windows::plan_windows(frames, a, 8000, hop);
+  const auto want = naive_windows(frames, 8000, 2000, hop, pad);
+  REQUIRE(p.count == static_cast<int64_t>(want.size()));
+  CHECK(p.skip_reason.empty() == !want.empty());
+  for (int64_t k = 0; k < p.count; ++k) {
+    CHECK(p.start(k) == want[static_cast<std::size_t>(k)].first);
+    CHECK(p.audio_samples(k) == want[static_cast<std::size_t>(k)].second);
+  }
+}
+
+TEST_CASE("hop_samples refuses a hop beyond the window, negative or below one sample", "[windows]") {
+  segment::SegmentArgs a;
+  a.long_seconds = 1.0;
+  CHECK_THROWS_WITH(windows::hop_samples(1.5, a, 8000), Catch::Contains("--hop") && Catch::Contains("gaps"));
+  CHECK_THROWS_AS(windows::hop_samples(-1, a, 8000), InvalidArgument);
+  CHECK_THROWS_AS(windows::hop_samples(NAN, a, 8000), InvalidArgument);
+  CHECK_THROWS_AS(windows::hop_samples(1e-6, a, 8000), InvalidArgument);
+  CHECK(windows::hop_samples(1.0, a, 8000) == 8000);
+}
+
+TEST_CASE("DecodeStream gives decode()'s samples whatever the read sizes", "[windows][decode]") {
+  const int rate = GENERATE(8000, 16000, 44100);
+  const int channels = GENERATE(1, 2);
+  const int64_t piece = GENERATE(1, 777, 65536);
+  CAPTURE(rate, channels, piece);
+  TempDir d;
+  test::write_tone(d / "a.wav", 440, rate * 3 + 17, rate, channels);
+  audio::DecodeOptions o;
+  o.sample_rate = 8000;
+  const audio::DecodedAudio whole = audio::decode(d / "a.wav", o);
+  audio::DecodeStream stream(d / "a.wav", o);
+  CHECK(stream.info().frames == static_cast<int64_t>(whole.samples.size()));
+  CHECK(stream.info().resampled == (rate != 8000));
+  std::vector<float> got, buf(static_cast<std::size_t>(piece));
+  for (int64_t n; (n = stream.read(buf)) > 0;) got.insert(got.end(), buf.begin(), buf.begin() + n);
+  REQUIRE(got.size() == whole.samples.size());
+  CHECK(got == whole.samples);
+  CHECK(stream.read(buf) == 0);
+}
+
+TEST_CASE("DecodeStream reports a truncated file as decode() does", "[windows][decode]") {
+  TempDir d;
+  test::write_tone(d / "a.flac", 440, 40000, 8000, 1, SF_FORMAT_FLAC | SF_FORMAT_PCM_16);
+  std::filesystem::resize_file(d / "a.flac", std::filesystem::file_size(d / "a.flac") / 2);
+  audio::DecodeStream stream(d / "a.flac", {});
+  std::vector<float> buf(4096);
+  CHECK_THROWS_WITH([&] { while (stream.read(buf) > 0) {} }(), Catch::Contains("a.flac") && Catch::Contains("truncated"));
+}
+
+TEST_CASE("streamed windows equal the windows cut from the whole decoded file", "[windows]") {
+  const double hop_s = GENERATE(0.0, 0.3);
+  const int64_t batch = GENERATE(1, 3, 64);
+  const int rate = GENERATE(8000, 16000);
+  CAPTURE(hop_s, batch, rate);
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  builder::BuildConfig c = test::tone_build_config(d / "in", d / "out");
+  c.build.dtype = mel::DType::float32;
+  builder::run_build(c);
+  const featurize::DatasetParams p = params_of(d / "out");
+  test::write_tone(d / "long.wav", 523, rate * 7 + rate / 3, rate, 2);
+  featurize::Featurizer f(p, 2);
+  const int64_t hop = windows::hop_samples(hop_s, p.segment, p.mel.sample_rate);
+  windows::FileWindows fw(f, d / "long.wav", hop, batch);
+  const windows::WindowPlan& plan = fw.plan();
+  CHECK(plan.count == windows::plan_windows(plan.frames, p.segment, p.mel.sample_rate, hop).count);
+
+  audio::DecodeOptions o;
+  o.sample_rate = p.mel.sample_rate;
+  o.channel = p.channel;
+  const std::vector<float> audio = audio::decode(d / "long.wav", o).samples;
+  REQUIRE(static_cast<int64_t>(audio.size()) == plan.frames);
+  const int64_t L = p.long_samples, per_window = p.num_short * p.n_mels * p.n_frames;
+  std::vector<float> want(static_cast<std::size_t>(plan.count * per_window));
+  for (int64_t k = 0; k < plan.count; ++k) {
+    std::vector<float> arena(static_cast<std::size_t>(L), 0.0f);
+    std::copy_n(audio.begin() + plan.start(k), plan.audio_samples(k), arena.begin());
+    std::vector<float> one(static_cast<std::size_t>(per_window));
+    for (int64_t s = 0; s < p.num_short; ++s) {
+      const int64_t off = s * p.short_samples;
+      f.engine().compute(arena.data(), std::span<const int64_t>(&off, 1),
+                         reinterpret_cast<uint8_t*>(one.data() + s * p.n_mels * p.n_frames));
+    }
+    std::copy(one.begin(), one.end(), want.begin() + k * per_window);
+  }
+  std::vector<float> got;
+  windows::WindowBatch b;
+  int64_t expect_first = 0;
+  while (fw.next(b)) {
+    CHECK(b.first == expect_first);
+    CHECK(b.count <= batch);
+    expect_first += b.count;
+    got.insert(got.end(), b.values.begin(), b.values.end());
+  }
+  REQUIRE(expect_first == plan.count);
+  REQUIRE(got.size() == want.size());
+  float max_diff = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+  CAPTURE(max_diff);
+  CHECK(max_diff <= 1e-5f);
+}
+
+TEST_CASE("windows at the builder's hop equal the spectrograms the dataset stores", "[windows]") {
+  const mel::DType dtype = GENERATE(mel::DType::float16, mel::DType::float32);
+  CAPTURE(mel::to_string(dtype));
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 4);
+  builder::BuildConfig c = test::tone_build_config(d / "in", d / "out");
+  c.segment.num_long = 2;
+  c.build.dtype = dtype;
+  builder::run_build(c);
+  const featurize::DatasetParams p = params_of(d / "out");
+  featurize::Featurizer f(p, 2);
+  const int64_t per_window = p.num_short * p.n_mels * p.n_frames;
+  int64_t compared = 0;
+  for (const char* split : {"train.h5", "val.h5", "test.h5"}) {
+    const test::SplitData s = test::read_split(d / "out" / split);
+    for (std::size_t i = 0; i < s.path.size(); ++i) {
+      CAPTURE(s.path[i]);
+      windows::FileWindows fw(f, d / "in" / s.path[i], p.long_samples, 1);
+      REQUIRE(fw.plan().count >= s.valid[i]);
+      windows::WindowBatch b;
+      for (int32_t l = 0; l < s.valid[i]; ++l) {
+        REQUIRE(fw.next(b));
+        const auto at = s.mel.begin() + static_cast<int64_t>(i * p.num_long + l) * per_window;
+        CHECK(std::equal(b.values.begin(), b.values.end(), at));
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared >= 10);
+}
