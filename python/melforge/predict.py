@@ -18,6 +18,13 @@ from . import _core
 _VOTES = ("mean", "majority")
 
 
+def _detected_class(holder) -> "str | None":
+    """The class the detection head detects, or None for a model trained with `--positive-class none`
+    (`positive_index` -1: no detection head)."""
+    index = holder.get("positive_index", 0)
+    return None if index is not None and int(index) < 0 else holder["positive_class"]
+
+
 def _load_model_files(source: str):
     """(state dict, model config holder, mel dict, class names, positive class) of a checkpoint (`best.pt` of
     `melforge-train train`) or an export (`weights.pt` with `weights.pt.json` beside it, or the .json itself)."""
@@ -37,7 +44,7 @@ def _load_model_files(source: str):
     if isinstance(obj, dict) and obj.get("format") == "melforge-checkpoint":
         mel = obj["mel"]
         mel = json.loads(mel) if isinstance(mel, (str, bytes)) else mel
-        return obj["model"], obj, mel, list(obj["class_names"]), obj["positive_class"]
+        return obj["model"], obj, mel, list(obj["class_names"]), _detected_class(obj)
     if not os.path.exists(meta_path):
         raise _core.FormatError(f"{weights_path}: not a melforge checkpoint, and no export metadata {meta_path}")
     with open(meta_path, encoding="utf-8") as fh:
@@ -45,7 +52,7 @@ def _load_model_files(source: str):
     for key in ("model_config", "class_names", "positive_class", "mel"):
         if key not in meta:
             raise _core.FormatError(f"{meta_path}: missing {key!r}")
-    return obj, meta, meta["mel"], list(meta["class_names"]), meta["positive_class"]
+    return obj, meta, meta["mel"], list(meta["class_names"]), _detected_class(meta)
 
 
 def _resolve_device(device: str):
@@ -62,7 +69,8 @@ def _resolve_device(device: str):
 _BATCH_SEGMENTS = 1024  # as kPredictBatchSegments of trainer/predict/predict.h
 
 
-def _score_file(model, featurize, path, hop, num_short, vote, threshold, device, class_names, want_windows):
+def _score_file(model, featurize, path, hop, num_short, vote, threshold, device, class_names, want_windows,
+                detection=True):
     """The row of one file (as trainer/predict/predict.cpp predict_file): its windows (kernels/windows, streamed)
     through the model a fixed-size batch at a time, then the vote of `eval` over all of them (kernels/vote)."""
     import torch
@@ -89,7 +97,8 @@ def _score_file(model, featurize, path, hop, num_short, vote, threshold, device,
         row["windows"] = [{"path": path, "window": k, "start": float(start[k]), "end": float(end[k]),
                            "predicted": class_names[int(wpred[k])],
                            "probabilities": {n: float(p) for n, p in zip(class_names, wp[k])},
-                           "detection_score": float(wscore[k]), "detected": bool(wdet[k])} for k in range(W)]
+                           "detection_score": float(wscore[k]) if detection else None,
+                           "detected": bool(wdet[k]) if detection else None} for k in range(W)]
     return row
 
 
@@ -129,7 +138,8 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
     -------
     list of dict
         One per input file, in order: {"path", "predicted" (class name), "probabilities" ({class name: float}),
-        "positive_class", "detection_score" (float), "detected" (bool), "num_windows" (int)}, or
+        "positive_class", "detection_score" (float), "detected" (bool) (these three None for a model trained
+        with --positive-class none), "num_windows" (int)}, or
         {"path", "error"} for a file or folder that cannot be read (the others are still scored) - the objects of
         `melforge-train predict --format json`.
 
@@ -186,7 +196,7 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
             if not row["error"]:
                 try:
                     row.update(_score_file(model, featurize, row["path"], hop, int(mel["num_short"]), vote,
-                                           threshold, dev, class_names, windows))
+                                           threshold, dev, class_names, windows, positive_class is not None))
                 except _core.IoError as e:  # AudioError is an IoError
                     row["error"] = str(e)
             if row["error"] and strict:
@@ -201,8 +211,8 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
                     "predicted": class_names[row["predicted"]],
                     "probabilities": {n: float(p) for n, p in zip(class_names, row["probs"])},
                     "positive_class": positive_class,
-                    "detection_score": row["score"],
-                    "detected": row["detected"],
+                    "detection_score": row["score"] if positive_class is not None else None,
+                    "detected": row["detected"] if positive_class is not None else None,
                     "num_windows": row["num_windows"],
                     **({"windows": row["windows"]} if windows else {})})
     if all("error" in r for r in out):

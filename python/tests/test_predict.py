@@ -44,7 +44,10 @@ def check_same(got, want):
         assert g["positive_class"] == w["positive_class"]
         assert g["detected"] == w["detected"], g["path"]
         assert g["num_windows"] == w["num_windows"]
-        assert g["detection_score"] == pytest.approx(w["detection_score"], abs=1e-5)
+        if w["detection_score"] is None:
+            assert g["detection_score"] is None, g["path"]
+        else:
+            assert g["detection_score"] == pytest.approx(w["detection_score"], abs=1e-5)
         assert list(g["probabilities"]) == list(w["probabilities"])
         for name, p in w["probabilities"].items():
             assert g["probabilities"][name] == pytest.approx(p, abs=1e-5), (g["path"], name)
@@ -100,7 +103,10 @@ def test_windows_equal_melforge_train_predict(trained, tmp_path, hop):
         assert (g["path"], g["window"], g["predicted"], g["detected"]) == (w["path"], w["window"], w["predicted"],
                                                                            w["detected"])
         assert g["start"] == pytest.approx(w["start"], abs=1e-9) and g["end"] == pytest.approx(w["end"], abs=1e-9)
-        assert g["detection_score"] == pytest.approx(w["detection_score"], abs=1e-5)
+        if w["detection_score"] is None:
+            assert g["detection_score"] is None, g["path"]
+        else:
+            assert g["detection_score"] == pytest.approx(w["detection_score"], abs=1e-5)
         for name, p in w["probabilities"].items():
             assert g["probabilities"][name] == pytest.approx(p, abs=1e-5)
 
@@ -110,3 +116,17 @@ def test_strict_stops_at_the_first_failure(trained):
         melforge.predict(trained["checkpoint"], trained["inputs"], strict=True)
     with pytest.raises(melforge.InvalidArgument, match="--hop"):
         melforge.predict(trained["checkpoint"], trained["inputs"], hop=100.0)
+
+
+def test_without_detection_head_equals_melforge_train_predict(trained, tmp_path):
+    """A model trained with --positive-class none has no detection head: both predicts give null detection fields."""
+    out = tmp_path / "run-none"
+    run([trained["train_bin"], "train", "--data", trained["data"], "--out", out, "--epochs", 1, "--positive-class",
+         "none", "--device", "cpu", "--threads", 2, "--hidden", 16, "--batch-size", 16])
+    checkpoint = out / "checkpoints" / "best.pt"
+    want = binary_predict(trained, checkpoint, "mean")
+    scored = [r for r in want if "error" not in r]
+    assert scored
+    for r in scored:
+        assert r["positive_class"] is None and r["detection_score"] is None and r["detected"] is None, r
+    check_same(melforge.predict(checkpoint, trained["inputs"], threads=2), want)

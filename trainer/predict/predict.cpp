@@ -100,11 +100,12 @@ vote::FileVotes vote_windows(const WindowScores& w, int64_t S, int64_t C, bool p
 }
 
 /// Writes the --windows file as windows are scored: CSV (path, window, start, end, predicted, detection_score,
-/// detected, p_<class>...) or a JSON array of objects with the same fields (probabilities by class name).
+/// detected, p_<class>...) or a JSON array of objects with the same fields (probabilities by class name). Without a
+/// detection head (`detection` false: --positive-class none) the detection fields are empty (CSV) or null (JSON).
 class WindowWriter {
  public:
-  WindowWriter(const fs::path& path, std::string format, const std::vector<std::string>& class_names)
-      : path_(path), format_(std::move(format)), class_names_(class_names) {
+  WindowWriter(const fs::path& path, std::string format, const std::vector<std::string>& class_names, bool detection)
+      : path_(path), format_(std::move(format)), class_names_(class_names), detection_(detection) {
     if (path.empty()) return;
     file_.open(path, std::ios::binary | std::ios::trunc);
     if (!file_) throw IoError(path.string() + ": cannot write the --windows file: " + std::strerror(errno));
@@ -128,16 +129,20 @@ class WindowWriter {
       if (format_ == "json") {
         nlohmann::json probs = nlohmann::json::object();
         for (std::size_t c = 0; c < C; ++c) probs[class_names_[c]] = votes.class_probs[kk * C + c];
-        const nlohmann::json o = {{"path", file}, {"window", k}, {"start", start}, {"end", end},
-                                  {"predicted", predicted}, {"probabilities", probs},
-                                  {"detection_score", votes.detection_score[kk]}, {"detected", votes.detected[kk] != 0}};
+        nlohmann::json o = {{"path", file}, {"window", k}, {"start", start}, {"end", end}, {"predicted", predicted},
+                            {"probabilities", probs}, {"detection_score", nullptr}, {"detected", nullptr}};
+        if (detection_) {
+          o["detection_score"] = votes.detection_score[kk];
+          o["detected"] = votes.detected[kk] != 0;
+        }
         file_ << (first_ ? "\n" : ",\n") << utf8::dump(o, -1);
         first_ = false;
         continue;
       }
       file_ << csv_field(utf8::escape(file)) << ',' << k << ',' << number(start, 10) << ',' << number(end, 10) << ','
-            << csv_field(utf8::escape(predicted)) << ',' << number(votes.detection_score[kk]) << ','
-            << static_cast<int>(votes.detected[kk]);
+            << csv_field(utf8::escape(predicted)) << ',';
+      if (detection_) file_ << number(votes.detection_score[kk]) << ',' << static_cast<int>(votes.detected[kk]);
+      else file_ << ',';
       for (std::size_t c = 0; c < C; ++c) file_ << ',' << number(votes.class_probs[kk * C + c]);
       file_ << '\n';
     }
@@ -154,13 +159,16 @@ class WindowWriter {
   fs::path path_;
   std::string format_;
   const std::vector<std::string>& class_names_;
+  bool detection_;
   std::ofstream file_;
   bool first_ = true;
 };
 
 /// Writes `rows` as CSV with a header: path, predicted, detection_score, detected, p_<class> per class of
-/// `class_names`, error. Paths, class names and errors go through utf8::escape, as in the JSON output.
-void write_csv(const std::vector<Row>& rows, const std::vector<std::string>& class_names, std::ostream& out) {
+/// `class_names`, error (detection fields empty without a detection head, `detection` false). Paths, class names and
+/// errors go through utf8::escape, as in the JSON output.
+void write_csv(const std::vector<Row>& rows, const std::vector<std::string>& class_names, bool detection,
+               std::ostream& out) {
   const auto field = [](const std::string& text) { return csv_field(utf8::escape(text)); };
   out << "path,predicted,detection_score,detected";
   for (const auto& n : class_names) out << ',' << field("p_" + n);
@@ -168,8 +176,9 @@ void write_csv(const std::vector<Row>& rows, const std::vector<std::string>& cla
   for (const Row& r : rows) {
     out << field(r.path);
     if (r.error.empty()) {
-      out << ',' << field(class_names[static_cast<std::size_t>(r.predicted)]) << ',' << number(r.score) << ','
-          << (r.detected ? 1 : 0);
+      out << ',' << field(class_names[static_cast<std::size_t>(r.predicted)]) << ',';
+      if (detection) out << number(r.score) << ',' << (r.detected ? 1 : 0);
+      else out << ',';
       for (float p : r.probs) out << ',' << number(p);
       out << ",\n";
     } else {
@@ -181,7 +190,8 @@ void write_csv(const std::vector<Row>& rows, const std::vector<std::string>& cla
 }
 
 /// Writes `rows` as a JSON array of objects (path and error, or path, predicted, probabilities by class name,
-/// positive_class, detection_score, detected, num_windows), names not valid UTF-8 escaped (utf8::dump).
+/// positive_class, detection_score, detected, num_windows; the last three but num_windows null without a detection
+/// head), names not valid UTF-8 escaped (utf8::dump).
 void write_json(const std::vector<Row>& rows, const Checkpoint& ck, std::ostream& out) {
   nlohmann::json arr = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -191,13 +201,19 @@ void write_json(const std::vector<Row>& rows, const Checkpoint& ck, std::ostream
     }
     nlohmann::json probs = nlohmann::json::object();
     for (std::size_t c = 0; c < ck.class_names.size(); ++c) probs[ck.class_names[c]] = r.probs[c];
-    arr.push_back({{"path", r.path},
-                   {"predicted", ck.class_names[static_cast<std::size_t>(r.predicted)]},
-                   {"probabilities", probs},
-                   {"positive_class", ck.positive_class},
-                   {"detection_score", r.score},
-                   {"detected", r.detected},
-                   {"num_windows", r.num_windows}});
+    nlohmann::json o = {{"path", r.path},
+                        {"predicted", ck.class_names[static_cast<std::size_t>(r.predicted)]},
+                        {"probabilities", probs},
+                        {"positive_class", nullptr},
+                        {"detection_score", nullptr},
+                        {"detected", nullptr},
+                        {"num_windows", r.num_windows}};
+    if (ck.positive_index >= 0) {
+      o["positive_class"] = ck.positive_class;
+      o["detection_score"] = r.score;
+      o["detected"] = r.detected;
+    }
+    arr.push_back(std::move(o));
   }
   out << utf8::dump(arr, 2) << '\n';
 }
@@ -328,7 +344,8 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
   const std::vector<PredictInput> files = collect_inputs(opts.inputs, opts.include_hidden);
   if (files.empty()) throw InvalidArgument("no audio files found in the inputs");
   Featurizer featurize(info, opts.threads);
-  WindowWriter windows_out(opts.windows, opts.windows.empty() ? "" : opts.resolved_windows_format(), ck.class_names);
+  WindowWriter windows_out(opts.windows, opts.windows.empty() ? "" : opts.resolved_windows_format(), ck.class_names,
+                           ck.positive_index >= 0);
   std::vector<Row> rows(files.size());
   PredictSummary summary;
   int64_t windows_scored = 0;
@@ -353,16 +370,18 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
     if (!opts.strict) continue;
     const std::string error = rows[i].error;
     rows.resize(i);
-    opts.format == "csv" ? write_csv(rows, ck.class_names, out) : write_json(rows, ck, out);
+    opts.format == "csv" ? write_csv(rows, ck.class_names, ck.positive_index >= 0, out) : write_json(rows, ck, out);
     windows_out.close();
     throw AudioError("predict --strict: stopped at " + files[i].path.string() + " (" + error + ")");
   }
   windows_out.close();
-  opts.format == "csv" ? write_csv(rows, ck.class_names, out) : write_json(rows, ck, out);
+  opts.format == "csv" ? write_csv(rows, ck.class_names, ck.positive_index >= 0, out) : write_json(rows, ck, out);
   log << "predict: " << summary.scored << " file(s) scored, " << summary.failed << " unreadable; " << windows_scored
       << " window(s) of " << info.long_seconds << " s every " << static_cast<double>(hop) / info.sample_rate
-      << " s; model " << model->kind() << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", detection of '"
-      << ck.positive_class << "' at " << opts.threshold << ", device " << device.str() << '\n';
+      << " s; model " << model->kind() << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", "
+      << (ck.positive_index >= 0 ? "detection of '" + ck.positive_class + "' at " + number(opts.threshold)
+                                 : std::string("no detection head (--positive-class none)"))
+      << ", device " << device.str() << '\n';
   if (summary.scored == 0)
     throw AudioError("no input file could be scored (first error: " + rows.front().error + ")");
   return summary;

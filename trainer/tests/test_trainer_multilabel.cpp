@@ -13,11 +13,13 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "data/dataset.h"
 #include "eval/multilabel.h"
 #include "melforge/common/errors.h"
 #include "metrics/multilabel.h"
+#include "predict/predict.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -239,6 +241,37 @@ TEST_CASE("positive class none trains without the detection head, the default na
     CHECK(report["test"]["segment"]["accuracy"].get<double>() >= 0.8);
     CHECK_THAT(log.str(), Catch::Contains("--positive-class none: no detection head"));
     CHECK(trainer::load_checkpoint(d / "run" / "checkpoints/best.pt").positive_index == -1);
+    trainer::PredictOptions p;
+    p.checkpoint = d / "run" / "checkpoints/best.pt";
+    p.inputs = {d / "in-3x4"};
+    p.format = "json";
+    p.device = "cpu";
+    p.threads = 2;
+    p.windows = d / "windows.csv";
+    std::ostringstream out, plog;
+    REQUIRE(trainer::run_predict(p, out, plog).scored == 12);
+    for (const auto& row : nlohmann::json::parse(out.str())) {
+      CHECK(row["probabilities"].size() == 3);
+      CHECK(row["detection_score"].is_null());
+      CHECK(row["detected"].is_null());
+      CHECK(row["positive_class"].is_null());
+    }
+    CHECK_THAT(plog.str(), Catch::Contains("no detection head"));
+    std::ifstream windows(p.windows);
+    std::string header, line;
+    std::getline(windows, header);
+    CHECK(header.rfind("path,window,start,end,predicted,detection_score,detected,", 0) == 0);
+    int window_rows = 0;
+    while (std::getline(windows, line)) {
+      std::vector<std::string> fields;
+      std::stringstream ss(line);
+      for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+      REQUIRE(fields.size() == 10);
+      CHECK(fields[5].empty());
+      CHECK(fields[6].empty());
+      ++window_rows;
+    }
+    CHECK(window_rows >= 12);
   } else {
     CHECK(report["positive_class"] == "class0");
     CHECK(report["test"]["segment"].contains("detection"));
