@@ -139,7 +139,11 @@ double write_melforge(const MelData& m, const fs::path& path, int level, int thr
   b::SplitWriter writer(c);
   std::vector<b::FileRecord> records(m.dims[0]);
   for (std::size_t i = 0; i < records.size(); ++i)
-    records[i] = {m.label[i], "f" + std::to_string(i), m.num_valid_long[i]};
+  {
+    records[i].label = m.label[i];
+    records[i].path = "f" + std::to_string(i);
+    records[i].num_valid_long = m.num_valid_long[i];
+  }
   writer.append(m.bytes.data(), records);
   writer.finish();
   compressed = writer.bytes_written();

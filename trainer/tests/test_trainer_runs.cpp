@@ -44,7 +44,7 @@ std::vector<std::string> tiny_args(const fs::path& data, const fs::path& out, in
           "--log-level",    "warn"};
 }
 
-/// Every metrics.jsonl field that does not measure time equals, line by line.
+/// Every metrics.jsonl field that does not measure time equals, line by line (step lines included).
 void require_same_metrics(const fs::path& a, const fs::path& b) {
   const auto la = read_lines(a), lb = read_lines(b);
   REQUIRE(la.size() == lb.size());
@@ -181,7 +181,8 @@ TEST_CASE("resume --epochs N after a finished run equals a straight N-epoch run 
 
   const auto a = last_of(d / "straight"), b = last_of(d / "extended");
   CHECK(a.step == b.step);
-  const auto la = read_lines(d / "straight" / "metrics.jsonl"), lb = read_lines(d / "extended" / "metrics.jsonl");
+  const auto la = test::epoch_lines(d / "straight" / "metrics.jsonl");
+  const auto lb = test::epoch_lines(d / "extended" / "metrics.jsonl");
   REQUIRE(lb.size() == 4);
   // Epochs 3 and 4 run at the learning rates of the straight 4-epoch schedule.
   for (std::size_t i = 2; i < 4; ++i) CHECK(la[i]["lr"] == lb[i]["lr"]);
@@ -229,7 +230,7 @@ TEST_CASE("an early-stopped run extends only with a patience that lets it go on"
   INFO(output);
   CHECK(code == 0);
   CHECK(last_of(run).epoch == 5);
-  CHECK(read_lines(run / "metrics.jsonl").size() == 5);
+  CHECK(test::epoch_lines(run / "metrics.jsonl").size() == 5);
 }
 
 TEST_CASE("train --config reads an INI file like the flags, and a run's config.json repeats the run exactly",
