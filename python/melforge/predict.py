@@ -70,7 +70,7 @@ _BATCH_SEGMENTS = 1024  # as kPredictBatchSegments of trainer/predict/predict.h
 
 
 def _score_file(model, featurize, path, hop, num_short, vote, threshold, device, class_names, want_windows,
-                detection=True):
+                has_detection=True):
     """The row of one file (as trainer/predict/predict.cpp predict_file): its windows (kernels/windows, streamed)
     through the model a fixed-size batch at a time, then the vote of `eval` over all of them (kernels/vote)."""
     import torch
@@ -97,8 +97,8 @@ def _score_file(model, featurize, path, hop, num_short, vote, threshold, device,
         row["windows"] = [{"path": path, "window": k, "start": float(start[k]), "end": float(end[k]),
                            "predicted": class_names[int(wpred[k])],
                            "probabilities": {n: float(p) for n, p in zip(class_names, wp[k])},
-                           "detection_score": float(wscore[k]) if detection else None,
-                           "detected": bool(wdet[k]) if detection else None} for k in range(W)]
+                           "detection_score": float(wscore[k]) if has_detection else None,
+                           "detected": bool(wdet[k]) if has_detection else None} for k in range(W)]
     return row
 
 
