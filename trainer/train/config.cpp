@@ -71,9 +71,9 @@ EvalOptions eval_from_json(const nlohmann::json& j) {
   return o;
 }
 
-nlohmann::json augment_to_json(const SpecAugmentOptions& o) {
+nlohmann::json augment_to_json(const SpecAugmentOptions& o, const MixupOptions& mixup) {
   return {{"freq_masks", o.freq_masks}, {"freq_width", o.freq_width}, {"time_masks", o.time_masks},
-          {"time_width", o.time_width}};
+          {"time_width", o.time_width}, {"mixup", mixup.alpha}};
 }
 
 SpecAugmentOptions augment_from_json(const nlohmann::json& j) {
@@ -82,6 +82,12 @@ SpecAugmentOptions augment_from_json(const nlohmann::json& j) {
   read_field(j, "freq_width", o.freq_width, "augment");
   read_field(j, "time_masks", o.time_masks, "augment");
   read_field(j, "time_width", o.time_width, "augment");
+  return o;
+}
+
+MixupOptions mixup_from_json(const nlohmann::json& j) {
+  MixupOptions o;
+  read_field(j, "mixup", o.alpha, "augment");
   return o;
 }
 
@@ -200,6 +206,7 @@ void TrainConfig::validate() const {
   optim.validate();
   loader.validate();
   augment.validate();
+  mixup.validate();
   eval.validate();
   train.validate();
   runtime.validate();
@@ -211,6 +218,8 @@ void TrainConfig::validate() const {
     throw InvalidArgument("--aggregate applies to --task multilabel; --task multiclass votes with --vote");
   if (train.cuda_graph && optim.accumulate != 1)
     throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
+  if (train.cuda_graph && mixup.enabled())
+    throw InvalidArgument("--cuda-graph captures the unmixed loss: it cannot be combined with --mixup (drop one)");
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -219,7 +228,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"model", trainer::to_json(model)},
           {"optim", optim_to_json(optim)},
           {"loader", loader.to_json()},
-          {"augment", augment_to_json(augment)},
+          {"augment", augment_to_json(augment, mixup)},
           {"eval", eval_to_json(eval)},
           {"train", train.to_json()}};
 }
@@ -234,6 +243,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   c.optim = optim_from_json(group("optim"));
   c.loader = LoaderOptions::from_json(group("loader"));
   c.augment = augment_from_json(group("augment"));
+  c.mixup = mixup_from_json(group("augment"));
   c.eval = eval_from_json(group("eval"));
   c.train = TrainOptions::from_json(group("train"));
   return c;
@@ -246,6 +256,7 @@ void add_options(po::options_description& desc, TrainConfig& c) {
   add_options(desc, c.optim);
   add_options(desc, c.loader);
   add_options(desc, c.augment);
+  add_options(desc, c.mixup);
   desc.add_options()("eval-batch-size", po::value(&c.eval.batch_size)->default_value(c.eval.batch_size)->value_name("N"),
                      "short segments per validation forward pass")(
       "vote", po::value(&c.eval.vote)->default_value(c.eval.vote)->value_name("mean|majority"),

@@ -11,6 +11,7 @@
 #include "dist/dist.h"
 #include "eval/evaluate.h"
 #include "options.h"
+#include "train/mixup.h"
 #include "train/monitor.h"
 #include "train/optim.h"
 #include "train/spec_augment.h"
@@ -95,6 +96,8 @@ struct TrainConfig {
   LoaderOptions loader;
   /// SpecAugment masks of the training batches.
   SpecAugmentOptions augment;
+  /// mixup of the training batches (after SpecAugment); recorded in the "augment" group as "mixup".
+  MixupOptions mixup;
   /// Validation after each epoch and the final evaluation.
   EvalOptions eval;
   /// The settings of `train` itself.
@@ -112,7 +115,7 @@ struct TrainConfig {
 
   /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
   void validate() const;
-  /// {"data", "model", "optim", "loader", "augment", "eval", "train"}: what the run folder's config.json and the
+  /// {"data", "model", "optim", "loader", "augment" (with "mixup"), "eval", "train"}: what the run folder's config.json and the
   /// checkpoints record (the runtime group is not part of it: it does not change the result on the CPU).
   nlohmann::json to_json() const;
   /// The inverse of to_json() (runtime left at its defaults). Throws FormatError on a malformed document.

@@ -29,6 +29,7 @@
 namespace melforge::trainer {
 
 class GraphStep;
+struct MixupDraw;
 class RunMonitor;
 class StepProfiler;
 
@@ -121,8 +122,10 @@ class Run {
   /// The split the loader batches (it keeps a reference): the training split, or for multilabel the copy
   /// rows_split_ whose `label` is the file row (Batch::y then indexes train_targets_).
   const Split& loader_split();
-  /// The training loss of a batch: combined_loss, or multilabel_loss against the batch's target rows.
-  at::Tensor training_loss(const ModelOutput& out, const Batch& batch) const;
+  /// The training loss of a batch: combined_loss, or multilabel_loss against the batch's target rows; with `mix`
+  /// (--mixup) the lambda-weighted sum of the losses against the own and the partners' labels (multiclass) or the
+  /// loss against the mixed target rows (multilabel).
+  at::Tensor training_loss(const ModelOutput& out, const Batch& batch, const MixupDraw* mix = nullptr) const;
   /// evaluate or evaluate_multilabel (F1 also at `tuned` when >= 0) of `split` with the run's settings.
   EvalResult evaluate_split(const Split& split, double tuned = -1) const;
   /// The model's config_json() with the task recorded ("task": "multilabel"; nothing added for multiclass).

@@ -12,6 +12,7 @@
 #include "melforge/common/progress.h"
 #include "melforge/common/utf8.h"
 #include "train/graph_step.h"
+#include "train/mixup.h"
 #include "train/monitor.h"
 #include "train/profiling.h"
 #include "train/run_folder.h"
@@ -106,6 +107,11 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
 ModelOutput Run::forward_backward(const Batch& batch, bool last_micro, double& lr, at::Tensor& loss) {
   at::Tensor x = batch.x;
   if (cfg_.augment.enabled()) x = spec_augment(x, cfg_.augment);
+  std::optional<MixupDraw> mix;
+  if (cfg_.mixup.enabled()) {
+    mix = draw_mixup(x.size(0), cfg_.mixup.alpha, x.device());
+    x = mix_batch(x, *mix);
+  }
   if (cfg_.train.channels_last && s_.device.is_cuda()) x = x.unsqueeze(1).contiguous(at::MemoryFormat::ChannelsLast);
   if (graph_) {
     TraceRange range("graph step");
@@ -119,7 +125,7 @@ ModelOutput Run::forward_backward(const Batch& batch, bool last_micro, double& l
     TraceRange range("forward");
     AutocastGuard autocast(s_.device.type(), s_.autocast);
     out = model_->forward(x);
-    loss = training_loss(out, batch);
+    loss = training_loss(out, batch, mix ? &*mix : nullptr);
   }
   TraceRange range("backward");
   const int64_t accumulate = cfg_.optim.accumulate;

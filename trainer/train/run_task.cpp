@@ -8,6 +8,7 @@
 #include "melforge/common/csv.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
+#include "train/mixup.h"
 #include "train/run.h"
 #include "util.h"
 
@@ -57,9 +58,16 @@ const Split& Run::loader_split() {
   return rows_split_;
 }
 
-at::Tensor Run::training_loss(const ModelOutput& out, const Batch& batch) const {
-  if (multilabel_) return multilabel_loss(out, train_targets_.index_select(0, batch.y.to(s_.device)));
-  return combined_loss(out, batch.y, s_.positive_index, cfg_.train.bce_weight, s_.pos_weight_tensor);
+at::Tensor Run::training_loss(const ModelOutput& out, const Batch& batch, const MixupDraw* mix) const {
+  if (multilabel_) {
+    const at::Tensor targets = train_targets_.index_select(0, batch.y.to(s_.device));
+    return multilabel_loss(out, mix ? mix_targets(targets, *mix) : targets);
+  }
+  const auto loss = [&](const at::Tensor& y) {
+    return combined_loss(out, y, s_.positive_index, cfg_.train.bce_weight, s_.pos_weight_tensor);
+  };
+  if (!mix) return loss(batch.y);
+  return mix_losses(loss(batch.y), loss(batch.y.index_select(0, mix->perm.to(batch.y.device()))), *mix);
 }
 
 EvalResult Run::evaluate_split(const Split& split, double tuned) const {
