@@ -82,7 +82,9 @@ std::vector<float> tone(std::size_t c, int64_t frames, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> jitter(-0.02, 0.02), phase(0.0, 2.0 * M_PI), amp(0.1, 0.5);
   const double hz = kTonesHz[c] * (1.0 + jitter(rng)), p = phase(rng), a = amp(rng);
   std::vector<float> x(static_cast<std::size_t>(frames));
-  for (int64_t i = 0; i < frames; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(a * std::sin(2.0 * M_PI * hz * i / kRate + p));
+  for (int64_t i = 0; i < frames; ++i)
+    x[static_cast<std::size_t>(i)] =
+        static_cast<float>(a * std::sin(2.0 * M_PI * hz * static_cast<double>(i) / kRate + p));
   return x;
 }
 
@@ -99,7 +101,8 @@ void write_corpus(const fs::path& root, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> length(kRate, 2 * kRate);
   std::uniform_real_distribution<double> test_snr(-4.0, 2.0);
-  for (int i = 0; i < 6; ++i) write_wav(root / "noise" / ("n" + std::to_string(i) + ".wav"), band_noise(4 * kRate, rng));
+  for (int i = 0; i < 6; ++i)
+    write_wav(root / "noise" / ("n" + std::to_string(i) + ".wav"), band_noise(4 * kRate, rng));
   std::vector<std::vector<float>> test_noise;
   for (int i = 0; i < 6; ++i) test_noise.push_back(band_noise(4 * kRate, rng));
   std::string manifest = "path,label,split\n";
@@ -109,7 +112,11 @@ void write_corpus(const fs::path& root, uint64_t seed) {
       for (int i = 0; i < n; ++i) {
         const std::string name = "in/" + split + "/c" + std::to_string(c) + "_" + std::to_string(i) + ".wav";
         std::vector<float> x = tone(c, length(rng), rng);
-        if (split == "test") x = mixed(std::move(x), test_noise[rng() % test_noise.size()], test_snr(rng));
+        if (split == "test") {
+          const std::size_t which = rng() % test_noise.size();
+          const double snr = test_snr(rng);
+          x = mixed(std::move(x), test_noise[which], snr);
+        }
         write_wav(root / name, x);
         manifest += name + ",tone" + std::to_string(c) + "," + split + "\n";
       }
@@ -153,7 +160,7 @@ TEST_CASE("noisy copies from --augment-copies --noise make a clean-tone model ro
   write_corpus(d.path(), seed);
   const fs::path plain = build(d.path(), "plain", {});
   const fs::path augmented = build(d.path(), "augmented", {"--augment-copies", "4", "--noise", (d / "noise").string(),
-                                                           "--snr-db", "-6,6", "--seed", std::to_string(seed)});
+                                                           "--snr-db=-6,6", "--seed", std::to_string(seed)});
   const int64_t epochs = 8;
   const auto [without, without_files] = test_accuracy(plain, d / "run-plain", epochs);
   const auto [with, with_files] = test_accuracy(augmented, d / "run-augmented", epochs);

@@ -1,6 +1,7 @@
 // --mixup: the mixed batch, the mixed losses and the mixed multi-label targets against naive references for a fixed
 // lambda and permutation; the Beta draws (reproducible by seed, moments of Beta(a, a)); validation before any work;
 // alpha 0 bit-exact with no mixup; resume bit-exact with mixup; the flag refused when resuming with another value.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/randn.h>
@@ -54,9 +55,9 @@ double log_sigmoid(double z) { return z >= 0 ? -std::log1p(std::exp(-z)) : z - s
 
 /// Naive mixup loss of one batch in double: lambda (CE(y) + w BCE(y == pos)) + (1 - lambda) (the same for y[perm]),
 /// with the BCE's positive term weighted by pw.
-double naive_mixed_loss(const std::vector<double>& logits, const std::vector<double>& det, const std::vector<int64_t>& y,
-                        const std::vector<int64_t>& perm, int64_t classes, double lambda, int64_t pos, double w,
-                        double pw) {
+double naive_mixed_loss(const std::vector<double>& logits, const std::vector<double>& det,
+                        const std::vector<int64_t>& y, const std::vector<int64_t>& perm, int64_t classes, double lambda,
+                        int64_t pos, double w, double pw) {
   const auto one = [&](int64_t b, int64_t label) {
     double mx = -1e300, sum = 0;
     for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, logits[b * classes + c]);
@@ -78,9 +79,8 @@ double naive_mixed_loss(const std::vector<double>& logits, const std::vector<dou
 }  // namespace
 
 TEST_CASE("mix_batch is lambda x + (1 - lambda) x[perm] for a fixed lambda and permutation", "[trainer][mixup]") {
-  const auto [b, m, t] = GENERATE(std::tuple<int64_t, int64_t, int64_t>{2, 4, 5}, std::tuple<int64_t, int64_t, int64_t>{
-                                                                                      7, 32, 16},
-                                  std::tuple<int64_t, int64_t, int64_t>{16, 8, 3});
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;
+  const auto [b, m, t] = GENERATE(Shape{2, 4, 5}, Shape{7, 32, 16}, Shape{16, 8, 3});
   const float lambda = GENERATE(0.0f, 0.3f, 0.85f, 1.0f);
   const bool four_d = GENERATE(false, true);
   CAPTURE(b, m, t, lambda, four_d);
@@ -124,7 +124,8 @@ TEST_CASE("the mixed multiclass loss equals a naive lambda CE(y) + (1 - lambda) 
   const double got = trainer::mix_losses(own, partner, draw).item<double>();
   const std::vector<double> yd = values(y);
   const std::vector<int64_t> yl(yd.begin(), yd.end());
-  const double want = naive_mixed_loss(values(out.logits), values(out.detection), yl, perm, classes, lambda, pos, w, pw);
+  const double want =
+      naive_mixed_loss(values(out.logits), values(out.detection), yl, perm, classes, lambda, pos, w, pw);
   CHECK(got == Approx(want).epsilon(1e-5));
 }
 

@@ -7,10 +7,10 @@
 
 #include <boost/program_options.hpp>
 #include <cmath>
-#include <optional>
 #include <string>
 
 #include "melforge/common/errors.h"
+#include "train/rng_state.h"
 
 namespace po = boost::program_options;
 
@@ -31,7 +31,7 @@ MixupDraw draw_mixup(int64_t batch, double alpha, at::Device device, at::Generat
   if (!(alpha > 0.0) || !std::isfinite(alpha))
     throw InvalidArgument("draw_mixup: alpha must be a finite number > 0, got " + std::to_string(alpha));
   if (batch < 0) throw InvalidArgument("draw_mixup: negative batch size " + std::to_string(batch));
-  const std::optional<at::Generator> g = gen ? std::optional<at::Generator>(*gen) : std::nullopt;
+  const at::Generator g = gen ? *gen : default_generator(device);
   const at::TensorOptions on = at::TensorOptions().device(device);
   const at::Tensor concentration = at::full({2}, alpha, on.dtype(at::kDouble));
   MixupDraw d;
