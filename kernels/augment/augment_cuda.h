@@ -53,7 +53,8 @@ struct PreparedRir {
 /// Index of the first sample of largest magnitude in `h` (0 for an empty span).
 int64_t direct_path(std::span<const float> h);
 
-/// `h` scaled by 1 / sqrt(sum h^2) (sum in double), and its direct path. A silent clip stays all zeros.
+/// `h` times the float 1 / sqrt(sum h^2) (sum in double), as the CPU augmenter scales it, and its direct path. A
+/// silent clip stays all zeros.
 PreparedRir prepare_rir(std::span<const float> h);
 
 /// Where one impulse response lives on the device and how it is convolved.

@@ -29,10 +29,8 @@ PreparedRir prepare_rir(std::span<const float> h) {
   r.direct = direct_path(h);
   double energy = 0.0;
   for (const float v : h) energy += static_cast<double>(v) * v;
-  if (energy > 0.0) {
-    const double scale = 1.0 / std::sqrt(energy);
-    for (float& v : r.taps) v = static_cast<float>(v * scale);
-  }
+  const float scale = energy > 0.0 ? static_cast<float>(1.0 / std::sqrt(energy)) : 0.0f;
+  for (float& v : r.taps) v = v * scale;
   return r;
 }
 
