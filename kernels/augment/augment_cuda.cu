@@ -118,12 +118,6 @@ struct FftPlans {
   bool has_inverse = false;
 };
 
-/// Samples of the noise bank's clips, and their offsets in the concatenation.
-struct NoiseLayout {
-  std::vector<int64_t> lengths;
-  std::vector<int64_t> offsets;
-};
-
 class CudaAugmenter final : public Augmenter {
  public:
   CudaAugmenter(const Bank& noise, const Bank& rir, int sample_rate, int device, int64_t max_batch_samples)
@@ -166,8 +160,7 @@ class CudaAugmenter final : public Augmenter {
   int device_ = 0;
   bool runtime_ok_ = false;
   AugmentBufferSizes sizes_;
-  NoiseLayout noise_layout_;
-  std::vector<RirInfo> rirs_;
+  BankLayout layout_;
   cudaStream_t stream_ = nullptr;
   std::vector<FftPlans> plans_;
   void* work_ = nullptr;
@@ -208,30 +201,10 @@ T* CudaAugmenter::pinned_alloc(int64_t bytes) {
 }
 
 void CudaAugmenter::init(int device, int64_t max_batch_samples) {
-  std::vector<int64_t> rir_lengths;
-  std::vector<PreparedRir> prepared;
-  int64_t noise_floats = 0;
-  for (const Clip& c : noise_.clips) {
-    noise_layout_.offsets.push_back(noise_floats);
-    noise_layout_.lengths.push_back(static_cast<int64_t>(c.samples.size()));
-    noise_floats += static_cast<int64_t>(c.samples.size());
-  }
-  int64_t spectrum_offset = 0;
-  for (const Clip& c : rir_.clips) {
-    prepared.push_back(prepare_rir(c.samples));
-    RirInfo info;
-    info.taps = static_cast<int64_t>(c.samples.size());
-    info.fft_size = ola_fft_size(info.taps);
-    info.hop = ola_hop(info.taps);
-    info.direct = prepared.back().direct;
-    info.spectrum_offset = spectrum_offset;
-    spectrum_offset += info.fft_size / 2 + 1;
-    min_hop_ = min_hop_ == 0 ? info.hop : std::min(min_hop_, info.hop);
-    rirs_.push_back(info);
-    rir_lengths.push_back(info.taps);
-  }
-  sizes_ = augment_buffer_sizes(noise_layout_.lengths, rir_lengths, sample_rate_, max_batch_samples);
+  layout_ = bank_layout(noise_, rir_);
+  sizes_ = augment_buffer_sizes(layout_.noise_lengths, layout_.rir_lengths, sample_rate_, max_batch_samples);
   check_launch_limits(sizes_);
+  for (const RirInfo& r : layout_.rirs) min_hop_ = min_hop_ == 0 ? r.hop : std::min(min_hop_, r.hop);
 
   const mel::CudaDeviceQuery query = mel::query_cuda_devices();
   if (!query.usable()) throw CudaError("CUDA augmenter: no usable CUDA device: " + query.describe());
@@ -262,11 +235,12 @@ void CudaAugmenter::init(int device, int64_t max_batch_samples) {
 
   for (size_t c = 0; c < noise_.clips.size(); ++c) {
     const std::vector<float>& s = noise_.clips[c].samples;
-    MELFORGE_AUG_CUDA(cudaMemcpyAsync(d_noise_ + noise_layout_.offsets[c], s.data(), s.size() * sizeof(float),
+    MELFORGE_AUG_CUDA(cudaMemcpyAsync(d_noise_ + layout_.noise_offsets[c], s.data(), s.size() * sizeof(float),
                                       cudaMemcpyHostToDevice, stream_));
   }
   init_plans();
-  upload_rir_spectra(prepared);
+  upload_rir_spectra(layout_.prepared);
+  layout_.prepared.clear();
   MELFORGE_AUG_CUDA(cudaStreamSynchronize(stream_));
 }
 
@@ -278,7 +252,7 @@ void CudaAugmenter::init_plans() {
     long long size[1] = {n};
     long long real_embed[1] = {n};
     long long complex_embed[1] = {n / 2 + 1};
-    const long long batch = chunk_blocks(n);
+    const long long batch = chunk_blocks(n, sizes_.chunk_floats);
     size_t bytes = 0;
     MELFORGE_AUG_CUFFT(cufftCreate(&p.forward));
     p.has_forward = true;
@@ -308,10 +282,10 @@ void CudaAugmenter::upload_rir_spectra(const std::vector<PreparedRir>& prepared)
   for (const FftPlans& p : plans_) {
     const int64_t n = p.fft_size;
     const int64_t bins = n / 2 + 1;
-    const int64_t cap = chunk_blocks(n);
+    const int64_t cap = chunk_blocks(n, sizes_.chunk_floats);
     std::vector<size_t> clips;
-    for (size_t c = 0; c < rirs_.size(); ++c) {
-      if (rirs_[c].fft_size == n) clips.push_back(c);
+    for (size_t c = 0; c < layout_.rirs.size(); ++c) {
+      if (layout_.rirs[c].fft_size == n) clips.push_back(c);
     }
     for (size_t first = 0; first < clips.size(); first += static_cast<size_t>(cap)) {
       const size_t count = std::min(clips.size() - first, static_cast<size_t>(cap));
@@ -324,7 +298,7 @@ void CudaAugmenter::upload_rir_spectra(const std::vector<PreparedRir>& prepared)
                                         cudaMemcpyHostToDevice, stream_));
       MELFORGE_AUG_CUFFT(cufftExecR2C(p.forward, d_blocks_, reinterpret_cast<cufftComplex*>(d_spectra_)));
       for (size_t k = 0; k < count; ++k) {
-        MELFORGE_AUG_CUDA(cudaMemcpyAsync(d_rir_spectra_ + rirs_[clips[first + k]].spectrum_offset,
+        MELFORGE_AUG_CUDA(cudaMemcpyAsync(d_rir_spectra_ + layout_.rirs[clips[first + k]].spectrum_offset,
                                           d_spectra_ + static_cast<int64_t>(k) * bins, bins * sizeof(Complex),
                                           cudaMemcpyDeviceToDevice, stream_));
       }
@@ -349,7 +323,7 @@ ChunkArgs CudaAugmenter::chunk_args(const OlaChunk& chunk) const {
   a.rir_spectra = d_rir_spectra_;
   a.table = d_table_ + chunk.first;
   a.count = chunk.count;
-  a.capacity = chunk_blocks(chunk.fft_size);
+  a.capacity = chunk_blocks(chunk.fft_size, sizes_.chunk_floats);
   a.fft_size = chunk.fft_size;
   a.scale = 1.0f / static_cast<float>(chunk.fft_size);
   return a;
@@ -402,20 +376,10 @@ void CudaAugmenter::noise_factors(const BatchPlan& plan, std::span<Item> items) 
                                       cudaMemcpyDeviceToHost, stream_));
     MELFORGE_AUG_CUDA(cudaStreamSynchronize(stream_));
   }
-  for (int64_t k = 0; k < n_items; ++k) {
-    const ItemParams& p = plan.params[static_cast<size_t>(k)];
-    const Recipe& r = items[static_cast<size_t>(plan.items[static_cast<size_t>(k)])].recipe;
-    float factor = 0.0f;
-    if (p.noise != 0) {
-      const int64_t frames = energy_frame_count(p.frames, sizes_.frame_samples);
-      const std::span<const double> signal(h_energy_ + p.energy_offset, static_cast<size_t>(frames));
-      const std::span<const double> noise(h_energy_ + stride + p.energy_offset, static_cast<size_t>(frames));
-      factor = static_cast<float>(
-          noise_factor(active_power_from_energies(signal, noise, p.frames, sizes_.frame_samples), r.snr_db));
-    }
-    h_scales_[2 * k] = factor;
-    h_scales_[2 * k + 1] = static_cast<float>(db_to_amplitude(r.gain_db));
-  }
+  const std::vector<float> scales =
+      item_scales(plan, items, std::span<const double>(h_energy_, static_cast<size_t>(plan.noise ? 2 * stride : 0)),
+                  sizes_.frame_samples);
+  std::copy(scales.begin(), scales.end(), h_scales_);
   MELFORGE_AUG_CUDA(cudaMemcpyAsync(d_scales_, h_scales_, static_cast<size_t>(n_items) * 2 * sizeof(float),
                                     cudaMemcpyHostToDevice, stream_));
 }
@@ -453,9 +417,9 @@ void CudaAugmenter::run_batch(const BatchPlan& plan, std::span<Item> items) {
 }
 
 void CudaAugmenter::apply(std::span<Item> items) {
-  check_items(items, noise_layout_.lengths, static_cast<int64_t>(rirs_.size()), sizes_);
+  check_items(items, layout_.noise_lengths, static_cast<int64_t>(layout_.rirs.size()), sizes_);
   const std::vector<BatchPlan> plans =
-      plan_batches(items, rirs_, noise_layout_.offsets, noise_layout_.lengths, sizes_);
+      plan_batches(items, layout_.rirs, layout_.noise_offsets, layout_.noise_lengths, sizes_);
   if (plans.empty()) return;
   MELFORGE_AUG_CUDA(cudaSetDevice(device_));
   try {

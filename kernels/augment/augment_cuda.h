@@ -87,11 +87,13 @@ struct AugmentBufferSizes {
   int64_t noise_floats = 0;
   /// Device: the impulse responses' spectra concatenated, complex (sum over clips of fft_size / 2 + 1).
   int64_t rir_spectrum_complex = 0;
+  /// Floats of zero-padded blocks an overlap-add chunk aims at (kOlaChunkFloats unless a test asks otherwise).
+  int64_t chunk_floats = 0;
   /// Distinct overlap-add FFT sizes of the impulse responses, ascending (one R2C and one C2R plan each).
   std::vector<int64_t> fft_sizes;
-  /// Device: zero-padded blocks of one chunk, floats: the largest chunk_blocks(N) * N over fft_sizes.
+  /// Device: zero-padded blocks of one chunk, floats: the largest chunk_blocks(N, chunk_floats) * N.
   int64_t block_floats = 0;
-  /// Device: spectra of one chunk, complex: the largest chunk_blocks(N) * (N / 2 + 1) over fft_sizes.
+  /// Device: spectra of one chunk, complex: the largest chunk_blocks(N, chunk_floats) * (N / 2 + 1).
   int64_t spectrum_complex = 0;
   /// Device and pinned: overlap-add block table entries (OlaBlock) of one device batch:
   /// max_batch_samples / smallest hop + items + 1 (0 without impulse responses).
@@ -130,17 +132,19 @@ struct AugmentBufferSizes {
   int64_t pinned_bytes() const;
 };
 
-/// Blocks of one overlap-add chunk at FFT size `fft_size`: max(1, kOlaChunkFloats / fft_size) (the batch of its
-/// plans).
-inline int64_t chunk_blocks(int64_t fft_size) {
-  const int64_t n = kOlaChunkFloats / fft_size;
+/// Blocks of one overlap-add chunk at FFT size `fft_size` for chunks of `chunk_floats`: max(1, chunk_floats /
+/// fft_size) (the batch of its plans).
+inline int64_t chunk_blocks(int64_t fft_size, int64_t chunk_floats) {
+  const int64_t n = chunk_floats / fft_size;
   return n < 1 ? 1 : n;
 }
 
 /// Sizes for banks of clips of `noise_lengths` and `rir_lengths` samples, at `sample_rate`, for calls of up to
-/// `max_batch_samples` samples. Throws InvalidArgument when max_batch_samples < 1 or sample_rate < 1.
+/// `max_batch_samples` samples, overlap-add chunks of `chunk_floats` (the tests shrink it to cut short signals into
+/// several chunks). Throws InvalidArgument when max_batch_samples, sample_rate or chunk_floats is < 1.
 AugmentBufferSizes augment_buffer_sizes(std::span<const int64_t> noise_lengths, std::span<const int64_t> rir_lengths,
-                                        int sample_rate, int64_t max_batch_samples);
+                                        int sample_rate, int64_t max_batch_samples,
+                                        int64_t chunk_floats = kOlaChunkFloats);
 
 /// Blocks of a one-dimensional launch of `elements` threads: ceil(elements / kThreads).
 inline int64_t grid_for(int64_t elements) { return (elements + kThreads - 1) / kThreads; }
@@ -195,7 +199,7 @@ struct OlaChunk {
   int64_t fft_size = 0;
   /// First entry in the block table.
   int64_t first = 0;
-  /// Entries (1..chunk_blocks(fft_size)).
+  /// Entries (1..chunk_blocks(fft_size, chunk_floats)).
   int64_t count = 0;
 };
 
@@ -236,6 +240,29 @@ void check_items(std::span<const Augmenter::Item> items, std::span<const int64_t
 std::vector<BatchPlan> plan_batches(std::span<const Augmenter::Item> items, std::span<const RirInfo> rirs,
                                     std::span<const int64_t> noise_offsets, std::span<const int64_t> noise_lengths,
                                     const AugmentBufferSizes& sizes);
+
+/// Where the banks' clips live on the device, computed once by the augmenter from its banks.
+struct BankLayout {
+  /// Samples of each noise clip.
+  std::vector<int64_t> noise_lengths;
+  /// First sample of each noise clip in the concatenated bank.
+  std::vector<int64_t> noise_offsets;
+  /// Taps of each impulse response.
+  std::vector<int64_t> rir_lengths;
+  /// Each impulse response's FFT size, hop, direct path and spectrum offset.
+  std::vector<RirInfo> rirs;
+  /// Each impulse response prepared (prepare_rir), to be zero-padded to its FFT size and transformed.
+  std::vector<PreparedRir> prepared;
+};
+
+/// The layout of `noise` and `rir` (clips in bank order, spectra concatenated in clip order).
+BankLayout bank_layout(const Bank& noise, const Bank& rir);
+
+/// Per packed item of `plan`, [noise factor, gain amplitude] as the mix kernel reads them: noise_factor() of
+/// active_power_from_energies() over the item's frames of `energy` (signal energies at [0, plan.energy_frames),
+/// noise energies after them) as a float, 0 without noise; float(db_to_amplitude(gain_db)).
+std::vector<float> item_scales(const BatchPlan& plan, std::span<const Augmenter::Item> items,
+                               std::span<const double> energy, int64_t frame_samples);
 
 /// ActivePower from per-frame energies of the signal and of the noise excerpt (frames of `frame_samples` samples,
 /// the last one shorter, `frames` samples in all): the selection active_power() makes, on energies summed

@@ -55,14 +55,18 @@ int64_t AugmentBufferSizes::pinned_bytes() const {
 }
 
 AugmentBufferSizes augment_buffer_sizes(std::span<const int64_t> noise_lengths, std::span<const int64_t> rir_lengths,
-                                        int sample_rate, int64_t max_batch_samples) {
+                                        int sample_rate, int64_t max_batch_samples, int64_t chunk_floats) {
   if (max_batch_samples < 1) {
     throw InvalidArgument("CUDA augmenter: max_batch_samples must be >= 1, got " + std::to_string(max_batch_samples));
   }
   if (sample_rate < 1) {
     throw InvalidArgument("CUDA augmenter: sample_rate must be >= 1, got " + std::to_string(sample_rate));
   }
+  if (chunk_floats < 1) {
+    throw InvalidArgument("CUDA augmenter: chunk_floats must be >= 1, got " + std::to_string(chunk_floats));
+  }
   AugmentBufferSizes s;
+  s.chunk_floats = chunk_floats;
   s.max_batch_samples = max_batch_samples;
   s.signal_floats = max_batch_samples;
   s.out_floats = max_batch_samples;
@@ -77,8 +81,8 @@ AugmentBufferSizes augment_buffer_sizes(std::span<const int64_t> noise_lengths, 
   }
   std::sort(s.fft_sizes.begin(), s.fft_sizes.end());
   for (const int64_t n : s.fft_sizes) {
-    s.block_floats = std::max(s.block_floats, chunk_blocks(n) * n);
-    s.spectrum_complex = std::max(s.spectrum_complex, chunk_blocks(n) * (n / 2 + 1));
+    s.block_floats = std::max(s.block_floats, chunk_blocks(n, chunk_floats) * n);
+    s.spectrum_complex = std::max(s.spectrum_complex, chunk_blocks(n, chunk_floats) * (n / 2 + 1));
   }
   s.items = std::min(kMaxItemsPerBatch, max_batch_samples);
   if (min_hop > 0) s.block_entries = max_batch_samples / min_hop + s.items + 1;
@@ -140,8 +144,8 @@ namespace {
 
 /// Appends the overlap-add blocks of the plan's items convolved at FFT size `n`, cut into chunks.
 void add_ola_blocks(BatchPlan& plan, std::span<const Augmenter::Item> items, std::span<const RirInfo> rirs,
-                    int64_t n) {
-  const int64_t cap = chunk_blocks(n);
+                    int64_t n, int64_t chunk_floats) {
+  const int64_t cap = chunk_blocks(n, chunk_floats);
   const auto group_first = static_cast<int64_t>(plan.blocks.size());
   for (size_t k = 0; k < plan.items.size(); ++k) {
     const Augmenter::Item& item = items[static_cast<size_t>(plan.items[k])];
@@ -194,7 +198,7 @@ void finish_plan(BatchPlan& plan, std::span<const Augmenter::Item> items, std::s
     plan.reverb = plan.reverb || p.reverb != 0;
     plan.noise = plan.noise || p.noise != 0;
   }
-  for (const int64_t n : sizes.fft_sizes) add_ola_blocks(plan, items, rirs, n);
+  for (const int64_t n : sizes.fft_sizes) add_ola_blocks(plan, items, rirs, n, sizes.chunk_floats);
 }
 
 }  // namespace
@@ -215,6 +219,52 @@ std::vector<BatchPlan> plan_batches(std::span<const Augmenter::Item> items, std:
   if (!current.items.empty()) plans.push_back(std::move(current));
   for (BatchPlan& plan : plans) finish_plan(plan, items, rirs, noise_offsets, noise_lengths, sizes);
   return plans;
+}
+
+BankLayout bank_layout(const Bank& noise, const Bank& rir) {
+  BankLayout l;
+  int64_t noise_floats = 0;
+  for (const Clip& c : noise.clips) {
+    l.noise_offsets.push_back(noise_floats);
+    l.noise_lengths.push_back(static_cast<int64_t>(c.samples.size()));
+    noise_floats += static_cast<int64_t>(c.samples.size());
+  }
+  int64_t spectrum_offset = 0;
+  for (const Clip& c : rir.clips) {
+    l.prepared.push_back(prepare_rir(c.samples));
+    RirInfo info;
+    info.taps = static_cast<int64_t>(c.samples.size());
+    info.fft_size = ola_fft_size(info.taps);
+    info.hop = ola_hop(info.taps);
+    info.direct = l.prepared.back().direct;
+    info.spectrum_offset = spectrum_offset;
+    spectrum_offset += info.fft_size / 2 + 1;
+    l.rirs.push_back(info);
+    l.rir_lengths.push_back(info.taps);
+  }
+  return l;
+}
+
+std::vector<float> item_scales(const BatchPlan& plan, std::span<const Augmenter::Item> items,
+                               std::span<const double> energy, int64_t frame_samples) {
+  std::vector<float> scales;
+  for (size_t k = 0; k < plan.items.size(); ++k) {
+    const ItemParams& p = plan.params[k];
+    const Recipe& r = items[static_cast<size_t>(plan.items[k])].recipe;
+    float factor = 0.0f;
+    if (p.noise != 0) {
+      const auto frames = static_cast<size_t>(energy_frame_count(p.frames, frame_samples));
+      const auto first = static_cast<size_t>(p.energy_offset);
+      const auto noise_first = static_cast<size_t>(plan.energy_frames + p.energy_offset);
+      const ActivePower power = active_power_from_energies(energy.subspan(first, frames),
+                                                           energy.subspan(noise_first, frames), p.frames,
+                                                           frame_samples);
+      factor = static_cast<float>(noise_factor(power, r.snr_db));
+    }
+    scales.push_back(factor);
+    scales.push_back(static_cast<float>(db_to_amplitude(r.gain_db)));
+  }
+  return scales;
 }
 
 ActivePower active_power_from_energies(std::span<const double> signal_energy, std::span<const double> noise_energy,
