@@ -156,4 +156,18 @@ inline void require_augment_close(const AugmentBatch& got, const AugmentBatch& w
   }
 }
 
+/// Builds the batch of `cases` three times (the input, the CPU augmenter's output, and `run`'s), runs `run(batch)`
+/// on one (it applies the augmenter under test to batch.items) and the CPU augmenter over `noise` and `rirs` at
+/// `sample_rate` on another, and compares them with require_augment_close.
+template <class Run>
+void compare_with_cpu(const augment::Bank& noise, const augment::Bank& rirs, int sample_rate,
+                      const std::vector<AugmentCase>& cases, Run run) {
+  AugmentBatch want = augment_batch(cases);
+  AugmentBatch got = augment_batch(cases);
+  const AugmentBatch clean = augment_batch(cases);
+  augment::make_cpu_augmenter(noise, rirs, sample_rate)->apply(want.items);
+  run(got);
+  require_augment_close(got, want, clean);
+}
+
 }  // namespace melforge::test
