@@ -428,4 +428,3 @@ TEST_CASE("the CUDA pipeline's kernel bodies, run on the CPU, match the CPU augm
     emulated.apply(got.items);
   });
 }
-
