@@ -354,7 +354,7 @@ TEST_CASE("check_items refuses bad items before any work", "[augment][cuda_host]
 }
 
 TEST_CASE("plan_batches: packing, block table, chunks and item split", "[augment][cuda_host]") {
-  const int64_t chunk_floats = GENERATE(kOlaChunkFloats, int64_t{3 * 4096}, int64_t{1});
+  const int64_t chunk_floats = GENERATE(int64_t{kOlaChunkFloats}, int64_t{3 * 4096}, int64_t{1});
   const int64_t count = GENERATE(int64_t{5}, kMaxItemsPerBatch + 3);
   CAPTURE(chunk_floats, count);
   const BankLayout layout = bank_layout(augment_noise_bank(), augment_rir_bank({1000, 3000}));
@@ -418,7 +418,7 @@ TEST_CASE("the CUDA pipeline's kernel bodies, run on the CPU, match the CPU augm
   const int64_t frames = GENERATE(int64_t{1}, int64_t{3097}, int64_t{20000});
   const double snr = GENERATE(0.0, 25.0);
   const double gain = GENERATE(0.0, -6.0);
-  const int64_t chunk_floats = GENERATE(kOlaChunkFloats, int64_t{2 * 4096});
+  const int64_t chunk_floats = GENERATE(int64_t{kOlaChunkFloats}, int64_t{2 * 4096});
   const int rir = static_cast<int>(rir_lengths.size()) - 1;
   CAPTURE(rir_lengths, frames, snr, gain, chunk_floats);
   const Bank noise = augment_noise_bank();
