@@ -95,10 +95,14 @@ class CpuAugmenter final : public Augmenter {
 
   std::string name() const override { return "cpu-fftw"; }
 
+  /// The frame energies of active_power(), and with impulse responses the output copy, the normalised response,
+  /// a real block and two half spectra of the largest FFT.
   int64_t item_bytes(int64_t frames) const override {
-    if (max_rir_ == 0) return 0;
+    const int64_t energies = (frames / 8 + 1) * static_cast<int64_t>(sizeof(double));
+    if (max_rir_ == 0) return energies;
     const int64_t n = ola_fft_size(max_rir_);
-    return frames * 4 + n * 4 + 2 * (n / 2 + 1) * 8 + max_rir_ * 4;
+    return energies + (frames + max_rir_ + n) * static_cast<int64_t>(sizeof(float)) +
+           2 * (n / 2 + 1) * static_cast<int64_t>(sizeof(fftwf_complex));
   }
 
   int64_t device_bytes() const override { return 0; }
