@@ -3,6 +3,8 @@
 // rule as the CPU), then noise and gain, on one stream of its own with persistent buffers (augment_cuda.h sizes them
 // all). Compiled with --fmad=false like the mel engine: mix_sample, gain_sample and spectrum_product are the same
 // IEEE operations as on the CPU.
+// Launched on the stream directly, not captured into a CUDA graph like the mel engine: the number of overlap-add
+// chunks (and of FFT sizes) varies from one device batch to the next. One apply() call at a time.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
