@@ -106,9 +106,10 @@ AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extr
                               const std::shared_ptr<const AudioStage>& augment = nullptr);
 
 /// Runs `stages` in order over the files of one batch: each stage on every file still kept, on `threads` threads (a
-/// batched() stage once over the batch, on this thread), its wall time added to `times` under its name. A file that a stage skips gets `error` and `error_stage` and no
-/// later stage; `progress` advances by one when a file is skipped or has passed the last stage. Throws Interrupted
-/// (checked before each file), or what a stage throws other than AudioError.
+/// batched() stage once over the batch, on this thread), its wall time added to `times` under its name. A file that a
+/// stage skips gets `error` and `error_stage` and no later stage; `progress` advances by one when a file is skipped or
+/// has passed the last stage. Throws Interrupted (checked before each file), or what a stage throws other than
+/// AudioError.
 void run_audio_stages(const AudioStages& stages, std::span<BatchFile> files, int threads, StageTimes& times,
                       Progress& progress);
 

@@ -1,6 +1,7 @@
 #include "augment_stage.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 

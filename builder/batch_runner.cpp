@@ -255,7 +255,8 @@ void fit_num_long(BuildState& state) {
   const int64_t room = std::max<int64_t>(max_ram - held, 0);
   const std::string need = "one file of " + std::to_string(state.num_long) + " long segments needs " +
                            mib(per_long * state.num_long) + ", more than the " + mib(room) + " that --max-ram " +
-                           c.build.max_ram + " leaves after " + mib(held) + " of per-thread, engine and augmentation bank buffers";
+                           c.build.max_ram + " leaves after " + mib(held) +
+                           " of per-thread, engine and augmentation bank buffers";
   if (c.segment.num_long > 0) {
     std::fprintf(stderr, "melforge-build: warning: --num-long %d: %s; the build will use more memory than --max-ram\n",
                  state.num_long, need.c_str());

@@ -51,7 +51,7 @@ std::filesystem::path scratch_parent(const BenchOptions& opts);
 ///   engine of `--device`), then `repeats` runs of the build's batch runner with the writes in line rather than on
 ///   the write thread, so that each stage is timed alone, in batches bounded by --max-ram as a build makes them:
 ///   decode (libsndfile/soxr into the arena: files/s, audio s/s, input MB/s), every other audio stage of the build
-///   (`extra_stages`: files/s), mel (the engine over every valid short segment: segments/s), compress (the
+///   (augment with --augment-copies: copies/s and rows/s; `extra_stages`: files/s), mel (the engine over every valid short segment: segments/s), compress (the
 ///   writer's shuffle + deflate on --threads: MB/s in and out, ratio; absent with --compression-level 0), write (the
 ///   writer's HDF5 calls, chunks written with H5Dwrite_chunk into per-split files: MB/s), write_raw (a second writer
 ///   of the same chunks uncompressed, no filters: MB/s); finally end_to_end (run_build of the sample with the same

@@ -121,8 +121,8 @@ void check_augment_splits(const BuildState& state) {
   for (const auto& f : state.scan.files) ++files[static_cast<std::size_t>(f.split)];
   for (std::size_t s = 0; s < 3; ++s)
     if (mask[s] && files[s] == 0)
-      throw InvalidArgument("--augment-splits " + a.splits + ": the corpus has no " + kSplitNames[s] + " file (--split " +
-                            state.config.build.split + "); name only splits that get files");
+      throw InvalidArgument("--augment-splits " + a.splits + ": the corpus has no " + kSplitNames[s] +
+                            " file (--split " + state.config.build.split + "); name only splits that get files");
 }
 
 }  // namespace
