@@ -75,7 +75,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   }
   select_shard(state);
   label_files(state);
-  {
+  if (state.augment) {
     ScopedStage stage(times, "augment_init");
     init_augment(state);
   }
@@ -88,7 +88,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
     ScopedStage stage(times, "engine_init");
     init_engine(state);
   }
-  {
+  if (state.augment) {
     ScopedStage stage(times, "augment_init");
     init_augment_device(state);
   }
