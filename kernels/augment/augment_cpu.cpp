@@ -36,6 +36,19 @@ class FftwArray {
   T* data_;
 };
 
+/// Calls fn(i, j, count) for the runs of signal samples [begin, end) whose noise samples
+/// clip[loop_index(offset, i, size)] are contiguous: signal i.. i+count-1 read clip j.. j+count-1. The same indices
+/// as loop_index() per sample, without a division per sample.
+template <class F>
+void for_each_noise_run(int64_t offset, int64_t begin, int64_t end, int64_t size, F&& fn) {
+  for (int64_t i = begin; i < end;) {
+    const int64_t j = loop_index(offset, i, size);
+    const int64_t count = std::min(end - i, size - j);
+    fn(i, j, count);
+    i += count;
+  }
+}
+
 /// The forward and inverse real plans of one FFT size, planned out of place.
 struct Plans {
   fftwf_plan forward = nullptr;
@@ -95,10 +108,14 @@ class CpuAugmenter final : public Augmenter {
 
   std::string name() const override { return "cpu-fftw"; }
 
+  /// The frame energies of active_power(), and with impulse responses the output copy, the normalised response,
+  /// a real block and two half spectra of the largest FFT.
   int64_t item_bytes(int64_t frames) const override {
-    if (max_rir_ == 0) return 0;
+    const int64_t energies = (frames / 8 + 1) * static_cast<int64_t>(sizeof(double));
+    if (max_rir_ == 0) return energies;
     const int64_t n = ola_fft_size(max_rir_);
-    return frames * 4 + n * 4 + 2 * (n / 2 + 1) * 8 + max_rir_ * 4;
+    return energies + (frames + max_rir_ + n) * static_cast<int64_t>(sizeof(float)) +
+           2 * (n / 2 + 1) * static_cast<int64_t>(sizeof(fftwf_complex));
   }
 
   int64_t device_bytes() const override { return 0; }
@@ -121,10 +138,12 @@ class CpuAugmenter final : public Augmenter {
   void add_noise(const std::vector<float>& clip, const Recipe& r, std::span<float> x) const {
     const ActivePower power = active_power(x, clip, r.noise_offset, sample_rate_);
     const auto factor = static_cast<float>(noise_factor(power, r.snr_db));
-    const auto size = static_cast<int64_t>(clip.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      x[i] = mix_sample(x[i], clip[static_cast<size_t>(loop_index(r.noise_offset, static_cast<int64_t>(i), size))],
-                        factor);
+    for_each_noise_run(r.noise_offset, 0, static_cast<int64_t>(x.size()), static_cast<int64_t>(clip.size()),
+                       [&](int64_t i, int64_t j, int64_t count) {
+                         float* out = x.data() + i;
+                         const float* n = clip.data() + j;
+                         for (int64_t k = 0; k < count; ++k) out[k] = mix_sample(out[k], n[k], factor);
+                       });
   }
 
   /// x <- the direct-path-aligned convolution of x with the unit-energy `h` (augment_math.h), tail dropped.
@@ -218,10 +237,9 @@ ActivePower active_power(std::span<const float> signal, std::span<const float> n
     signal_sum += energy[static_cast<size_t>(f)];
     p.active_samples += end - f * frame;
     if (size == 0) continue;
-    for (int64_t i = f * frame; i < end; ++i) {
-      const float v = noise[static_cast<size_t>(loop_index(offset, i, size))];
-      noise_sum += static_cast<double>(v) * v;
-    }
+    for_each_noise_run(offset, f * frame, end, size, [&](int64_t, int64_t j, int64_t count) {
+      for (int64_t k = j; k < j + count; ++k) noise_sum += static_cast<double>(noise[size_t(k)]) * noise[size_t(k)];
+    });
   }
   p.signal = signal_sum / static_cast<double>(p.active_samples);
   p.noise = noise_sum / static_cast<double>(p.active_samples);
