@@ -18,6 +18,7 @@
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
 #include "pipeline.h"
+#include "reader/split_info.h"
 #include "segment/segment_args.h"
 #include "test_util.h"
 
@@ -94,6 +95,11 @@ TEST_CASE("augmented copies follow their clean file only in the splits asked for
   CHECK(r["augmentation"]["banks"]["noise"]["clips"] == 3);
   CHECK(r["augmentation"]["banks"]["rir"]["clips"] == 2);
   CHECK(r["augmentation"]["banks"]["noise"]["bytes"].get<int64_t>() == noise.bytes());
+  for (const std::string split : {"train", "val", "test"}) {
+    const data::SplitInfo info = data::read_split_info(d / "out" / (split + ".h5"), split);
+    CHECK(info.paths == b.splits.at(split).path);
+    CHECK(static_cast<int64_t>(info.labels.size()) == b.splits.at(split).dims[0]);
+  }
   auto f = h5::open_file(d / "out/train.h5");
   CHECK(h5::read_attribute_int64(f, "augment_copies") == 2);
   CHECK(h5::read_attribute_string(f, "augment_splits") == splits);
