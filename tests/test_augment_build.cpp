@@ -258,7 +258,8 @@ TEST_CASE("a copy sped up by a factor is decoded into the clean file's slice wit
   const auto held = static_cast<std::size_t>(std::min<double>(want - 1, static_cast<double>(arena.size())));
   CHECK(std::all_of(arena.begin() + static_cast<std::ptrdiff_t>(held), arena.end(), [](float v) { return v != 7.0f; }));
   if (want + 1 < static_cast<double>(arena.size()))
-    CHECK(std::all_of(arena.begin() + static_cast<std::ptrdiff_t>(want + 1), arena.end(), [](float v) { return v == 0; }));
+    CHECK(std::all_of(arena.begin() + static_cast<std::ptrdiff_t>(want + 1), arena.end(),
+                      [](float v) { return v == 0; }));
   CHECK(stage.worker_bytes(f) >= builder::DecodeStage(decode).worker_bytes(f));
 }
 
