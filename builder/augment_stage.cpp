@@ -81,14 +81,18 @@ void init_augment(BuildState& state) {
   const int64_t noise = a.noise.empty() ? 0 : augment::bank_bytes(a.noise, state.sample_rate, ext, "--noise");
   const int64_t rir = a.rir.empty() ? 0 : augment::bank_bytes(a.rir, state.sample_rate, ext, "--rir");
   const int64_t max_ram = c.build.max_ram_bytes();
-  if (kFixedReserveBytes + noise + rir > max_ram)
-    throw InvalidArgument("--max-ram " + c.build.max_ram + " cannot hold the augmentation banks: --noise '" +
-                          a.noise.string() + "' decodes to " + mib(noise) + " and --rir '" + a.rir.string() +
-                          "' to " + mib(rir) + " at " + std::to_string(state.sample_rate) + " Hz, kept in RAM for "
-                          "the whole build, which with the " + mib(kFixedReserveBytes) + " the program keeps for "
-                          "itself exceeds " + mib(max_ram) + "; raise --max-ram or give --noise/--rir fewer or "
-                          "shorter clips");
-  state.augment->load_banks(ext, state.threads);
+  if (kFixedReserveBytes + noise + rir <= max_ram) {
+    state.augment->load_banks(ext, state.threads);
+    return;
+  }
+  std::string banks;
+  if (!a.noise.empty()) banks = "--noise '" + a.noise.string() + "' decodes to " + mib(noise);
+  if (!a.rir.empty())
+    banks += (banks.empty() ? "" : " and ") + std::string("--rir '") + a.rir.string() + "' to " + mib(rir);
+  throw InvalidArgument("--max-ram " + c.build.max_ram + " cannot hold the augmentation banks: " + banks + " at " +
+                        std::to_string(state.sample_rate) + " Hz, kept in RAM for the whole build, which with the " +
+                        mib(kFixedReserveBytes) + " the program keeps for itself exceeds " + mib(max_ram) +
+                        "; raise --max-ram or give --noise/--rir fewer or shorter clips");
 }
 
 void init_augment_device(BuildState& state) {
