@@ -212,7 +212,7 @@ TEST_CASE("a corrupt noise file fails the build before any input is decoded, nam
   CHECK_FALSE(fs::exists(d / "out/build_report.json"));
 }
 
-TEST_CASE("--max-ram too small for the banks is refused, naming the bytes and the flags", "[augment]") {
+TEST_CASE("a --max-ram too small for the banks is refused, naming the bytes and the flags", "[augment]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
   write_banks(d / "banks");
