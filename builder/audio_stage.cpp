@@ -15,20 +15,36 @@ int64_t DecodeStage::batch_bytes(const PlannedFile& file) const {
 }
 
 int64_t DecodeStage::worker_bytes(const PlannedFile& file) const {
-  return audio::decode_bytes(file.info, decode_, file.plan.arena_samples);
+  int64_t bytes = audio::decode_bytes(file.info, decode_, file.plan.arena_samples);
+  for (const double speed : speeds_) {
+    audio::DecodeOptions at = decode_;
+    at.sample_rate = augment::speed_decode_rate(decode_.sample_rate, speed);
+    bytes = std::max(bytes, audio::decode_bytes(file.info, at, file.plan.arena_samples));
+  }
+  return bytes;
 }
 
 void DecodeStage::run(BatchFile& file) const {
   const PlannedFile& f = *file.file;
-  const int64_t take = featurize::decode_into(f.input->path, decode_, f.plan, file.samples.data());
+  audio::DecodeOptions decode = decode_;
+  int64_t frames = f.frames;
+  if (file.recipe.speed != 1.0) {
+    decode.sample_rate = augment::speed_decode_rate(decode_.sample_rate, file.recipe.speed);
+    frames = audio::output_frames(f.info, decode.sample_rate);
+  }
+  const int64_t take = featurize::decode_into(f.input->path, decode, f.plan, file.samples.data());
   std::fill(file.samples.begin() + take, file.samples.end(), 0.0f);
-  file.decoded_frames = take < f.plan.arena_samples ? take : std::max(take, f.frames);
+  file.decoded_frames = take < f.plan.arena_samples ? take : std::max(take, frames);
 }
 
-AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra) {
+AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra,
+                              const std::shared_ptr<const AudioStage>& augment) {
   audio::DecodeOptions decode = config.decode;
   decode.sample_rate = config.mel.sample_rate;
-  AudioStages stages = {std::make_shared<DecodeStage>(decode)};
+  std::vector<double> speeds;
+  if (config.augment.enabled()) speeds = config.augment.speed_list();
+  AudioStages stages = {std::make_shared<DecodeStage>(decode, std::move(speeds))};
+  if (augment) stages.push_back(augment);
   stages.insert(stages.end(), extra.begin(), extra.end());
   return stages;
 }
@@ -39,6 +55,13 @@ void run_audio_stages(const AudioStages& stages, std::span<BatchFile> files, int
     const AudioStage& stage = *stages[k];
     const bool last = k + 1 == stages.size();
     ScopedStage timer(times, stage.name());
+    if (stage.batched()) {
+      check_stop();
+      stage.run_batch(files);
+      for (const BatchFile& file : files)
+        if (last && file.error.empty()) progress.advance();
+      continue;
+    }
     parallel_for(static_cast<int64_t>(files.size()), threads, [&](int64_t i) {
       BatchFile& file = files[static_cast<std::size_t>(i)];
       if (!file.error.empty()) return;

@@ -1,6 +1,6 @@
 #pragma once
 /// Per-file audio stages of the batch runner: decode, then any stage that works on a file's waveform before the mel
-/// spectrogram (waveform augmentation, from a later issue). As with DALI's operators, a stage first says what it
+/// spectrogram (waveform augmentation: augment_stage.h). As with DALI's operators, a stage first says what it
 /// needs (bytes per file of the batch, bytes per worker; the --max-ram batch planning reads them) and then runs on
 /// the batch; the computation it calls lives in kernels/.
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "audio/decode.h"
+#include "augment/augment.h"
 #include "build_options.h"
 #include "melforge/common/progress.h"
 #include "melforge/common/timing.h"
@@ -18,15 +19,27 @@ namespace melforge::builder {
 
 struct PlannedFile;
 
+/// One row of a split: a file and the recipe of its copy (--augment-copies). Copy 0 is the file itself; copies
+/// 1..K are decoded and augmented from it with the clean file's segment plan.
+struct PlannedCopy {
+  /// The file and its plan.
+  const PlannedFile* file = nullptr;
+  /// The copy's recipe (the identity for copy 0).
+  augment::Recipe recipe;
+};
+
 /// One file of a batch as the audio stages see it.
 struct BatchFile {
   /// The file and its plan.
   const PlannedFile* file = nullptr;
+  /// Which copy of the file this is and what it does (the identity for copy 0, and without augmentation).
+  augment::Recipe recipe;
   /// Its arena slice: plan.arena_samples float32 samples at the target rate. Decode writes the audio and zeros after
   /// it; the stages after decode change the samples in place.
   std::span<float> samples;
   /// Frames of audio the file holds at the target rate, set by decode: the frames decoded when they end inside the
-  /// slice, else at least the header's count (the report's audio_seconds).
+  /// slice, else at least the header's count (the report's audio_seconds). An augmented copy with a speed factor
+  /// holds about frames / speed, cut at the slice.
   int64_t decoded_frames = 0;
   /// Why a stage skipped the file (its AudioError's message); empty while the file is kept.
   std::string error;
@@ -50,39 +63,53 @@ class AudioStage {
   /// file. Throws AudioError to skip the file (listed as skipped at this stage, or StrictError under --strict); any
   /// other error stops the build.
   virtual void run(BatchFile& file) const = 0;
+  /// True when the stage runs once per batch (run_batch) rather than once per file (run).
+  virtual bool batched() const { return false; }
+  /// Runs a batched() stage on the files of a batch that no earlier stage skipped (those with an empty `error`),
+  /// on the calling thread. Throws like run(); an AudioError stops the build, since it cannot name one file.
+  virtual void run_batch(std::span<BatchFile> /*files*/) const {}
 };
 
 /// The audio stages of a build, in the order they run.
 using AudioStages = std::vector<std::shared_ptr<const AudioStage>>;
 
 /// The first stage: decodes the file (libsndfile, soxr to the target rate, one channel or the mix-down) into its
-/// arena slice, reading only as far as the slice needs (featurize::decode_into), and zeros the rest of the slice.
+/// arena slice, reading only as far as the slice needs (featurize::decode_into), and zeros the rest of the slice. An
+/// augmented copy with a speed factor is decoded at augment::speed_decode_rate(rate, speed) into the same slice (the
+/// clean file's plan is kept: a faster copy ends early and is zero-padded, a slower one is cut at the slice).
 class DecodeStage final : public AudioStage {
  public:
-  /// `decode`: the target sample rate and channel.
-  explicit DecodeStage(const audio::DecodeOptions& decode) : decode_(decode) {}
+  /// `decode`: the target sample rate and channel; `speeds`: the speed factors copies may draw (--speed; empty or
+  /// {1} without augmentation), for worker_bytes.
+  explicit DecodeStage(const audio::DecodeOptions& decode, std::vector<double> speeds = {})
+      : decode_(decode), speeds_(std::move(speeds)) {}
   /// "decode".
   std::string name() const override { return "decode"; }
   /// 4 * plan.arena_samples.
   int64_t batch_bytes(const PlannedFile& file) const override;
-  /// audio::decode_bytes of the file's header at the target rate, capped at the slice.
+  /// audio::decode_bytes of the file's header at the target rate (the largest over the speeds' decode rates), capped
+  /// at the slice.
   int64_t worker_bytes(const PlannedFile& file) const override;
-  /// Fills file.samples and file.decoded_frames; throws AudioError when the file cannot be decoded.
+  /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed; throws AudioError when the file
+  /// cannot be decoded.
   void run(BatchFile& file) const override;
 
  private:
   audio::DecodeOptions decode_;
+  std::vector<double> speeds_;
 };
 
 /// The one place where the audio stages of a build are chosen, used by run_build and run_bench alike: decode (with
-/// `config.decode` at config.mel.sample_rate), then `extra` in order. A stage that the configuration turns on (e.g.
-/// waveform augmentation) is added here, after decode.
-AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra);
+/// `config.decode` at config.mel.sample_rate, and the --speed factors when augmenting), then `augment` when given
+/// (the waveform augmentation, made by BuildState when --augment-copies > 0), then `extra` in order.
+AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra,
+                              const std::shared_ptr<const AudioStage>& augment = nullptr);
 
-/// Runs `stages` in order over the files of one batch: each stage on every file still kept, on `threads` threads,
-/// its wall time added to `times` under its name. A file that a stage skips gets `error` and `error_stage` and no
-/// later stage; `progress` advances by one when a file is skipped or has passed the last stage. Throws Interrupted
-/// (checked before each file), or what a stage throws other than AudioError.
+/// Runs `stages` in order over the files of one batch: each stage on every file still kept, on `threads` threads (a
+/// batched() stage once over the batch, on this thread), its wall time added to `times` under its name. A file that a
+/// stage skips gets `error` and `error_stage` and no later stage; `progress` advances by one when a file is skipped or
+/// has passed the last stage. Throws Interrupted (checked before each file), or what a stage throws other than
+/// AudioError.
 void run_audio_stages(const AudioStages& stages, std::span<BatchFile> files, int threads, StageTimes& times,
                       Progress& progress);
 

@@ -47,12 +47,12 @@ class BatchRunner {
  private:
   /// Opens the split's writers, runs its batches and posts its finish().
   void run_split(std::size_t split);
-  /// The end of the batch that starts at files[begin]: that file, then as many as fit in the budget.
-  std::size_t batch_end(const std::vector<const PlannedFile*>& files, std::size_t begin) const;
+  /// The end of the batch that starts at rows[begin]: that row, then as many as fit in the budget.
+  std::size_t batch_end(const std::vector<PlannedCopy>& rows, std::size_t begin) const;
   /// Load, keep, compute_mel and write one batch.
-  void run_batch(std::size_t split, std::span<const PlannedFile* const> files, SplitOutputs& out, Progress& progress);
+  void run_batch(std::size_t split, std::span<const PlannedCopy> rows, SplitOutputs& out, Progress& progress);
   /// The batch's slices of the arena, filled by the audio stages.
-  std::vector<BatchFile> load(std::span<const PlannedFile* const> files, Progress& progress);
+  std::vector<BatchFile> load(std::span<const PlannedCopy> rows, Progress& progress);
   /// Lists the files a stage skipped and counts the others into the totals.
   KeptFiles keep(std::size_t split, const std::vector<BatchFile>& batch);
   /// Stage "mel": the spectrograms of the kept files, in the output buffer the writer is not using.
@@ -87,14 +87,18 @@ BatchRunner::BatchRunner(const BuildState& state, const std::vector<WriteTarget>
       times_(times),
       out_bytes_per_file_(state.out_bytes_per_file()),
       budget_(batch_budget(state.config.build.max_ram_bytes(), state.threads,
-                           largest_worker_bytes(state.audio_stages, state.usable), state.engine->host_bytes())),
+                           largest_worker_bytes(state.audio_stages, state.usable), state.held_bytes())),
       silence_(mel::silence_value(state.config.mel)),
       layout_(state.batch_layout()),
       attributes_(dataset_attributes(state)),
       queue_(options.background_writes) {
   totals_.counts.resize(kSplitNames.size());
-  for (auto& c : totals_.counts)
-    for (const auto& name : state.class_names) c[name] = 0;
+  totals_.copies.resize(kSplitNames.size());
+  for (std::size_t s = 0; s < kSplitNames.size(); ++s)
+    for (const auto& name : state.class_names) {
+      totals_.counts[s][name] = 0;
+      totals_.copies[s][name] = {0, 0};
+    }
   totals_.writes.resize(targets.size());
 }
 
@@ -109,16 +113,14 @@ BatchTotals BatchRunner::run() {
 }
 
 void BatchRunner::run_split(std::size_t split) {
-  std::vector<const PlannedFile*> files;
-  for (const auto& f : state_.usable)
-    if (f.input->split == static_cast<int>(split)) files.push_back(&f);
+  const std::vector<PlannedCopy> rows = split_copies(state_, split);
   outputs_.push_back(std::make_unique<SplitOutputs>(state_, split, targets_, attributes_));
   SplitOutputs& out = *outputs_.back();
-  Progress progress(kSplitNames[split], static_cast<int64_t>(files.size()), "files",
+  Progress progress(kSplitNames[split], static_cast<int64_t>(rows.size()), state_.augment ? "rows" : "files",
                     state_.config.build.quiet || !options_.show_progress);
-  for (std::size_t next = 0; next < files.size();) {
-    const std::size_t end = batch_end(files, next);
-    run_batch(split, std::span(files).subspan(next, end - next), out, progress);
+  for (std::size_t next = 0; next < rows.size();) {
+    const std::size_t end = batch_end(rows, next);
+    run_batch(split, std::span(rows).subspan(next, end - next), out, progress);
     next = end;
   }
   progress.finish();
@@ -126,13 +128,13 @@ void BatchRunner::run_split(std::size_t split) {
   queue_.post([&out] { out.finish(); });
 }
 
-std::size_t BatchRunner::batch_end(const std::vector<const PlannedFile*>& files, std::size_t begin) const {
+std::size_t BatchRunner::batch_end(const std::vector<PlannedCopy>& rows, std::size_t begin) const {
   const auto bytes_of = [&](std::size_t i) {
-    return batch_file_bytes(state_.audio_stages, *files[i], out_bytes_per_file_);
+    return batch_file_bytes(state_.audio_stages, *rows[i].file, out_bytes_per_file_);
   };
   int64_t bytes = bytes_of(begin);
   std::size_t end = begin + 1;
-  for (; end < files.size(); ++end) {
+  for (; end < rows.size(); ++end) {
     const int64_t next = bytes_of(end);
     if (bytes + next > budget_) break;
     bytes += next;
@@ -140,10 +142,10 @@ std::size_t BatchRunner::batch_end(const std::vector<const PlannedFile*>& files,
   return end;
 }
 
-void BatchRunner::run_batch(std::size_t split, std::span<const PlannedFile* const> files, SplitOutputs& out,
+void BatchRunner::run_batch(std::size_t split, std::span<const PlannedCopy> rows, SplitOutputs& out,
                             Progress& progress) {
   totals_.stats.batches++;
-  const std::vector<BatchFile> batch = load(files, progress);
+  const std::vector<BatchFile> batch = load(rows, progress);
   KeptFiles kept = keep(split, batch);
   const std::vector<uint8_t>& mel = compute_mel(kept);
   totals_.stats.segments +=
@@ -151,17 +153,18 @@ void BatchRunner::run_batch(std::size_t split, std::span<const PlannedFile* cons
   write(out, mel, std::move(kept.records));
 }
 
-std::vector<BatchFile> BatchRunner::load(std::span<const PlannedFile* const> files, Progress& progress) {
+std::vector<BatchFile> BatchRunner::load(std::span<const PlannedCopy> rows, Progress& progress) {
   int64_t samples = 0;
-  for (const PlannedFile* f : files) samples += f->plan.arena_samples;
+  for (const PlannedCopy& r : rows) samples += r.file->plan.arena_samples;
   resize_buffer(arena_, static_cast<std::size_t>(samples));
-  std::vector<BatchFile> batch(files.size());
+  std::vector<BatchFile> batch(rows.size());
   int64_t offset = 0;
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    batch[i].file = files[i];
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    batch[i].file = rows[i].file;
+    batch[i].recipe = rows[i].recipe;
     batch[i].samples = std::span(arena_).subspan(static_cast<std::size_t>(offset),
-                                                 static_cast<std::size_t>(files[i]->plan.arena_samples));
-    offset += files[i]->plan.arena_samples;
+                                                 static_cast<std::size_t>(rows[i].file->plan.arena_samples));
+    offset += rows[i].file->plan.arena_samples;
   }
   run_audio_stages(state_.audio_stages, batch, state_.threads, times_, progress);
   return batch;
@@ -171,16 +174,19 @@ KeptFiles BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& bat
   KeptFiles kept;
   for (const BatchFile& b : batch) {
     const PlannedFile& f = *b.file;
+    const int copy = b.recipe.copy;
     if (!b.error.empty()) {
-      skip_file(totals_.skipped, state_.config.build.strict, {f.input->rel_path, b.error, b.error_stage});
+      const std::string reason = copy > 0 ? "augmented copy " + std::to_string(copy) + ": " + b.error : b.error;
+      skip_file(totals_.skipped, state_.config.build.strict, {f.input->rel_path, reason, b.error_stage, copy});
       continue;
     }
     kept.records.push_back({state_.class_index.at(f.input->label), f.input->rel_path, f.plan.num_valid_long,
-                            f.info.sample_rate, {}});
+                            f.info.sample_rate, {}, row_recipe(state_, b.recipe)});
     for (const auto& l : f.input->labels) kept.records.back().targets.push_back(state_.class_index.at(l));
     kept.offsets.push_back(b.samples.data() - arena_.data());
     kept.valid_long.push_back(f.plan.num_valid_long);
     totals_.counts[split][f.input->label]++;
+    totals_.copies[split][f.input->label][copy > 0 ? 1 : 0]++;
     totals_.stats.add_file(f.info, f.plan, b.decoded_frames, state_.sample_rate);
     if (f.plan.num_valid_long < state_.num_long) totals_.stats.partial++;
   }
@@ -241,7 +247,7 @@ void fit_num_long(BuildState& state) {
   const BuildConfig& c = state.config;
   const int64_t max_ram = c.build.max_ram_bytes();
   const int64_t held = batch_reserve(state.threads, largest_worker_bytes(state.audio_stages, state.usable),
-                                     state.engine->host_bytes()) - kFixedReserveBytes;
+                                     state.held_bytes()) - kFixedReserveBytes;
   const int64_t per_long = long_segment_bytes(state);
   const int cap = num_long_cap(max_ram - held, per_long);
   if (state.num_long <= cap) return;
@@ -249,7 +255,8 @@ void fit_num_long(BuildState& state) {
   const int64_t room = std::max<int64_t>(max_ram - held, 0);
   const std::string need = "one file of " + std::to_string(state.num_long) + " long segments needs " +
                            mib(per_long * state.num_long) + ", more than the " + mib(room) + " that --max-ram " +
-                           c.build.max_ram + " leaves after " + mib(held) + " of per-thread and engine buffers";
+                           c.build.max_ram + " leaves after " + mib(held) +
+                           " of per-thread, engine and augmentation bank buffers";
   if (c.segment.num_long > 0) {
     std::fprintf(stderr, "melforge-build: warning: --num-long %d: %s; the build will use more memory than --max-ram\n",
                  state.num_long, need.c_str());

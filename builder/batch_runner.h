@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "audio_stage.h"
+#include "augment_stage.h"
 #include "build_state.h"
 #include "melforge/common/timing.h"
 #include "report.h"
@@ -35,8 +36,9 @@ int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<Planne
 inline constexpr int64_t kFixedReserveBytes = int64_t{64} << 20;
 
 /// Bytes of --max-ram that no batch may use: kFixedReserveBytes, `worker_bytes` per thread (largest_worker_bytes:
-/// decode's chunk and resampler, at most about 1.6 MiB) and the `engine_bytes` the mel engine holds
-/// (MelEngine::host_bytes: its scratch, or the CUDA engine's pinned staging buffers).
+/// decode's chunk and resampler, at most about 1.6 MiB) and the `engine_bytes` held for the whole build
+/// (BuildState::held_bytes: MelEngine::host_bytes, the CPU scratch or the CUDA engine's pinned staging buffers, plus
+/// the augmentation banks).
 int64_t batch_reserve(int threads, int64_t worker_bytes, int64_t engine_bytes);
 
 /// Bytes of batch_file_bytes() one batch may hold: `max_ram` less batch_reserve(); at least 1 (a batch always takes
@@ -80,20 +82,23 @@ struct RunOptions {
 struct BatchTotals {
   /// Totals over the files written.
   BuildStats stats;
-  /// [split] class name -> files written (every class present).
+  /// [split] class name -> rows written (files, and their augmented copies; every class present).
   std::vector<std::map<std::string, int64_t>> counts;
+  /// [split] class name -> {clean, augmented} rows written (every class present).
+  CopyCounts copies;
   /// Files the audio stages skipped, in the order found.
   std::vector<SkippedFile> skipped;
   /// [target]: what its writers did.
   std::vector<WriteTotals> writes;
 };
 
-/// Runs the batches of every split in order (train, val, test) over state.usable, whose plan and engine are set:
-/// files are taken in order into batches of at most batch_budget(--max-ram, threads, largest_worker_bytes) bytes of
-/// batch_file_bytes (at least one file); each batch runs the audio stages (times under their names), mel ("mel"),
-/// then is posted to the writers of every target ("write_wait": the wait for the previous batch's write). A file an
-/// audio stage skips is listed (StrictError under --strict). Each target's folder must exist; it receives
-/// <split>.h5 for every split. Throws Interrupted at file and batch boundaries, IoError, CudaError.
+/// Runs the batches of every split in order (train, val, test) over the rows of state.usable (split_copies: each file,
+/// then its augmented copies), whose plan and engine are set: rows are taken in order into batches of at most
+/// batch_budget(--max-ram, threads, largest_worker_bytes) bytes of batch_file_bytes (at least one row); each batch runs
+/// the audio stages (times under their names), mel ("mel"), then is posted to the writers of every target
+/// ("write_wait": the wait for the previous batch's write). A row an audio stage skips is listed, an augmented copy
+/// with its copy index (StrictError under --strict). Each target's folder must exist; it receives <split>.h5 for every
+/// split. Throws Interrupted at file and batch boundaries, IoError, CudaError.
 BatchTotals run_batches(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
                         StageTimes& times);
 

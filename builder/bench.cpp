@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ostream>
 
+#include "augment_stage.h"
 #include "batch_runner.h"
 #include "bench_report.h"
 #include "build_state.h"
@@ -104,16 +105,19 @@ fs::path select_sample(BuildState& state, int64_t bench_files, const fs::path& s
   return manifest;
 }
 
-/// The figures of the planned sample that do not depend on a run: the files the audio stages run on, their bytes on
-/// disk and in the arena, the chunk geometry, whether the writes compress, and the audio stages' names.
+/// The figures of the planned sample that do not depend on a run: the rows the audio stages run on (files and their
+/// augmented copies), their bytes on disk (read once per row) and in the arena, the chunk geometry, whether the
+/// writes compress, and the audio stages' names.
 void count_planned(const BuildState& state, BenchFigures& figures) {
-  figures.decoded = static_cast<int64_t>(state.usable.size());
-  for (const auto& f : state.usable) {
-    std::error_code ec;
-    const auto bytes = static_cast<int64_t>(fs::file_size(f.input->path, ec));
-    figures.input_bytes += ec ? 0 : bytes;
-    figures.arena_bytes += f.plan.arena_samples * static_cast<int64_t>(sizeof(float));
-  }
+  for (std::size_t split = 0; split < kSplitNames.size(); ++split)
+    for (const PlannedCopy& row : split_copies(state, split)) {
+      std::error_code ec;
+      const auto bytes = static_cast<int64_t>(fs::file_size(row.file->input->path, ec));
+      figures.decoded++;
+      figures.augmented += row.recipe.copy > 0 ? 1 : 0;
+      figures.input_bytes += ec ? 0 : bytes;
+      figures.arena_bytes += row.file->plan.arena_samples * static_cast<int64_t>(sizeof(float));
+    }
   figures.files_per_chunk = chunk_files(state.out_bytes_per_file(), state.config.build.files_per_chunk);
   figures.chunk_bytes = figures.files_per_chunk * state.out_bytes_per_file();
   figures.compressed = state.config.build.compression_level > 0;
@@ -242,11 +246,14 @@ nlohmann::json run_bench(const BuildConfig& config, const BenchOptions& opts, st
   note("scan");
   timed(times, "scan", R, [&](int) { scan_corpus(state); });
   const fs::path manifest = select_sample(state, opts.bench_files, scratch.path(), figures);
+  if (state.augment) note("augmentation banks");
+  init_augment(state);
   note("probe of " + std::to_string(figures.selected) + " files");
   timed(times, "probe", R, [&](int) { probe_files(state, false); });
   plan_segments(state);
   note("mel engine");
   timed(times, "engine_init", R, [&](int) { init_engine(state); });
+  init_augment_device(state);
   if (const std::string line = engine_choice_message(config.build.device, state.engine_plan, state.engine->name());
       !line.empty())
     note(line);

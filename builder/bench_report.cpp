@@ -83,6 +83,9 @@ StageRates stage_rates(const BenchFigures& f, const RepeatTimes& times, const nl
   rates["probe"] = {{static_cast<double>(f.selected) / median("probe"), "files/s", "files"}};
   rates["engine_init"] = {};
   for (const auto& s : f.audio_stages) rates[s] = {{static_cast<double>(f.decoded) / median(s), "files/s", "files"}};
+  if (times.has("augment"))
+    rates["augment"] = {{static_cast<double>(f.augmented) / median("augment"), "copies/s", "copies"},
+                        {static_cast<double>(f.decoded) / median("augment"), "rows/s", "rows"}};
   rates["decode"] = {{static_cast<double>(f.decoded) / median("decode"), "files/s", "files"},
                      {st.audio_seconds / median("decode"), "audio s/s", "audio_seconds"},
                      {static_cast<double>(f.input_bytes) / kMB / median("decode"), "MB/s of input files", "mb_input"}};

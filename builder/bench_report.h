@@ -51,8 +51,11 @@ struct BenchFigures {
   int64_t selected = 0;
   /// The sample is the whole corpus.
   bool whole = false;
-  /// Files the audio stages ran on in one run: the sample's files that passed probe and plan.
+  /// Rows the audio stages ran on in one run: the sample's files that passed probe and plan, and their augmented
+  /// copies (--augment-copies).
   int64_t decoded = 0;
+  /// Augmented copies among `decoded` (0 without augmentation).
+  int64_t augmented = 0;
   /// Bytes of those files on disk.
   int64_t input_bytes = 0;
   /// Bytes of their arena slices (4 * plan.arena_samples, summed).

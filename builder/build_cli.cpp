@@ -24,7 +24,9 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
   mel::add_options(mel, config.mel);
   po::options_description seg("Segmentation");
   segment::add_options(seg, config.segment);
-  all.add(general).add(build).add(mel).add(seg);
+  po::options_description aug("Waveform augmentation (augmented copies of the files of --augment-splits)");
+  augment::add_options(aug, config.augment);
+  all.add(general).add(build).add(mel).add(seg).add(aug);
 }
 
 bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help) {

@@ -179,6 +179,7 @@ void BuildConfig::validate() const {
                           "mel power exceeds 65504, the largest float16 (a loud 16-bit file exceeds it); use --log "
                           "none with --dtype float32, or keep float16 with --log db or --log ln");
   if (decode.channel < -1) throw InvalidArgument("--channel must be -1 (mix down) or a channel index >= 0");
+  augment.validate();
 }
 
 }  // namespace melforge::builder

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "audio/decode.h"
+#include "augment/augment.h"
 #include "mel/mel_args.h"
 #include "mel/mel_engine.h"
 #include "segment/segment_args.h"
@@ -116,6 +117,8 @@ struct BuildConfig {
   segment::SegmentArgs segment;
   /// Decoding (channel choice; the sample rate is mel.sample_rate).
   audio::DecodeOptions decode;
+  /// Waveform augmentation (--augment-copies and its flags; off by default).
+  augment::AugmentArgs augment;
   /// Validates every part, in the order a user would fix them, then the combinations (--log none with
   /// --dtype float16 is refused: linear power above 65504 would be stored as +Inf). Throws InvalidArgument.
   void validate() const;

@@ -19,6 +19,8 @@
 
 namespace melforge::builder {
 
+class AugmentStage;
+
 /// A file that passed scan and probe, with its segment plan.
 struct PlannedFile {
   /// The scanned file (an element of BuildState::scan.files).
@@ -43,7 +45,9 @@ struct BuildState {
   int sample_rate = 0;
   /// Worker threads (--threads resolved: 0 is every core).
   int threads = 1;
-  /// Per-file audio stages, decode first.
+  /// The waveform augmentation (--augment-copies > 0; null otherwise): its banks are loaded by init_augment.
+  std::shared_ptr<AugmentStage> augment;
+  /// Per-file audio stages, decode first (then augment, when on).
   AudioStages audio_stages;
 
   /// What the scan found; after select_shard or the bench's sampling, `files` are the files this run considers.
@@ -76,6 +80,9 @@ struct BuildState {
   /// The plan make_engine followed (auto's fallback reason).
   mel::EnginePlan engine_plan;
 
+  /// Bytes held for the whole build besides the batches: the mel engine's host bytes (MelEngine::host_bytes) and
+  /// the augmentation banks. Needs the engine.
+  int64_t held_bytes() const;
   /// Bytes of one file's spectrograms: [num_long][num_short][n_mels][n_frames] elements of the engine's dtype.
   int64_t out_bytes_per_file() const;
   /// Geometry of the batches: num_long, num_short and the segment lengths in samples.

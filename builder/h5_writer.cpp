@@ -63,6 +63,14 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+/// `names` with the bytes that are not valid UTF-8 escaped (utf8::escape), as the string datasets store them.
+std::vector<std::string> escaped(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  out.reserve(names.size());
+  for (const auto& n : names) out.push_back(utf8::escape(n));
+  return out;
+}
+
 }  // namespace
 
 int64_t chunk_files(int64_t file_bytes, int files_per_chunk) {
@@ -155,6 +163,7 @@ struct SplitWriter::Impl {
   std::vector<int32_t> num_valid_long;
   std::vector<int32_t> source_sample_rate;
   std::vector<uint8_t> targets;
+  RecipeColumns recipes;
 
   /// Shuffle + deflate of whole chunks; null when compression_level is 0.
   std::unique_ptr<ChunkCompressor> compressor;
@@ -322,6 +331,7 @@ struct SplitWriter::Impl {
       num_valid_long.push_back(r.num_valid_long);
       source_sample_rate.push_back(r.source_sample_rate);
       if (config.multilabel) add_target_row(r);
+      if (config.augmented) recipes.push(r.recipe);
     }
   }
 
@@ -336,6 +346,7 @@ struct SplitWriter::Impl {
     write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, num_valid_long,
                          config.source_sample_rate ? &source_sample_rate : nullptr,
                          config.multilabel ? &targets : nullptr);
+    if (config.augmented) write_recipe_columns(file, recipes);
   }
 
   void finish() {
@@ -373,12 +384,6 @@ void write_split_metadata(h5::File& file, const std::string& split, const std::v
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
                           const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
                           const std::vector<int32_t>* source_sample_rate, const std::vector<uint8_t>* targets) {
-  const auto escaped = [](const std::vector<std::string>& names) {
-    std::vector<std::string> out;
-    out.reserve(names.size());
-    for (const auto& n : names) out.push_back(utf8::escape(n));
-    return out;
-  };
   h5::write_int32(file, "label", labels);
   h5::write_strings(file, "path", escaped(paths));
   h5::write_int32(file, "num_valid_long", num_valid_long);
@@ -396,6 +401,50 @@ void write_split_metadata(h5::File& file, const std::string& split, const std::v
   h5::write_attribute_string(file, "split", split);
   h5::write_attribute_string(file, "melforge_version", MELFORGE_VERSION);
   for (const Attribute& a : attributes) h5::write_attribute(file, a.name, a.value);
+}
+
+void RecipeColumns::push(const RowRecipe& r) {
+  copy.push_back(r.copy);
+  speed.push_back(r.speed);
+  rir.push_back(r.rir);
+  noise.push_back(r.noise);
+  snr_db.push_back(r.snr_db);
+  gain_db.push_back(r.gain_db);
+}
+
+RowRecipe RecipeColumns::row(std::size_t i) const {
+  return {copy.at(i), speed.at(i), rir.at(i), noise.at(i), snr_db.at(i), gain_db.at(i)};
+}
+
+void write_recipe_columns(h5::File& file, const RecipeColumns& c) {
+  h5::write_int32(file, "aug_copy", c.copy);
+  h5::write_float32(file, "aug_speed", c.speed);
+  h5::write_strings(file, "aug_rir", escaped(c.rir));
+  h5::write_strings(file, "aug_noise", escaped(c.noise));
+  h5::write_float32(file, "aug_snr_db", c.snr_db);
+  h5::write_float32(file, "aug_gain_db", c.gain_db);
+}
+
+bool read_recipe_columns(h5::File& file, std::size_t rows, const std::string& where, RecipeColumns& out) {
+  std::size_t present = 0;
+  for (const auto& name : kRecipeDatasets) present += h5::exists(file, name) ? 1 : 0;
+  out = {};
+  if (present == 0) return false;
+  if (present != kRecipeDatasets.size())
+    throw FormatError(where + ": holds only some of the aug_* recipe datasets (" + std::to_string(present) + " of " +
+                      std::to_string(kRecipeDatasets.size()) + ")");
+  out.copy = h5::read_int32(file, "aug_copy");
+  out.speed = h5::read_float(h5::open_dataset(file, "aug_speed"));
+  out.rir = h5::read_strings(file, "aug_rir");
+  out.noise = h5::read_strings(file, "aug_noise");
+  out.snr_db = h5::read_float(h5::open_dataset(file, "aug_snr_db"));
+  out.gain_db = h5::read_float(h5::open_dataset(file, "aug_gain_db"));
+  for (const std::size_t n : {out.copy.size(), out.speed.size(), out.rir.size(), out.noise.size(), out.snr_db.size(),
+                              out.gain_db.size()})
+    if (n != rows)
+      throw FormatError(where + ": an aug_* recipe dataset has " + std::to_string(n) + " entries for " +
+                        std::to_string(rows) + " rows");
+  return true;
 }
 
 h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,

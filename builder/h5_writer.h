@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <variant>
@@ -21,6 +22,56 @@ struct Attribute {
   h5::AttributeValue value;
 };
 
+/// The recipe of one row as the aug_* datasets store it (docs/FORMAT.md, "Waveform augmentation").
+struct RowRecipe {
+  /// `aug_copy`: 0 for the clean copy, k >= 1 for augmented copy k.
+  int32_t copy = 0;
+  /// `aug_speed`: speed factor (1: none).
+  float speed = 1.0f;
+  /// `aug_rir`: impulse response, path relative to --rir ('/'-separated); empty: none.
+  std::string rir;
+  /// `aug_noise`: noise clip, path relative to --noise; empty: none.
+  std::string noise;
+  /// `aug_snr_db`: SNR of the noise, dB; NaN without noise.
+  float snr_db = std::numeric_limits<float>::quiet_NaN();
+  /// `aug_gain_db`: gain, dB (0: none).
+  float gain_db = 0.0f;
+};
+
+/// The aug_* datasets of a split file, one entry per row (parallel vectors).
+struct RecipeColumns {
+  /// aug_copy.
+  std::vector<int32_t> copy;
+  /// aug_speed.
+  std::vector<float> speed;
+  /// aug_rir.
+  std::vector<std::string> rir;
+  /// aug_noise.
+  std::vector<std::string> noise;
+  /// aug_snr_db.
+  std::vector<float> snr_db;
+  /// aug_gain_db.
+  std::vector<float> gain_db;
+  /// Appends one row.
+  void push(const RowRecipe& r);
+  /// Row `i` (< size()).
+  RowRecipe row(std::size_t i) const;
+  /// Rows held.
+  std::size_t size() const { return copy.size(); }
+};
+
+/// Names of the per-row recipe datasets, in the order written.
+inline const std::vector<std::string> kRecipeDatasets = {"aug_copy", "aug_speed", "aug_rir", "aug_noise",
+                                                         "aug_snr_db", "aug_gain_db"};
+
+/// Writes the aug_* datasets of `columns` into `file` (int32, float32 and variable-length UTF-8 strings, 1-D).
+void write_recipe_columns(h5::File& file, const RecipeColumns& columns);
+
+/// Reads the aug_* datasets of `file` (named `where` in messages) into `out`; returns false, leaving `out` empty,
+/// when the file has none of them (a build without --augment-copies). Throws FormatError when only some exist or
+/// one does not hold `rows` entries.
+bool read_recipe_columns(h5::File& file, std::size_t rows, const std::string& where, RecipeColumns& out);
+
 /// Per-file metadata stored beside the spectrograms.
 struct FileRecord {
   /// Class index into class_names.
@@ -35,6 +86,8 @@ struct FileRecord {
   /// Class indices of every label of a multi-label file (`label` among them); empty: the file has `label` alone.
   /// Used only when SplitWriterConfig::multilabel.
   std::vector<int32_t> targets;
+  /// The row's recipe (--augment-copies). Used only when SplitWriterConfig::augmented.
+  RowRecipe recipe;
 };
 
 /// Everything the writer needs up front.
@@ -64,6 +117,8 @@ struct SplitWriterConfig {
   bool source_sample_rate = true;
   /// Write the `targets` matrix [files, classes] (uint8, 1 where the file carries the class): a multi-label corpus.
   bool multilabel = false;
+  /// Write the aug_* datasets (FileRecord::recipe; write_recipe_columns): a build with --augment-copies > 0.
+  bool augmented = false;
 };
 
 /// Schema version written to every file's `schema_version` attribute.

@@ -55,6 +55,9 @@ struct ShardSplit {
   std::vector<int32_t> source_sample_rate;
   bool has_source_sample_rate = false;
   std::vector<std::string> path_values;
+  /// The aug_* recipe datasets (a build with --augment-copies); empty when `augmented` is false.
+  RecipeColumns recipes;
+  bool augmented = false;
 };
 
 Shard read_shard(const fs::path& dir) {
@@ -171,6 +174,7 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
   if (s.label.size() != files || s.num_valid_long.size() != files || s.path_values.size() != files)
     throw FormatError(where + ": label, num_valid_long and path do not all have one entry per file of mel (" +
                       std::to_string(files) + ")");
+  s.augmented = read_recipe_columns(s.file, files, where, s.recipes);
   return s;
 }
 
@@ -185,6 +189,11 @@ std::string shape_text(const std::vector<int64_t>& v) {
 void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
   const std::string here = s.path.string();
   const std::string there = ref.path.string();
+  if (s.augmented != ref.augmented)
+    throw FormatError(here + (s.augmented ? " was" : " was not") + " built with --augment-copies (it " +
+                      (s.augmented ? "holds" : "lacks") + " the aug_* recipe datasets), " + there +
+                      (ref.augmented ? " was" : " was not") + ": augmented and non-augmented shards cannot be "
+                      "merged; build every shard with the same augmentation flags");
   for (const auto& [name, value] : ref.attributes) {
     if (kPerShardAttributes.contains(name)) continue;
     const auto it = s.attributes.find(name);
@@ -238,8 +247,10 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
   const int shard_count = static_cast<int>(parts.size());
   std::vector<int32_t> labels, valid, rates;
   std::vector<std::string> paths;
+  RecipeColumns recipes;
   bool have_rates = true;
   for (const ShardSplit& p : parts) {
+    for (std::size_t i = 0; i < p.recipes.size(); ++i) recipes.push(p.recipes.row(i));
     labels.insert(labels.end(), p.label.begin(), p.label.end());
     valid.insert(valid.end(), p.num_valid_long.begin(), p.num_valid_long.end());
     rates.insert(rates.end(), p.source_sample_rate.begin(), p.source_sample_rate.end());
@@ -263,6 +274,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     wc.class_names = ref.class_names;
     wc.attributes = merged_attributes(ref, shard_count);
     wc.source_sample_rate = have_rates;
+    wc.augmented = ref.augmented;
     SplitWriter writer(wc);
     int64_t file_bytes = dtype == mel::DType::float16 ? 2 : 4;
     for (const int64_t d : file_shape) file_bytes *= d;
@@ -279,7 +291,8 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
         for (int64_t i = first; i < first + n; ++i) {
           const auto k = static_cast<size_t>(i);
           records.push_back({p.label[k], p.path_values[k], p.num_valid_long[k],
-                             p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {}});
+                             p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {},
+                             p.augmented ? p.recipes.row(k) : RowRecipe{}});
         }
         writer.append(buffer.data(), records);
       }
@@ -309,6 +322,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     }
     write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, valid,
                          have_rates ? &rates : nullptr);
+    if (ref.augmented) write_recipe_columns(file, recipes);
     file.close();
     std::error_code ec;
     fs::rename(partial, target, ec);
@@ -347,6 +361,21 @@ std::string shard_engines(const std::vector<Shard>& shards) {
   return joined;
 }
 
+/// The merged report's "augmentation": the first shard's settings and banks, the copies written and skipped summed.
+json merged_augmentation(const std::vector<Shard>& shards) {
+  json copies = json::object();
+  int64_t skipped_copies = 0;
+  for (const Shard& s : shards) {
+    const json a = s.report.value("augmentation", json::object());
+    add_numbers(copies, a.value("copies", json::object()));
+    skipped_copies += a.value("skipped_copies", int64_t{0});
+  }
+  json merged = shards.front().report["augmentation"];
+  merged["copies"] = copies;
+  merged["skipped_copies"] = skipped_copies;
+  return merged;
+}
+
 json merged_report(const std::vector<Shard>& shards, const MergeOptions& options, int64_t mel_bytes, double seconds) {
   const json& first = shards.front().report;
   json r;
@@ -375,6 +404,7 @@ json merged_report(const std::vector<Shard>& shards, const MergeOptions& options
   }
   r["counts"] = counts;
   r["files"] = files;
+  if (first.contains("augmentation")) r["augmentation"] = merged_augmentation(shards);
   r["skipped"] = skipped;
   for (const auto& [key, value] : totals.items()) r[key] = value;
   if (options.copy) r["mel_bytes_compressed"] = mel_bytes;

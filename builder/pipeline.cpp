@@ -1,7 +1,9 @@
 #include "pipeline.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "augment_stage.h"
 #include "batch_runner.h"
 #include "build_state.h"
 #include "melforge/common/errors.h"
@@ -42,6 +44,10 @@ BuildResult build_result(const BuildState& state, const BatchTotals& run, StageT
   BuildResult result;
   result.report = make_report(ri);
   add_scan_notes(result.report, state);
+  if (state.augment) {
+    const auto copies = std::count_if(run.skipped.begin(), run.skipped.end(), [](const auto& f) { return f.copy > 0; });
+    result.report["augmentation"] = augment_report(state, run.copies, copies);
+  }
   if (const ShardSpec shard = config.build.shard_spec(); shard.sharded()) {
     result.report["shard"] = {{"index", shard.index},
                               {"count", shard.count},
@@ -69,6 +75,10 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   }
   select_shard(state);
   label_files(state);
+  if (state.augment) {
+    ScopedStage stage(times, "augment_init");
+    init_augment(state);
+  }
   {
     ScopedStage stage(times, "probe");
     probe_files(state, true);
@@ -77,6 +87,10 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   {
     ScopedStage stage(times, "engine_init");
     init_engine(state);
+  }
+  if (state.augment) {
+    ScopedStage stage(times, "augment_init");
+    init_augment_device(state);
   }
   if (const std::string line = engine_choice_message(config.build.device, state.engine_plan, state.engine->name());
       !line.empty())

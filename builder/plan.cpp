@@ -111,6 +111,20 @@ void check_splits(BuildState& state, const SplitTally& t, const std::string& ver
                                                          " skipped)" : std::string()));
 }
 
+/// With --augment-copies, throws InvalidArgument when --augment-splits names a split that no scanned file went to
+/// (e.g. val with --split 1,0,0): its copies would silently not exist.
+void check_augment_splits(const BuildState& state) {
+  const augment::AugmentArgs& a = state.config.augment;
+  if (!a.enabled()) return;
+  const std::array<bool, 3> mask = a.split_mask();
+  std::array<int64_t, 3> files{};
+  for (const auto& f : state.scan.files) ++files[static_cast<std::size_t>(f.split)];
+  for (std::size_t s = 0; s < 3; ++s)
+    if (mask[s] && files[s] == 0)
+      throw InvalidArgument("--augment-splits " + a.splits + ": the corpus has no " + kSplitNames[s] +
+                            " file (--split " + state.config.build.split + "); name only splits that get files");
+}
+
 }  // namespace
 
 void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file) {
@@ -173,6 +187,7 @@ void label_files(BuildState& state) {
   for (std::size_t i = 0; i < state.class_names.size(); ++i)
     state.class_index[state.class_names[i]] = static_cast<int32_t>(i);
   assign_splits(state.scan.files, state.config.build.split_ratios(), state.config.build.seed);
+  check_augment_splits(state);
   warn_case_labels(state);
   if (const std::string empty = mel::empty_bands_warning(state.config.mel); !empty.empty()) warn(state, empty);
 }
@@ -239,7 +254,8 @@ void plan_segments(BuildState& state) {
 void check_written_splits(BuildState& state, const std::vector<SkippedFile>& skipped) {
   if (state.config.build.shard_spec().sharded()) return;
   std::map<std::string, std::string> why;
-  for (const auto& f : skipped) why[f.path] = f.reason;
+  for (const auto& f : skipped)
+    if (f.copy == 0) why[f.path] = f.reason;
   SplitTally t;
   for (const PlannedFile& p : state.usable) {
     const auto it = why.find(p.input->rel_path);

@@ -28,7 +28,8 @@ void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped);
 void select_shard(BuildState& state);
 
 /// Class names (sorted labels of scan.files) and the split of every file whose layout or manifest gave none
-/// (assign_splits with --split and --seed). Warns (stderr and report) about labels that differ only in case and about
+/// (assign_splits with --split and --seed). With --augment-copies, throws InvalidArgument when --augment-splits names a
+/// split that no file went to. Warns (stderr and report) about labels that differ only in case and about
 /// mel bands that hold no FFT bin (mel::empty_bands_warning: torchaudio warns and computes, and so do we).
 void label_files(BuildState& state);
 

@@ -28,8 +28,11 @@ struct SkippedFile {
   std::string path;
   /// Human-readable reason, e.g. "not an audio file: ...".
   std::string reason;
-  /// Stage that rejected it: scan, probe, segment or decode.
+  /// Stage that rejected it: scan, probe, segment, decode or augment.
   std::string stage;
+  /// Copy of the file that was skipped (--augment-copies): 0 for the file itself (its clean copy), k >= 1 for its
+  /// augmented copy k (named in `reason` too).
+  int copy = 0;
 };
 
 /// What a scan found.

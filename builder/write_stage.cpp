@@ -1,5 +1,7 @@
 #include "write_stage.h"
 
+#include "augment_stage.h"
+
 namespace melforge::builder {
 
 std::vector<Attribute> dataset_attributes(const BuildState& state) {
@@ -42,6 +44,7 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
     attributes.push_back({"shard_index", int64_t{shard.index}});
     attributes.push_back({"shard_count", int64_t{shard.count}});
   }
+  for (Attribute& a : augment_attributes(state)) attributes.push_back(std::move(a));
   return attributes;
 }
 
@@ -61,6 +64,7 @@ SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std
     wc.threads = state.threads;
     wc.class_names = state.class_names;
     wc.multilabel = state.scan.multilabel;
+    wc.augmented = state.augment != nullptr;
     wc.attributes = attributes;
     paths_.push_back(wc.final_path);
     writers_.push_back(std::make_unique<SplitWriter>(std::move(wc)));

@@ -462,19 +462,29 @@ std::string read_attribute_string(Ref object, const std::string& name) {
   return read_string_values(type, space, 1, [&](hid_t mem, void* buf) { return H5Aread(attr.id(), mem, buf); })[0];
 }
 
-void write_int32(Ref parent, const std::string& name, std::span<const int32_t> values) {
+namespace {
+
+/// Writes `count` elements of the predefined type `type` at `data` as a new contiguous 1-D dataset `name`.
+void write_1d(Ref parent, const std::string& name, hid_t type, std::size_t count, const void* data) {
   silence_errors();
   const std::string what = child_name(parent, name);
-  Dataspace space = simple_space({static_cast<hsize_t>(values.size())}, nullptr, what);
+  Dataspace space = simple_space({static_cast<hsize_t>(count)}, nullptr, what);
   PropList dcpl = dataset_creation_plist(what);
-  Dataset ds(check_id(H5Dcreate2(parent.id, name.c_str(), H5T_NATIVE_INT32, space.id(), H5P_DEFAULT, dcpl.id(),
-                                 H5P_DEFAULT),
+  Dataset ds(check_id(H5Dcreate2(parent.id, name.c_str(), type, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT),
                       what + ": cannot create dataset"),
              what);
-  if (!values.empty()) {
-    check(H5Dwrite(ds.id(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), what + ": cannot write");
-  }
+  if (count > 0) check(H5Dwrite(ds.id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), what + ": cannot write");
   ds.close();
+}
+
+}  // namespace
+
+void write_int32(Ref parent, const std::string& name, std::span<const int32_t> values) {
+  write_1d(parent, name, H5T_NATIVE_INT32, values.size(), values.data());
+}
+
+void write_float32(Ref parent, const std::string& name, std::span<const float> values) {
+  write_1d(parent, name, H5T_NATIVE_FLOAT, values.size(), values.data());
 }
 
 std::vector<int32_t> read_int32(Ref parent, const std::string& name) {

@@ -35,7 +35,8 @@ struct AugmentArgs {
   std::filesystem::path noise;
   /// --noise-weights "noise:1,music:1,speech:1": a weight per immediate subfolder of --noise (MUSAN layout); a
   /// copy picks a subfolder by weight, then a clip of it uniformly. Empty: every clip equally likely. Clips directly
-  /// in --noise form the group "." when weights are given.
+  /// in --noise form the group "." when weights are given. Subfolders not named are not used; a named one that holds
+  /// no clip makes draw_recipe throw InvalidArgument.
   std::string noise_weights;
   /// --snr-db MIN,MAX: SNR range in dB, drawn uniformly.
   std::string snr_db = "5,20";
@@ -52,7 +53,7 @@ struct AugmentArgs {
 
   /// True when copies > 0.
   bool enabled() const { return copies > 0; }
-  /// Parsed snr_db: {min, max}, min <= max. Throws InvalidArgument naming the flag.
+  /// Parsed snr_db: {min, max}, min <= max, each in [-60, 120]. Throws InvalidArgument naming the flag.
   std::pair<double, double> snr_range() const;
   /// Parsed gain_db: {min, max}, min <= max, each in [-60, 30]. Throws InvalidArgument naming the flag.
   std::pair<double, double> gain_range() const;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fftw_lock.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/timing.h"
 #include "mel/filterbank.h"
@@ -48,12 +49,6 @@
 
 namespace melforge::mel {
 namespace {
-
-/// FFTW's planner is not thread-safe: every plan creation and destruction in the process takes this lock.
-std::mutex& fftw_planner_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
 
 /// An fftwf_malloc'ed array (SIMD-aligned, as the new-array execute functions require).
 template <class T>

@@ -263,6 +263,9 @@ std::string read_attribute_string(Ref object, const std::string& name);
 
 /// Writes `values` as a new 1-D int32 dataset [values.size()] (contiguous, H5T_NATIVE_INT32).
 void write_int32(Ref parent, const std::string& name, std::span<const int32_t> values);
+/// Writes `values` as a new 1-D float32 dataset [values.size()] (contiguous, H5T_NATIVE_FLOAT); read it back with
+/// read_float.
+void write_float32(Ref parent, const std::string& name, std::span<const float> values);
 /// Reads a whole 1-D integer dataset as int32; FormatError when missing, not an integer or not 1-D.
 std::vector<int32_t> read_int32(Ref parent, const std::string& name);
 /// Writes `values` (row-major, rows * cols) as a new 2-D uint8 dataset [rows, cols] (contiguous, H5T_STD_U8LE).
