@@ -154,7 +154,9 @@ std::pair<double, double> test_accuracy(const fs::path& data, const fs::path& ru
 
 TEST_CASE("noisy copies from --augment-copies --noise make a clean-tone model robust to band noise",
           "[trainer][augment][slow]") {
-  const uint64_t seed = GENERATE(1, 2, 3);
+  // Seeds 1, 2 and 3 were measured (closing note of issue 18: 0.375/0.25/0.25 without, 0.875/0.875/0.79 with, by
+  // file); CI runs the one with the smallest gap, about 80 s.
+  const uint64_t seed = GENERATE(3);
   CAPTURE(seed);
   TempDir d;
   write_corpus(d.path(), seed);
