@@ -178,7 +178,7 @@ TEST_CASE("draw_mixup is reproducible by seed, draws a permutation and Beta(alph
   CHECK(trainer::draw_mixup(0, alpha, at::kCPU, &g1).perm.numel() == 0);
 }
 
-TEST_CASE("--mixup is validated before any work, and refused with --cuda-graph", "[trainer][mixup]") {
+TEST_CASE("mixup ALPHA is validated before any work, and refused with --cuda-graph", "[trainer][mixup]") {
   const double bad = GENERATE(-0.1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity());
   CAPTURE(bad);
   trainer::MixupOptions o;
@@ -205,7 +205,7 @@ TEST_CASE("--mixup is validated before any work, and refused with --cuda-graph",
   CHECK_FALSE(fs::exists(d / "run"));
 }
 
-TEST_CASE("--mixup parses, shows its default in --help and is recorded in config.json", "[trainer][mixup]") {
+TEST_CASE("mixup ALPHA parses, shows its default in --help and is recorded in config.json", "[trainer][mixup]") {
   namespace po = boost::program_options;
   trainer::MixupOptions parsed;
   po::options_description desc;
@@ -230,7 +230,7 @@ TEST_CASE("--mixup parses, shows its default in --help and is recorded in config
   CHECK(trainer::TrainConfig::from_json(old).mixup.alpha == 0.0);
 }
 
-TEST_CASE("mixup 0 trains bit-exactly as no mixup; mixup 0.4 changes the weights and is recorded",
+TEST_CASE("mixup 0 trains bit-exactly as no mixup, mixup 0.4 changes the weights and is recorded",
           "[trainer][mixup][train]") {
   TempDir d;
   const fs::path data = test::build_tone_dataset(d.path(), 3, 3);
