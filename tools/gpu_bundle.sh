@@ -89,8 +89,8 @@ cp "$here/tools/gpu_check.sh" "$here/tools/gpu_check.py" "$stage/"
 chmod +x "$stage/gpu_check.sh"
 
 torch_version="$(grep -o 'set(PACKAGE_VERSION "[0-9.]*")' \
-  "$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")/TorchConfigVersion.cmake" | grep -o '[0-9][0-9.]*')"
-torch_lib="$(dirname "$(dirname "$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")")")/../lib"
+  "$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")/TorchConfigVersion.cmake" | grep -o '[0-9][0-9.]*')"
+torch_lib="$(dirname "$(dirname "$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")")")/../lib"
 # The architectures nvcc compiled the mel kernels for, as its flags name them (sm_XY: machine code; compute_XY: PTX).
 archs="$(grep -rho 'code=\[[a-z_0-9,]*\]' "$build/kernels" | grep -o '[a-z]*_[0-9]*[a-z]*' | sort -u -V | paste -sd' ')"
 /usr/bin/python3 - "$stage" "$here" "$build" "$torch_version" "$(realpath "$torch_lib")" "$archs" <<'PY'
