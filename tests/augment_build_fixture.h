@@ -17,19 +17,6 @@ namespace melforge::test::augment_fixture {
 
 namespace fs = std::filesystem;
 
-/// Writes `samples` as a mono float WAV at `rate`.
-inline void write_samples(const fs::path& path, const std::vector<float>& samples, int rate) {
-  fs::create_directories(path.parent_path());
-  SF_INFO info{};
-  info.samplerate = rate;
-  info.channels = 1;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_FLOAT;
-  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
-  REQUIRE(f != nullptr);
-  sf_writef_float(f, samples.data(), static_cast<sf_count_t>(samples.size()));
-  sf_close(f);
-}
-
 /// A noise bank (two groups of tones at odd pitches, different lengths) and an RIR bank (two decaying impulse
 /// responses with their direct path after a few taps) under `root`.
 inline void write_banks(const fs::path& root) {

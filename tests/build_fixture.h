@@ -15,6 +15,20 @@
 
 namespace melforge::test {
 
+/// Writes mono `samples` (float, full scale 1) at `rate` Hz to `path` as WAV of `format` (float32 by default).
+inline void write_samples(const std::filesystem::path& path, const std::vector<float>& samples, int rate,
+                          int format = SF_FORMAT_WAV | SF_FORMAT_FLOAT) {
+  std::filesystem::create_directories(path.parent_path());
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = 1;
+  info.format = format;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  if (!f) throw std::runtime_error("cannot write " + path.string() + ": " + sf_strerror(nullptr));
+  sf_writef_float(f, samples.data(), static_cast<sf_count_t>(samples.size()));
+  sf_close(f);
+}
+
 /// Writes a mono or multi-channel 16-bit WAV (or `format`) of `frames` frames: a sine of `hz` with a little
 /// deterministic noise, the same on every channel.
 inline void write_tone(const std::filesystem::path& path, double hz, int64_t frames, int rate, int channels = 1,

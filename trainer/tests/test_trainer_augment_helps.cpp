@@ -27,19 +27,6 @@ constexpr int kRate = 8000;
 /// The classes: a tone each, Hz (every file jitters its frequency by up to 2%).
 const std::vector<double> kTonesHz = {500, 850, 1400, 2200};
 
-/// Writes mono float32 WAV `path` at kRate.
-void write_wav(const fs::path& path, const std::vector<float>& x) {
-  fs::create_directories(path.parent_path());
-  SF_INFO info{};
-  info.samplerate = kRate;
-  info.channels = 1;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_FLOAT;
-  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
-  REQUIRE(f != nullptr);
-  sf_writef_float(f, x.data(), static_cast<sf_count_t>(x.size()));
-  sf_close(f);
-}
-
 double rms(const std::vector<float>& x) {
   double s = 0;
   for (const float v : x) s += static_cast<double>(v) * v;
@@ -102,7 +89,7 @@ void write_corpus(const fs::path& root, uint64_t seed) {
   std::uniform_int_distribution<int64_t> length(kRate, 2 * kRate);
   std::uniform_real_distribution<double> test_snr(-4.0, 2.0);
   for (int i = 0; i < 6; ++i)
-    write_wav(root / "noise" / ("n" + std::to_string(i) + ".wav"), band_noise(4 * kRate, rng));
+    test::write_samples(root / "noise" / ("n" + std::to_string(i) + ".wav"), band_noise(4 * kRate, rng), kRate);
   std::vector<std::vector<float>> test_noise;
   for (int i = 0; i < 6; ++i) test_noise.push_back(band_noise(4 * kRate, rng));
   std::string manifest = "path,label,split\n";
@@ -117,7 +104,7 @@ void write_corpus(const fs::path& root, uint64_t seed) {
           const double snr = test_snr(rng);
           x = mixed(std::move(x), test_noise[which], snr);
         }
-        write_wav(root / name, x);
+        test::write_samples(root / name, x, kRate);
         manifest += name + ",tone" + std::to_string(c) + "," + split + "\n";
       }
   test::write_text(root / "m.csv", manifest);

@@ -40,15 +40,7 @@ void append_signal(std::vector<float>& out, double seconds, double hz, uint32_t 
 
 /// Writes mono 16-bit `samples` at `rate` to `path`.
 void write_wav(const fs::path& path, const std::vector<float>& samples, int rate = kRate) {
-  fs::create_directories(path.parent_path());
-  SF_INFO info{};
-  info.samplerate = rate;
-  info.channels = 1;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
-  REQUIRE(f != nullptr);
-  sf_writef_float(f, samples.data(), static_cast<sf_count_t>(samples.size()));
-  sf_close(f);
+  test::write_samples(path, samples, rate, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
 }
 
 /// Builds a corpus of two classes, "noise" and "tone" (8 files of 2 s each), into d/data and trains the tiny
