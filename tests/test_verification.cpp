@@ -228,7 +228,8 @@ TEST_CASE("generated trials are balanced, distinct, labelled right and a functio
   CHECK(vf::generate_trials(labels, count, 42) == trials);
   if (count < most) {
     bool differs = false;
-    for (uint64_t seed = 43; seed < 53 && !differs; ++seed) differs = vf::generate_trials(labels, count, seed) != trials;
+    for (uint64_t seed = 43; seed < 53 && !differs; ++seed)
+      differs = vf::generate_trials(labels, count, seed) != trials;
     CHECK(differs);
   }
 }
@@ -350,7 +351,8 @@ TEST_CASE("probit inverts the normal distribution function", "[verification]") {
   CHECK_THROWS_AS(vf::probit(1), InvalidArgument);
 }
 
-TEST_CASE("the DET picture is a PNG of the stated size with the curve, the diagonal and the EER mark", "[verification]") {
+TEST_CASE("the DET picture is a PNG of the stated size with the curve, the diagonal and the EER mark",
+          "[verification]") {
   std::vector<float> scores;
   std::vector<uint8_t> targets;
   random_trials(300, 5, 0, scores, targets);

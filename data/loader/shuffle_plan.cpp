@@ -9,25 +9,7 @@ namespace melforge::data {
 
 namespace {
 
-/// A SplitMix64 stream: uniform 64-bit draws and unbiased draws in [0, n).
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ += kSplitMixGamma;
-    return splitmix64_mix(state_);
-  }
-  uint64_t below(uint64_t n) {
-    const uint64_t threshold = (0 - n) % n;
-    for (;;) {
-      const uint64_t r = next();
-      if (r >= threshold) return r % n;
-    }
-  }
-
- private:
-  uint64_t state_;
-};
+using Rng = SplitMixRng;
 
 /// Fisher-Yates shuffle of `v` with draws from `rng`.
 void shuffle_in_place(std::vector<int64_t>& v, Rng& rng) {

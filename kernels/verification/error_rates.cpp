@@ -32,7 +32,8 @@ std::vector<DetPoint> det_curve(const std::vector<float>& scores, const std::vec
                           std::to_string(static_cast<int64_t>(negatives)));
   std::vector<std::size_t> order(scores.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&scores](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&scores](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
   std::vector<DetPoint> det = {{kInf, 0.0, 1.0}};
   double tp = 0, fp = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {

@@ -13,28 +13,7 @@ namespace melforge::verification {
 
 namespace {
 
-/// SplitMix64 stream with unbiased draws below a bound.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-
-  uint64_t next() {
-    state_ += kSplitMixGamma;
-    return splitmix64_mix(state_);
-  }
-
-  /// Uniform in [0, m), m > 0 (rejection of the top partial block).
-  uint64_t below(uint64_t m) {
-    const uint64_t floor = (0 - m) % m;
-    for (;;) {
-      const uint64_t r = next();
-      if (r >= floor) return r % m;
-    }
-  }
-
- private:
-  uint64_t state_;
-};
+using Rng = SplitMixRng;
 
 using Pair = std::pair<int64_t, int64_t>;
 
