@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -240,6 +241,29 @@ TEST_CASE("trial generation reaches every pair, whatever the label values", "[ve
   for (uint64_t seed = 0; seed < 200; ++seed)
     for (const vf::Trial& t : vf::generate_trials(labels, 2, seed)) seen.emplace(t.enroll, t.test);
   CHECK(seen.size() == 21);
+}
+
+TEST_CASE("trial generation draws every pair of a kind equally often", "[verification]") {
+  const std::vector<int32_t> labels = {0, 1, 1, 1, 1, 1, 2, 2};
+  std::map<std::pair<int64_t, int64_t>, int64_t> seen;
+  const int64_t draws = 3400;
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(draws); ++seed)
+    for (const vf::Trial& t : vf::generate_trials(labels, 2, seed * 7919)) ++seen[{t.enroll, t.test}];
+  REQUIRE(seen.size() == 28);
+  for (const auto& [pair, n] : seen) {
+    const bool target = labels[static_cast<std::size_t>(pair.first)] == labels[static_cast<std::size_t>(pair.second)];
+    const double expected = static_cast<double>(draws) / (target ? 11.0 : 17.0);
+    CAPTURE(pair.first, pair.second, target, n, expected);
+    CHECK(std::abs(static_cast<double>(n) - expected) < 0.25 * expected);
+  }
+}
+
+TEST_CASE("trial generation handles a corpus of VoxCeleb1-test size quickly", "[verification]") {
+  std::vector<int32_t> labels;
+  for (int32_t f = 0; f < 4800; ++f) labels.push_back(f % 40);
+  const auto trials = vf::generate_trials(labels, 40000, 3);
+  CHECK(trials.size() == 40000);
+  CHECK(std::count_if(trials.begin(), trials.end(), [](const vf::Trial& t) { return t.target; }) == 20000);
 }
 
 TEST_CASE("trial generation refuses impossible requests before drawing", "[verification]") {

@@ -56,15 +56,19 @@ std::vector<std::vector<int64_t>> group_by_label(const std::vector<int32_t>& lab
 
 int64_t pairs_of(int64_t n) { return n * (n - 1) / 2; }
 
+/// An index c drawn with probability w_c / sum(w), from the running sums `cumulative` of the weights w (sum > 0).
+std::size_t draw_weighted(const std::vector<int64_t>& cumulative, Rng& rng) {
+  const auto r = static_cast<int64_t>(rng.below(static_cast<uint64_t>(cumulative.back())));
+  return static_cast<std::size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), r) - cumulative.begin());
+}
+
 std::vector<Pair> draw_targets(const std::vector<std::vector<int64_t>>& groups, int64_t needed, int64_t available,
                                int64_t files, Rng& rng) {
   std::vector<int64_t> cumulative;
   int64_t total = 0;
   for (const auto& g : groups) cumulative.push_back(total += pairs_of(static_cast<int64_t>(g.size())));
   auto draw = [&] {
-    const auto r = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total)));
-    const auto& g = groups[static_cast<std::size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), r) -
-                                                    cumulative.begin())];
+    const auto& g = groups[draw_weighted(cumulative, rng)];
     const auto m = static_cast<uint64_t>(g.size());
     const uint64_t i = rng.below(m);
     uint64_t j = rng.below(m - 1);
@@ -81,15 +85,23 @@ std::vector<Pair> draw_targets(const std::vector<std::vector<int64_t>>& groups, 
   return distinct_pairs(needed, available, files, rng, draw, enumerate);
 }
 
-std::vector<Pair> draw_nontargets(const std::vector<int32_t>& labels, const std::vector<std::vector<int64_t>>& groups,
-                                  int64_t needed, int64_t available, Rng& rng) {
-  const auto files = static_cast<int64_t>(labels.size());
+std::vector<Pair> draw_nontargets(const std::vector<std::vector<int64_t>>& groups, int64_t files, int64_t needed,
+                                  int64_t available, Rng& rng) {
+  std::vector<int64_t> cumulative, start, by_class;
+  int64_t total = 0;
+  for (const auto& g : groups) {
+    const auto m = static_cast<int64_t>(g.size());
+    cumulative.push_back(total += m * (files - m));
+    start.push_back(static_cast<int64_t>(by_class.size()));
+    by_class.insert(by_class.end(), g.begin(), g.end());
+  }
   auto draw = [&] {
-    for (;;) {
-      const auto a = static_cast<int64_t>(rng.below(static_cast<uint64_t>(files)));
-      const auto b = static_cast<int64_t>(rng.below(static_cast<uint64_t>(files)));
-      if (labels[static_cast<std::size_t>(a)] != labels[static_cast<std::size_t>(b)]) return ordered(a, b);
-    }
+    const std::size_t c = draw_weighted(cumulative, rng);
+    const auto m = static_cast<uint64_t>(groups[c].size());
+    const int64_t a = groups[c][rng.below(m)];
+    auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(files) - m));
+    if (j >= start[c]) j += static_cast<int64_t>(m);
+    return ordered(a, by_class[static_cast<std::size_t>(j)]);
   };
   auto enumerate = [&] {
     std::vector<Pair> all;
@@ -128,7 +140,7 @@ std::vector<Trial> generate_trials(const std::vector<int32_t>& labels, int64_t c
   std::vector<Trial> trials;
   trials.reserve(static_cast<std::size_t>(count));
   for (const auto& [a, b] : draw_targets(groups, half, targets, files, rng)) trials.push_back({a, b, true});
-  for (const auto& [a, b] : draw_nontargets(labels, groups, half, nontargets, rng)) trials.push_back({a, b, false});
+  for (const auto& [a, b] : draw_nontargets(groups, files, half, nontargets, rng)) trials.push_back({a, b, false});
   std::sort(trials.begin(), trials.end(),
             [](const Trial& x, const Trial& y) { return Pair{x.enroll, x.test} < Pair{y.enroll, y.test}; });
   return trials;
