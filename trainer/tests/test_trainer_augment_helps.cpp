@@ -5,7 +5,7 @@
 #include <sndfile.h>
 
 #include <boost/program_options.hpp>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 #include <cmath>
 #include <iostream>
 #include <random>

@@ -1,5 +1,5 @@
 // melforge-train's command line, run in-process through run_cli: exit codes, messages, and `inspect` on a dataset.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <sstream>
 

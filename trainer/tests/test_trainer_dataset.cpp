@@ -3,7 +3,7 @@
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <functional>
 

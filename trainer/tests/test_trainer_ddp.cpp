@@ -4,7 +4,7 @@
 #include <ATen/ops/equal.h>
 #include <ATen/ops/sub.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

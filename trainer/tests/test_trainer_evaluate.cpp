@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include "data/dataset.h"
 #include "eval/evaluate.h"

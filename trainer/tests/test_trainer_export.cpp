@@ -6,7 +6,7 @@
 #include <ATen/core/Dict.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cstdio>
 #include <fstream>

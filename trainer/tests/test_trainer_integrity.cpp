@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <algorithm>
 #include <csignal>

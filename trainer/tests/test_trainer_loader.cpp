@@ -5,7 +5,7 @@
 #include <ATen/ops/tensor.h>
 #include <torch/cuda.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <algorithm>
 #include <chrono>

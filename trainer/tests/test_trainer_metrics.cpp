@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cmath>
 #include <vector>

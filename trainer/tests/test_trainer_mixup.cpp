@@ -11,7 +11,7 @@
 #include <ATen/ops/tensor.h>
 
 #include <boost/program_options.hpp>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 #include <cmath>
 #include <limits>
 #include <sstream>

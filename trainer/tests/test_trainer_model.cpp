@@ -2,7 +2,7 @@
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <torch/torch.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include "melforge/common/errors.h"
 #include "models/cnn.h"

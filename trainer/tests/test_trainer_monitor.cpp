@@ -4,7 +4,7 @@
 // files in python/tests/test_tensorboard.py.
 #include <ATen/core/Tensor.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <algorithm>
 #include <boost/program_options.hpp>

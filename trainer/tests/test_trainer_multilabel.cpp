@@ -8,7 +8,7 @@
 #include <ATen/ops/rand.h>
 #include <sndfile.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cmath>
 #include <fstream>
@@ -27,15 +27,10 @@
 
 using namespace melforge;
 using melforge::test::TempDir;
+using melforge::test::read_json;
 namespace fs = std::filesystem;
 
 namespace {
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  REQUIRE(f);
-  return nlohmann::json::parse(f);
-}
 
 /// The tones of the corpus: class name and frequency in Hz.
 const std::vector<std::pair<std::string, double>> kTones = {{"high", 2400}, {"low", 350}, {"mid", 1100}};

@@ -4,7 +4,7 @@
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <sndfile.h>
 
@@ -21,6 +21,7 @@
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::TempDir;
+using melforge::test::read_json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -67,11 +68,6 @@ nlohmann::json predict_json(PredictOptions opts) {
   std::ostringstream out, log;
   run_predict(opts, out, log);
   return nlohmann::json::parse(out.str());
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
 }
 
 }  // namespace

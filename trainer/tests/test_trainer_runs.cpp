@@ -6,7 +6,7 @@
 #include <ATen/ops/equal.h>
 #include <torch/cuda.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <boost/program_options.hpp>
 #include <fstream>

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include <boost/program_options.hpp>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 #include <set>
 #include <string>
 #include <vector>

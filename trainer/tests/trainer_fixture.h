@@ -2,7 +2,7 @@
 // Tiny datasets built through the builder library, for the trainer's tests.
 #include <ATen/ops/equal.h>
 
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cstdlib>
 #include <fstream>
