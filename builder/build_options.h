@@ -106,8 +106,8 @@ struct BuildOptions {
   void validate() const;
 };
 
-/// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite --quiet
-/// --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
+/// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite
+/// --quiet --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// Everything melforge-build is configured with.
