@@ -14,9 +14,13 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <boost/program_options.hpp>
+
+#include "build_cli.h"
 #include "build_fixture.h"
 #include "melforge/common/errors.h"
 #include "split.h"
@@ -113,7 +117,7 @@ std::string class_split_error(std::vector<InputFile> files) {
 
 }  // namespace
 
-TEST_CASE("--split-by class puts every class in one split with the documented counts and draw", "[split][class]") {
+TEST_CASE("split-by class puts every class in one split with the documented counts and draw", "[split][class]") {
   const Ratios r = GENERATE(Ratios{4, 1, 5}, Ratios{3, 1, 4}, Ratios{1, 1, 2}, Ratios{5, 3, 8}, Ratios{1, 1, 4});
   const int classes = GENERATE(1, 2, 3, 5, 8, 40);
   const uint64_t seed = GENERATE(1u, 42u, 2026u);
@@ -134,7 +138,7 @@ TEST_CASE("--split-by class puts every class in one split with the documented co
   CHECK(got == reference_class_splits(sizes, r, seed));
 }
 
-TEST_CASE("--split-by class does not depend on file order, and seeds differ", "[split][class]") {
+TEST_CASE("split-by class does not depend on file order, and seeds differ", "[split][class]") {
   const uint64_t seed = GENERATE(0u, 7u, 12345u);
   const int classes = GENERATE(4, 30);
   auto files = corpus(classes);
@@ -153,7 +157,7 @@ TEST_CASE("--split-by class does not depend on file order, and seeds differ", "[
   CHECK(class_splits(other) != class_splits(again));
 }
 
-TEST_CASE("--split-by file is the default and the per-class stratified assignment", "[split][class]") {
+TEST_CASE("split-by file is the default and the per-class stratified assignment", "[split][class]") {
   const uint64_t seed = GENERATE(3u, 42u);
   const std::vector<double> ratios = GENERATE(std::vector<double>{0.8, 0.1, 0.1}, std::vector<double>{0.5, 0.5, 0});
   auto files = corpus(12);
@@ -176,7 +180,7 @@ TEST_CASE("--split-by file is the default and the per-class stratified assignmen
   CHECK(assignment(files) == expected);
 }
 
-TEST_CASE("--split-by class keeps given splits, their classes whole, and counts the other classes", "[split][class]") {
+TEST_CASE("split-by class keeps given splits, their classes whole, and counts the other classes", "[split][class]") {
   const int given_split = GENERATE(0, 1, 2);
   auto files = corpus(9);
   for (auto& f : files)
@@ -191,7 +195,7 @@ TEST_CASE("--split-by class keeps given splits, their classes whole, and counts 
   CHECK(got == class_splits(rest));
 }
 
-TEST_CASE("--split-by class refuses a class in two given splits, a multi-label row and unknown values",
+TEST_CASE("split-by class refuses a class in two given splits, a multi-label row and unknown values",
           "[split][class]") {
   auto files = corpus(3);
   files[3].split = 2;
@@ -210,6 +214,23 @@ TEST_CASE("--split-by class refuses a class in two given splits, a multi-label r
   CHECK(parse_split_by("FILE") == SplitBy::file);
   CHECK_THROWS_WITH(parse_split_by("speaker"), Catch::Contains("--split-by: 'speaker' is not one of file, class"));
   CHECK(to_string(SplitBy::class_) == "class");
+}
+
+TEST_CASE("split-by is a build flag with default file, read in any case, a bad value refused", "[split][class]") {
+  const auto parse = [](const std::vector<std::string>& args) {
+    BuildConfig config;
+    std::string config_file;
+    boost::program_options::options_description all;
+    add_build_groups(all, config, config_file);
+    std::ostringstream help;
+    if (!parse_build_args(args, all, help)) return std::make_pair(config, help.str());
+    return std::make_pair(config, std::string());
+  };
+  CHECK(parse({}).first.build.split_by == SplitBy::file);
+  CHECK(parse({"--split-by", "Class"}).first.build.split_by == SplitBy::class_);
+  CHECK(parse({"--split_by=class"}).first.build.split_by == SplitBy::class_);
+  CHECK_THAT(parse({"--help"}).second, Catch::Contains("--split-by arg (=file)"));
+  CHECK_THROWS_WITH(parse({"--split-by", "video"}), Catch::Contains("--split-by: 'video' is not one of file, class"));
 }
 
 namespace {
@@ -269,7 +290,7 @@ TEST_CASE("a VoxCeleb layout scans with the speaker folder as class, and --split
   for (const auto& [speaker, splits] : splits_of) CHECK(splits.size() == 1);
 }
 
-TEST_CASE("--split-by file, given or not, writes the same bytes and no split_by attribute", "[split][class][e2e]") {
+TEST_CASE("split-by file, given or not, writes the same bytes and no split_by attribute", "[split][class][e2e]") {
   TempDir d;
   write_voxceleb_tree(d / "in", 3, 1.0);
   auto config = test::tone_build_config(d / "in", d / "default");
@@ -285,7 +306,7 @@ TEST_CASE("--split-by file, given or not, writes the same bytes and no split_by 
   }
 }
 
-TEST_CASE("--split-by class: a given split emptied by skips fails, too few classes warn", "[split][class][e2e]") {
+TEST_CASE("split-by class: a given split emptied by skips fails, too few classes warn", "[split][class][e2e]") {
   TempDir d;
   write_voxceleb_tree(d / "in", 3, 1.0);
   test::write_tone(d / "in/short/a.wav", 500, 800, 8000);
