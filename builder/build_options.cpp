@@ -142,7 +142,10 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("manifest", po::value<fs::path>(&o.manifest), "CSV manifest with path,label[,split] (instead of --input)")
     ("output", po::value<fs::path>(&o.output), "output folder for train.h5, val.h5, test.h5 and build_report.json")
     ("split", po::value<std::string>(&o.split)->default_value(o.split), "split ratios train,val,test")
-    ("seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "seed of the stratified split")
+    ("seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "seed of the split assignment")
+    ("split-by", po::value<SplitBy>(&o.split_by)->default_value(o.split_by),
+     "what --split divides: file (each class's files; every class in every split) or class (whole classes, "
+     "open-set: each class in one split)")
     ("device", po::value<mel::Device>(&o.device)->default_value(o.device), "mel engine: auto, cpu or cuda")
     ("threads", po::value<int>(&o.threads)->default_value(o.threads)->notifier(warn_if_threads_capped),
      "worker threads (0: all cores; at most 4 per core)")

@@ -11,6 +11,7 @@
 #include "mel/mel_args.h"
 #include "mel/mel_engine.h"
 #include "segment/segment_args.h"
+#include "split.h"
 
 namespace boost::program_options {
 class options_description;
@@ -60,6 +61,8 @@ struct BuildOptions {
   std::string split = "0.8,0.1,0.1";
   /// Seed of the split assignment.
   uint64_t seed = 42;
+  /// What the split ratios divide: each class's files (file) or whole classes (class; open-set). See assign_splits.
+  SplitBy split_by = SplitBy::file;
   /// Mel engine.
   mel::Device device = mel::Device::auto_select;
   /// Worker threads for decode, CPU mel and compression (0: all cores).
@@ -103,8 +106,8 @@ struct BuildOptions {
   void validate() const;
 };
 
-/// Registers --input --manifest --output --split --seed --device --threads --max-ram --strict --overwrite --quiet
-/// --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
+/// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite
+/// --quiet --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// Everything melforge-build is configured with.

@@ -100,12 +100,16 @@ void check_splits(BuildState& state, const SplitTally& t, const std::string& ver
     if (t.kept[s] == 0 && !t.skipped[s].empty())
       throw FormatError(kSplitNames[s] + " " + verb + ": " + skip_summary(t.skipped[s]) +
                         "; nothing was installed");
-  const std::vector<double> ratios = state.config.build.split_ratios();
+  const BuildOptions& bo = state.config.build;
+  const std::vector<double> ratios = bo.split_ratios();
+  const bool by_class = bo.split_by == SplitBy::class_;
   for (std::size_t s = 0; s < 3; ++s)
     if (t.kept[s] == 0 && t.skipped[s].empty() && !state.scan.presplit && ratios[s] > 0)
-      warn(state, kSplitNames[s] + " is empty: too few files per class for --split " + state.config.build.split);
+      warn(state, kSplitNames[s] + " is empty: " +
+                      (by_class ? "too few classes for --split " + bo.split + " --split-by class"
+                                : "too few files per class for --split " + bo.split));
   for (const auto& name : state.class_names)
-    if (t.kept[0] > 0 && t.train_kept.count(name) == 0)
+    if (t.kept[0] > 0 && t.train_kept.count(name) == 0 && (!by_class || t.train_skipped.count(name) != 0))
       warn(state, "class '" + name + "' has no training file" +
                       (t.train_skipped.count(name) ? " (" + std::to_string(t.train_skipped.at(name)) +
                                                          " skipped)" : std::string()));
@@ -186,7 +190,8 @@ void label_files(BuildState& state) {
   state.class_index.clear();
   for (std::size_t i = 0; i < state.class_names.size(); ++i)
     state.class_index[state.class_names[i]] = static_cast<int32_t>(i);
-  assign_splits(state.scan.files, state.config.build.split_ratios(), state.config.build.seed);
+  const BuildOptions& bo = state.config.build;
+  assign_splits(state.scan.files, bo.split_ratios(), bo.seed, bo.split_by);
   check_augment_splits(state);
   warn_case_labels(state);
   if (const std::string empty = mel::empty_bands_warning(state.config.mel); !empty.empty()) warn(state, empty);

@@ -28,7 +28,8 @@ void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped);
 void select_shard(BuildState& state);
 
 /// Class names (sorted labels of scan.files) and the split of every file whose layout or manifest gave none
-/// (assign_splits with --split and --seed). With --augment-copies, throws InvalidArgument when --augment-splits names a
+/// (assign_splits with --split, --seed and --split-by; InvalidArgument when --split-by class meets a class in two given
+/// splits or a multi-label row). With --augment-copies, throws InvalidArgument when --augment-splits names a
 /// split that no file went to. Warns (stderr and report) about labels that differ only in case and about
 /// mel bands that hold no FFT bin (mel::empty_bands_warning: torchaudio warns and computes, and so do we).
 void label_files(BuildState& state);
@@ -43,7 +44,8 @@ void probe_files(BuildState& state, bool show_progress);
 /// refuses (too short) at "segment", the others go to state.usable. Throws StrictError under --strict. Unsharded,
 /// throws FormatError when a split that was given files keeps none ("train would be empty: all 12 files were
 /// skipped (12 'channel 5 requested but the file has 1 channel')"), before any audio is decoded; warns (stderr and
-/// report) when the ratios leave a split empty or a class has no training file.
+/// report) when the ratios leave a split empty or a class has no training file (with --split-by class: a train class
+/// whose files were all skipped).
 void plan_segments(BuildState& state);
 
 /// After the batches of an unsharded build: throws FormatError naming the split and the skip reasons when the files

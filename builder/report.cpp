@@ -49,6 +49,7 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"output", b.output.string()},
       {"split", b.split},
       {"seed", b.seed},
+      {"split_by", to_string(b.split_by)},
       {"device", mel::to_string(b.device)},
       {"device_batch", b.device_batch},
       {"threads", b.threads},

@@ -35,7 +35,8 @@ struct WriteTotals {
 };
 
 /// Root attributes describing every parameter of a build of `state` (whose plan and engine are set), with
-/// shard_index and shard_count for a --shard build and the augment_* settings with --augment-copies.
+/// split_by ("class") with --split-by class, shard_index and shard_count for a --shard build and the augment_*
+/// settings with --augment-copies.
 std::vector<Attribute> dataset_attributes(const BuildState& state);
 
 /// The writers of one split: one SplitWriter per target, each given every batch of the split.
