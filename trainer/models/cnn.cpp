@@ -84,7 +84,7 @@ ModelOutput CnnNetImpl::forward(const at::Tensor& x) {
   h = pool_(relu_(conv2_(h)));
   h = relu_(conv3_(h));
   h = dropout_(relu_(fc_(h.flatten(1))));
-  return {class_head_(h), detect_head_(h).squeeze(1)};
+  return {class_head_(h), detect_head_(h).squeeze(1), {}};
 }
 
 }  // namespace melforge::trainer

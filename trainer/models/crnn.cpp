@@ -108,7 +108,7 @@ ModelOutput CrnnNetImpl::forward(const at::Tensor& x) {
   const at::Tensor hx = h0_.narrow(1, 0, batch);
   h = gru_ ? std::get<0>(gru_->forward(h, hx)) : std::get<0>(lstm_->forward(h, std::make_tuple(hx, hx)));
   h = dropout_(relu_(fc_(h.mean(1))));
-  return {class_head_(h), detect_head_(h).squeeze(1)};
+  return {class_head_(h), detect_head_(h).squeeze(1), {}};
 }
 
 }  // namespace melforge::trainer

@@ -9,13 +9,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <vector>
 
 #include "data/dataset.h"
 #include "export/export.h"
+#include "export_check.h"
 #include "melforge/common/errors.h"
 #include "models/ecapa.h"
 #include "models/resnet_se.h"
@@ -24,11 +24,10 @@
 #include "test_util.h"
 #include "train/aam.h"
 #include "train/checkpoint.h"
-#include "venv_python.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
-using melforge::test::run_command;
+using melforge::test::check_export_in_python;
 using melforge::test::TempDir;
 using melforge::test::venv_python;
 namespace fs = std::filesystem;
@@ -413,10 +412,6 @@ TEST_CASE("a few SGD steps on separable speakers lower the AAM loss", "[trainer]
 
 namespace {
 
-void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
-  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 /// A seeded speaker model with trained batch-norm statistics and an input normalisation, saved as a checkpoint at
 /// `path`.
 std::shared_ptr<Classifier> speaker_checkpoint(const SpeakerCase& c, const fs::path& path) {
@@ -462,25 +457,16 @@ TEST_CASE("Python loads an exported speaker model into python/melforge/models.py
   model->eval();
   c10::NoGradGuard no_grad;
   const ModelOutput y = model->forward(x);
-  write_bytes(d / "input.pt", torch_save_bytes(c10::IValue(x)));
-  c10::impl::GenericDict expected(c10::StringType::get(), c10::TensorType::get());
-  expected.insert("logits", y.logits.contiguous());
-  expected.insert("embedding", y.embedding.contiguous());
-  write_bytes(d / "expected.pt", torch_save_bytes(c10::IValue(expected)));
-
-  const std::string command = "'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) +
-                              "/tools/check_export.py' export '" + (d / "weights.pt").string() + "' '" +
-                              (d / "input.pt").string() + "' '" + (d / "expected.pt").string() + "' 1e-5";
   std::string output;
-  const int rc = run_command(command, output);
+  const int rc = check_export_in_python(python, d / "weights.pt", x,
+                                        {{"logits", y.logits}, {"embedding", y.embedding}}, output);
   INFO(output);
   CHECK(rc == 0);
   CHECK_THAT(output, Catch::Contains("ok:"));
 
   // The comparison can fail: another embedding is reported.
-  expected.insert_or_assign("embedding", (y.embedding + 1e-3).contiguous());
-  write_bytes(d / "expected.pt", torch_save_bytes(c10::IValue(expected)));
   std::string output2;
-  CHECK(run_command(command, output2) == 1);
+  CHECK(check_export_in_python(python, d / "weights.pt", x, {{"logits", y.logits}, {"embedding", y.embedding + 1e-3}},
+                               output2) == 1);
   CHECK_THAT(output2, Catch::Contains("embedding"));
 }
