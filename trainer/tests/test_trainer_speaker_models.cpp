@@ -450,8 +450,8 @@ std::shared_ptr<Classifier> speaker_checkpoint(const SpeakerCase& c, const fs::p
 namespace {
 
 /// Exports a checkpoint of the model of `c` and has tools/check_export.py reproduce its cosine logits and embeddings
-/// in Python within 1e-5; with `check_failure`, also that a perturbed expected embedding fails the comparison.
-void check_python_reproduces(const std::string& python, const SpeakerCase& c, bool check_failure) {
+/// in Python within 1e-5 (that the comparison can fail is shown by test_trainer_export.cpp, with the same script).
+void check_python_reproduces(const std::string& python, const SpeakerCase& c) {
   CAPTURE(c.model);
   TempDir d;
   auto model = speaker_checkpoint(c, d / "ck.pt");
@@ -472,13 +472,6 @@ void check_python_reproduces(const std::string& python, const SpeakerCase& c, bo
   INFO(output);
   CHECK(rc == 0);
   CHECK_THAT(output, Catch::Contains("ok:"));
-
-  if (!check_failure) return;
-  // The comparison can fail: another embedding is reported.
-  std::string output2;
-  CHECK(check_export_in_python(python, d / "weights.pt", x, {{"logits", y.logits}, {"embedding", y.embedding + 1e-3}},
-                               output2) == 1);
-  CHECK_THAT(output2, Catch::Contains("embedding"));
 }
 
 }  // namespace
@@ -489,7 +482,7 @@ TEST_CASE("Python loads an exported resnet-se into python/melforge/models.py and
   if (python.empty()) {
     MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
   }
-  check_python_reproduces(python, {"resnet-se", 16, 20, 12, "quarter", 512}, true);
+  check_python_reproduces(python, {"resnet-se", 16, 20, 12, "quarter", 512});
 }
 
 TEST_CASE("Python loads an exported ecapa into python/melforge/models.py and reproduces its embeddings",
@@ -498,5 +491,5 @@ TEST_CASE("Python loads an exported ecapa into python/melforge/models.py and rep
   if (python.empty()) {
     MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
   }
-  check_python_reproduces(python, {"ecapa", 16, 20, 12, "half", 16}, false);
+  check_python_reproduces(python, {"ecapa", 16, 20, 12, "half", 16});
 }
