@@ -7,8 +7,9 @@ tools/setup_torch.sh). Used by trainer/tests/test_trainer_checkpoint.cpp and tes
   check_export.py export WEIGHTS INPUT EXPECTED [TOL]
       torch.load(WEIGHTS) (weights_only), builds the model of WEIGHTS.json's model_config with
       python/melforge/models.py (loaded by path: this venv does not have melforge installed), load_state_dict(strict=True), eval mode, runs INPUT (a tensor saved with
-      torch::pickle_save) and compares (logits, detection) with EXPECTED (a dict {"logits", "detection"}) within TOL
-      (default 1e-5, max absolute difference).
+      torch::pickle_save) and compares its two outputs, named by the model's `output_names` ((logits, detection)
+      for the classifiers, (logits, embedding) for the speaker models), with EXPECTED (a dict holding both names)
+      within TOL (default 1e-5, max absolute difference).
 
 Exit code 0 when every check passes, 1 with a message on stderr otherwise.
 """
@@ -81,15 +82,17 @@ def check_export(weights: str, input_path: str, expected_path: str, tol: float) 
     x = torch.load(input_path)
     expected = torch.load(expected_path)
     with torch.no_grad():
-        logits, detection = model(x)
-    for name, got in (("logits", logits), ("detection", detection)):
+        outputs = model(x)
+    for name, got in zip(model.output_names, outputs):
+        if name not in expected:
+            fail(f"{expected_path}: missing {name!r}")
         want = expected[name]
         if got.shape != want.shape:
             fail(f"{name}: shape {list(got.shape)} != {list(want.shape)}")
         diff = (got - want).abs().max().item()
         if not diff <= tol:
             fail(f"{name}: max abs difference {diff:.3g} > {tol:g}")
-    print(f"ok: {len(state)} tensors, logits {list(logits.shape)}, max diff within {tol:g}")
+    print(f"ok: {len(state)} tensors, logits {list(outputs[0].shape)}, max diff within {tol:g}")
 
 
 def main(argv) -> None:

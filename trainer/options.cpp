@@ -57,31 +57,44 @@ void add_options(po::options_description& desc, DataOptions& opts) {
 }
 
 void ModelOptions::validate() const {
-  if (model != "cnn" && model != "crnn")
-    throw InvalidArgument("--model: unknown model '" + model + "' (available: cnn, crnn)");
+  if (model != "cnn" && model != "crnn" && model != "resnet-se" && model != "ecapa")
+    throw InvalidArgument("--model: unknown model '" + model + "' (available: cnn, crnn, resnet-se, ecapa)");
   if (rnn != "gru" && rnn != "lstm") throw InvalidArgument("--rnn: unknown layer '" + rnn + "' (gru or lstm)");
   if (rnn_hidden < 1) throw InvalidArgument("--rnn-hidden must be >= 1, got " + std::to_string(rnn_hidden));
   if (hidden < 1) throw InvalidArgument("--hidden must be >= 1, got " + std::to_string(hidden));
   if (!(dropout >= 0.0 && dropout < 1.0))
     throw InvalidArgument("--dropout must be in [0, 1), got " + std::to_string(dropout));
+  if (embedding_dim < 1) throw InvalidArgument("--embedding-dim must be >= 1, got " + std::to_string(embedding_dim));
+  if (width != "half" && width != "quarter")
+    throw InvalidArgument("--width must be half or quarter, got '" + width + "'");
+  if (channels < 8 || channels % 8 != 0)
+    throw InvalidArgument("--channels must be a positive multiple of 8, got " + std::to_string(channels));
 }
 
 void add_options(po::options_description& desc, ModelOptions& opts) {
   desc.add_options()("model", po::value(&opts.model)->default_value(opts.model)->value_name("NAME"),
-                     "architecture: cnn (three conv layers, two max-pools, class and detection heads) or crnn (conv front end, "
-                     "then a GRU/LSTM over time)")(
+                     "architecture: cnn (three conv layers, two max-pools, class and detection heads), crnn (conv "
+                     "front end, then a GRU/LSTM over time), or the speaker-embedding models resnet-se (ResNetSE34) "
+                     "and ecapa (ECAPA-TDNN)")(
       "rnn", po::value(&opts.rnn)->default_value(opts.rnn)->value_name("gru|lstm"), "crnn: recurrent layer")(
       "rnn-hidden", po::value(&opts.rnn_hidden)->default_value(opts.rnn_hidden)->value_name("N"),
       "crnn: hidden size of the recurrent layer")(
       "hidden", po::value(&opts.hidden)->default_value(opts.hidden)->value_name("N"), "hidden layer width")(
       "dropout", po::value(&opts.dropout)->default_value(opts.dropout, default_text(opts.dropout))->value_name("P"),
       "dropout before the heads, in [0, 1)")(
-      "seed", po::value(&opts.seed)->default_value(opts.seed)->value_name("N"), "seed of the initialisation");
+      "seed", po::value(&opts.seed)->default_value(opts.seed)->value_name("N"), "seed of the initialisation")(
+      "embedding-dim", po::value(&opts.embedding_dim)->default_value(opts.embedding_dim)->value_name("N"),
+      "resnet-se, ecapa: width of the speaker embedding")(
+      "width", po::value(&opts.width)->default_value(opts.width)->value_name("half|quarter"),
+      "resnet-se: filters 32-256 (half) or 16-128 (quarter)")(
+      "channels", po::value(&opts.channels)->default_value(opts.channels)->value_name("N"),
+      "ecapa: channels of the SE-Res2Net blocks (a multiple of 8)");
 }
 
 nlohmann::json to_json(const ModelOptions& o) {
-  return {{"model", o.model}, {"rnn", o.rnn},         {"rnn_hidden", o.rnn_hidden},
-          {"hidden", o.hidden}, {"dropout", o.dropout}, {"seed", o.seed}};
+  return {{"model", o.model},     {"rnn", o.rnn},         {"rnn_hidden", o.rnn_hidden},
+          {"hidden", o.hidden},   {"dropout", o.dropout}, {"seed", o.seed},
+          {"embedding_dim", o.embedding_dim}, {"width", o.width}, {"channels", o.channels}};
 }
 
 ModelOptions model_options_from_json(const nlohmann::json& j) {
@@ -93,6 +106,9 @@ ModelOptions model_options_from_json(const nlohmann::json& j) {
     if (j.contains("hidden")) j.at("hidden").get_to(o.hidden);
     if (j.contains("dropout")) j.at("dropout").get_to(o.dropout);
     if (j.contains("seed")) j.at("seed").get_to(o.seed);
+    if (j.contains("embedding_dim")) j.at("embedding_dim").get_to(o.embedding_dim);
+    if (j.contains("width")) j.at("width").get_to(o.width);
+    if (j.contains("channels")) j.at("channels").get_to(o.channels);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(std::string("model options: ") + e.what());
   }

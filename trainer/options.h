@@ -50,7 +50,8 @@ void add_options(boost::program_options::options_description& desc, DataOptions&
 
 /// Which model, and its widths.
 struct ModelOptions {
-  /// Architecture: `cnn` (the default) or `crnn` (conv front end, then a recurrent layer over time).
+  /// Architecture: `cnn` (the default), `crnn` (conv front end, then a recurrent layer over time), or the speaker
+  /// embedding models `resnet-se` (ResNetSE34-style, models/resnet_se.h) and `ecapa` (ECAPA-TDNN, models/ecapa.h).
   std::string model = "cnn";
   /// `crnn` only: the recurrent layer, `gru` or `lstm`.
   std::string rnn = "gru";
@@ -62,12 +63,18 @@ struct ModelOptions {
   double dropout = 0.3;
   /// Seed of the parameter initialisation.
   uint64_t seed = 42;
+  /// `resnet-se` and `ecapa`: width of the speaker embedding (>= 1).
+  int64_t embedding_dim = 192;
+  /// `resnet-se` only: `half` (filters 32, 64, 128, 256) or `quarter` (16, 32, 64, 128).
+  std::string width = "half";
+  /// `ecapa` only: channels of the SE-Res2Net blocks, a positive multiple of 8.
+  int64_t channels = 512;
 
   /// Throws InvalidArgument for an unknown model or an out-of-range width.
   void validate() const;
 };
 
-/// Registers --model --rnn --rnn-hidden --hidden --dropout --seed.
+/// Registers --model --rnn --rnn-hidden --hidden --dropout --seed --embedding-dim --width --channels.
 void add_options(boost::program_options::options_description& desc, ModelOptions& opts);
 
 /// ModelOptions as JSON (every field) and back (missing fields keep their defaults; FormatError on a mistyped one).

@@ -43,3 +43,26 @@ def test_build_model_refuses_what_holds_no_config():
         melforge.models.build_model({"class_names": ["a"]})
     with pytest.raises(ValueError, match="unknown model"):
         melforge.models.build_model(dict(CONFIG, model="resnet"))
+
+
+SPEAKER_CONFIGS = [
+    {"model": "resnet-se", "n_mels": 16, "n_frames": 20, "num_classes": 4, "width": "quarter", "embedding_dim": 12},
+    {"model": "ecapa", "n_mels": 16, "n_frames": 20, "num_classes": 4, "channels": 16, "embedding_dim": 12},
+]
+
+
+@pytest.mark.needs_torch
+@pytest.mark.parametrize("config", SPEAKER_CONFIGS, ids=lambda c: c["model"])
+def test_speaker_models_give_cosine_logits_and_embeddings(config):
+    torch = pytest.importorskip("torch")
+    model = melforge.models.build_model({"model_config": config})
+    assert model.config() == config
+    assert model.output_names == ("logits", "embedding")
+    assert model.state_dict()["aam.weight"].shape == (4, 12)
+    cosine, embedding = model.eval()(torch.randn(3, 16, 20))
+    assert cosine.shape == (3, 4) and embedding.shape == (3, 12)
+    assert cosine.abs().max().item() <= 1 + 1e-6
+    want = torch.nn.functional.cosine_similarity(embedding[:, None, :], model.aam.weight[None, :, :], dim=2)
+    assert torch.allclose(cosine, want, atol=1e-6)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        melforge.models.build_model(dict(config, num_classes=1))

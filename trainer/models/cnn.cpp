@@ -3,7 +3,6 @@
 #include <string>
 
 #include "melforge/common/errors.h"
-#include "util.h"
 
 namespace melforge::trainer {
 
@@ -80,18 +79,12 @@ nlohmann::json CnnNetImpl::config_json() const {
 }
 
 ModelOutput CnnNetImpl::forward(const at::Tensor& x) {
-  const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == config_.n_mels &&
-                  x.size(-1) == config_.n_frames;
-  if (!ok)
-    throw InvalidArgument("cnn: input of shape " + shape_text(x.sizes()) + ", expected [B, " +
-                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "] or [B, 1, " +
-                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "]");
-  at::Tensor h = normalize_input(x.dim() == 3 ? x.unsqueeze(1) : x);
+  at::Tensor h = normalize_input(spectrogram_input(x, config_.n_mels, config_.n_frames, "cnn"));
   h = pool_(relu_(conv1_(h)));
   h = pool_(relu_(conv2_(h)));
   h = relu_(conv3_(h));
   h = dropout_(relu_(fc_(h.flatten(1))));
-  return {class_head_(h), detect_head_(h).squeeze(1)};
+  return {class_head_(h), detect_head_(h).squeeze(1), {}};
 }
 
 }  // namespace melforge::trainer

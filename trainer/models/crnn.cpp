@@ -6,7 +6,6 @@
 #include <tuple>
 
 #include "melforge/common/errors.h"
-#include "util.h"
 
 namespace melforge::trainer {
 
@@ -99,13 +98,7 @@ nlohmann::json CrnnNetImpl::config_json() const {
 }
 
 ModelOutput CrnnNetImpl::forward(const at::Tensor& x) {
-  const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == config_.n_mels &&
-                  x.size(-1) == config_.n_frames;
-  if (!ok)
-    throw InvalidArgument("crnn: input of shape " + shape_text(x.sizes()) + ", expected [B, " +
-                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "] or [B, 1, " +
-                          std::to_string(config_.n_mels) + ", " + std::to_string(config_.n_frames) + "]");
-  at::Tensor h = normalize_input(x.dim() == 3 ? x.unsqueeze(1) : x);
+  at::Tensor h = normalize_input(spectrogram_input(x, config_.n_mels, config_.n_frames, "crnn"));
   h = pool_(relu_(conv1_(h)));
   h = pool_mel_(relu_(conv2_(h)));
   h = h.permute({0, 3, 1, 2}).flatten(2);
@@ -115,7 +108,7 @@ ModelOutput CrnnNetImpl::forward(const at::Tensor& x) {
   const at::Tensor hx = h0_.narrow(1, 0, batch);
   h = gru_ ? std::get<0>(gru_->forward(h, hx)) : std::get<0>(lstm_->forward(h, std::make_tuple(hx, hx)));
   h = dropout_(relu_(fc_(h.mean(1))));
-  return {class_head_(h), detect_head_(h).squeeze(1)};
+  return {class_head_(h), detect_head_(h).squeeze(1), {}};
 }
 
 }  // namespace melforge::trainer

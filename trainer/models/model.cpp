@@ -9,7 +9,10 @@
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
 #include "models/crnn.h"
+#include "models/ecapa.h"
+#include "models/resnet_se.h"
 #include "options.h"
+#include "util.h"
 
 namespace melforge::trainer {
 
@@ -31,6 +34,16 @@ at::Tensor Classifier::normalize_input(const at::Tensor& x) const {
   return (x - input_mean_.to(x.scalar_type())) / input_std_.to(x.scalar_type());
 }
 
+at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t n_frames, const std::string& model) {
+  const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == n_mels &&
+                  x.size(-1) == n_frames;
+  if (!ok)
+    throw InvalidArgument(model + ": input of shape " + shape_text(x.sizes()) + ", expected [B, " +
+                          std::to_string(n_mels) + ", " + std::to_string(n_frames) + "] or [B, 1, " +
+                          std::to_string(n_mels) + ", " + std::to_string(n_frames) + "]");
+  return x.dim() == 3 ? x.unsqueeze(1) : x;
+}
+
 namespace {
 
 CnnConfig cnn_config(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
@@ -49,12 +62,38 @@ CrnnConfig crnn_config(const ModelOptions& opts, const MelInfo& info, int64_t nu
   return c;
 }
 
+ResNetSEConfig resnet_se_config(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+  ResNetSEConfig c = ResNetSEConfig::from_info(info, num_classes);
+  c.width = opts.width;
+  c.embedding_dim = opts.embedding_dim;
+  return c;
+}
+
+EcapaConfig ecapa_config(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+  EcapaConfig c = EcapaConfig::from_info(info, num_classes);
+  c.channels = opts.channels;
+  c.embedding_dim = opts.embedding_dim;
+  return c;
+}
+
 }  // namespace
+
+bool is_speaker_model(const std::string& model) { return model == "resnet-se" || model == "ecapa"; }
 
 ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
   opts.validate();
   if (opts.model == "cnn") return cnn_config(opts, info, num_classes).size();
   if (opts.model == "crnn") return crnn_config(opts, info, num_classes).size();
+  if (opts.model == "resnet-se") {
+    const ResNetSEConfig c = resnet_se_config(opts, info, num_classes);
+    c.validate();
+    return c.size();
+  }
+  if (opts.model == "ecapa") {
+    const EcapaConfig c = ecapa_config(opts, info, num_classes);
+    c.validate();
+    return c.size();
+  }
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
 }
 
@@ -63,6 +102,9 @@ std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& 
   at::manual_seed(opts.seed);
   if (opts.model == "cnn") return std::make_shared<CnnNetImpl>(cnn_config(opts, info, num_classes));
   if (opts.model == "crnn") return std::make_shared<CrnnNetImpl>(crnn_config(opts, info, num_classes));
+  if (opts.model == "resnet-se")
+    return std::make_shared<ResNetSEImpl>(resnet_se_config(opts, info, num_classes));
+  if (opts.model == "ecapa") return std::make_shared<EcapaImpl>(ecapa_config(opts, info, num_classes));
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
 }
 
@@ -75,6 +117,8 @@ std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, b
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
   if (kind == "cnn") return std::make_shared<CnnNetImpl>(CnnConfig::from_json(config));
   if (kind == "crnn") return std::make_shared<CrnnNetImpl>(CrnnConfig::from_json(config));
+  if (kind == "resnet-se") return std::make_shared<ResNetSEImpl>(ResNetSEConfig::from_json(config));
+  if (kind == "ecapa") return std::make_shared<EcapaImpl>(EcapaConfig::from_json(config));
   throw FormatError("model configuration names an unknown model '" + kind + "'");
 }
 

@@ -18,12 +18,18 @@ namespace melforge::trainer {
 using data::MelInfo;
 struct ModelOptions;
 
-/// What one forward pass returns.
+/// What one forward pass returns. Classifiers (`cnn`, `crnn`) fill `logits` and `detection`; speaker models
+/// (`resnet-se`, `ecapa`, models/speaker.h) fill `logits` with cosine similarities and `embedding`, and leave
+/// `detection` undefined.
 struct ModelOutput {
-  /// Multi-class logits, [B, num_classes].
+  /// Multi-class logits, [B, num_classes]. Speaker models: the cosine similarities between the L2-normalised
+  /// embedding and the L2-normalised rows of the AAM head's weight, in [-1, 1], without scale or margin (the loss,
+  /// train/aam.h, adds them).
   at::Tensor logits;
-  /// Binary detection logits (positive class vs the rest), [B].
+  /// Binary detection logits (positive class vs the rest), [B]. Undefined for speaker models.
   at::Tensor detection;
+  /// Speaker models only: the embedding, [B, embedding_dim], not normalised. Undefined for classifiers.
+  at::Tensor embedding;
 };
 
 /// A classifier of short-segment spectrograms with a multi-class head and a binary detection head. Parameter and
@@ -53,6 +59,10 @@ class Classifier : public torch::nn::Module {
   at::Tensor input_mean_, input_std_;
 };
 
+/// `x` as [B, 1, n_mels, n_frames]: the input of every model's forward, [B, n_mels, n_frames] or [B, 1, n_mels,
+/// n_frames]. Throws InvalidArgument naming `model` and both accepted shapes for another shape.
+at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t n_frames, const std::string& model);
+
 /// A model's size, known before it is built (doubles: absurd widths overflow int64).
 struct ModelSize {
   /// Number of parameters (every weight and bias).
@@ -71,8 +81,13 @@ inline double linear_parameters(double in, double out) { return in * out + out; 
 /// Throws InvalidArgument as make_model does.
 ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
 
+/// Whether `model` (a `--model` name) is a speaker-embedding model (`resnet-se`, `ecapa`): its forward gives
+/// ModelOutput::embedding and cosine logits, and it trains with the AAM-softmax loss (train/aam.h).
+bool is_speaker_model(const std::string& model);
+
 /// Builds the model `opts` names for spectrograms of `info` (n_mels, n_frames) and `num_classes` classes, after
-/// seeding the global generator with opts.seed. Throws InvalidArgument for an unknown model or bad widths.
+/// seeding the global generator with opts.seed. Throws InvalidArgument for an unknown model or bad widths, and
+/// for a speaker model with fewer than 2 classes.
 std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
 
 /// Builds the architecture a checkpoint recorded (Classifier::config_json). Throws FormatError when the JSON names

@@ -87,7 +87,7 @@ Naive naive_eval(CnnNetImpl& model, const Split& split, int64_t positive, double
     const ModelOutput out = model.forward(split.mel[f].reshape({L * S, split.info.n_mels, split.info.n_frames}));
     const at::Tensor logits = out.logits.slice(0, 0, valid * S), det = out.detection.slice(0, 0, valid * S);
     const at::Tensor labels = at::full({valid * S}, y, at::kLong);
-    n.loss_sum += combined_loss({logits, det}, labels, positive, bce_weight).item<double>() * double(valid * S);
+    n.loss_sum += combined_loss({logits, det, {}}, labels, positive, bce_weight).item<double>() * double(valid * S);
     n.segments += valid * S;
     const at::Tensor p = at::softmax(logits, 1).to(at::kDouble), d = at::sigmoid(det).to(at::kDouble);
     std::vector<double> mean(C, 0.0), votes(C, 0.0);

@@ -14,17 +14,17 @@
 #include <sstream>
 
 #include "export/export.h"
+#include "export_check.h"
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
 #include "reliability/child_process.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "venv_python.h"
 #include "test_skip.h"
 
 using namespace melforge;
 using namespace melforge::trainer;
-using melforge::test::run_command;
+using melforge::test::check_export_in_python;
 using melforge::test::TempDir;
 using melforge::test::venv_python;
 namespace fs = std::filesystem;
@@ -34,10 +34,6 @@ namespace {
 std::vector<char> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
-  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 /// A checkpoint of a seeded CNN (with a non-trivial input normalisation) at `path`.
@@ -130,29 +126,17 @@ TEST_CASE("Python loads the export into python/melforge/models.py and reproduces
   model->eval();
   c10::NoGradGuard no_grad;
   const ModelOutput y = model->forward(x);
-  write_bytes(d / "input.pt", torch_save_bytes(c10::IValue(x)));
-  c10::impl::GenericDict expected(c10::StringType::get(), c10::TensorType::get());
-  expected.insert("logits", y.logits.contiguous());
-  expected.insert("detection", y.detection.contiguous());
-  write_bytes(d / "expected.pt", torch_save_bytes(c10::IValue(expected)));
-
   std::string output;
-  const int rc = run_command("'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/check_export.py' export '" +
-                                 (d / "weights.pt").string() + "' '" + (d / "input.pt").string() + "' '" +
-                                 (d / "expected.pt").string() + "' 1e-5",
-                             output);
+  const int rc = check_export_in_python(python, d / "weights.pt", x,
+                                        {{"logits", y.logits}, {"detection", y.detection}}, output);
   INFO(output);
   CHECK(rc == 0);
   CHECK_THAT(output, Catch::Contains("ok:"));
 
   // The comparison can fail: other weights give other outputs.
-  expected.insert_or_assign("logits", (y.logits + 1e-3).contiguous());
-  write_bytes(d / "expected.pt", torch_save_bytes(c10::IValue(expected)));
   std::string output2;
-  CHECK(run_command("'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) + "/tools/check_export.py' export '" +
-                        (d / "weights.pt").string() + "' '" + (d / "input.pt").string() + "' '" +
-                        (d / "expected.pt").string() + "' 1e-5",
-                    output2) == 1);
+  CHECK(check_export_in_python(python, d / "weights.pt", x, {{"logits", y.logits + 1e-3}, {"detection", y.detection}},
+                               output2) == 1);
   CHECK_THAT(output2, Catch::Contains("logits"));
 }
 
