@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include <boost/program_options.hpp>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cmath>
 #include <limits>
