@@ -17,6 +17,9 @@
 #include "test_util.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_augment_helps {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -160,3 +163,5 @@ TEST_CASE("noisy copies from --augment-copies --noise make a clean-tone model ro
   CHECK(with >= without + 0.2);
   CHECK(with >= 0.7);
 }
+
+}  // namespace melforge_test_trainer_augment_helps

@@ -20,6 +20,9 @@
 #include "venv_python.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_checkpoint {
+
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::run_command;
@@ -337,3 +340,5 @@ TEST_CASE("Python's torch.load reads a checkpoint with weights_only (the default
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("conv1.weight") && Catch::Contains("epoch 7"));
 }
+
+}  // namespace melforge_test_trainer_checkpoint

@@ -7,6 +7,9 @@
 #include "test_util.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_cli {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -216,3 +219,5 @@ TEST_CASE("an unknown flag names the nearest one and fails before any work", "[t
   CHECK(help.code == trainer::kExitOk);
   CHECK_THAT(help.out, Catch::Contains("--batch-size") && !Catch::Contains("--batch_size"));
 }
+
+}  // namespace melforge_test_trainer_cli

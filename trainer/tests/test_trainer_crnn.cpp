@@ -15,6 +15,9 @@
 #include "options.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_crnn {
+
 using namespace melforge;
 using trainer::CrnnConfig;
 using trainer::CrnnNet;
@@ -314,3 +317,5 @@ TEST_CASE("crnn runs on CUDA and matches the CPU", "[trainer][crnn][cuda]") {
   gpu->forward(x.narrow(0, 0, 3).to(torch::kCUDA));
   CHECK(gpu->initial_state().data_ptr() == storage);
 }
+
+}  // namespace melforge_test_trainer_crnn

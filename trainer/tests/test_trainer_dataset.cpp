@@ -15,6 +15,9 @@
 #include "test_util.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_dataset {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -398,3 +401,5 @@ TEST_CASE("a dataset larger than the RAM budget is refused before anything is lo
   CHECK(ds.train.mel.defined());
   CHECK(trainer::available_memory_bytes() > 0);
 }
+
+}  // namespace melforge_test_trainer_dataset

@@ -30,6 +30,9 @@
 #include "venv_python.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_ddp {
+
 using namespace melforge;
 using melforge::test::TempDir;
 using melforge::test::epoch_lines;
@@ -456,3 +459,5 @@ TEST_CASE("one process joins through c10d when --dist-backend or --world-size 1 
   CHECK(config["world_size"] == 1);
   CHECK(trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt").epoch == 1);
 }
+
+}  // namespace melforge_test_trainer_ddp

@@ -14,6 +14,9 @@
 #include "test_util.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_evaluate {
+
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::TempDir;
@@ -242,3 +245,5 @@ TEST_CASE("evaluate refuses an empty split and bad options", "[trainer][evaluate
   CHECK_THROWS_AS(opts.validate(), InvalidArgument);
   CHECK_THROWS_AS(evaluate(*model, ds.val, 3, 1.0, EvalOptions{}, at::kCPU), InvalidArgument);
 }
+
+}  // namespace melforge_test_trainer_evaluate

@@ -22,6 +22,9 @@
 #include "train/checkpoint.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_export {
+
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::check_export_in_python;
@@ -204,3 +207,5 @@ TEST_CASE("export writes the weights and their JSON both or neither", "[trainer]
                                                       "failing.log", "weights.pt", "weights.pt.json"});
   }
 }
+
+}  // namespace melforge_test_trainer_export

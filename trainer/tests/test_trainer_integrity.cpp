@@ -25,6 +25,9 @@
 #include "train/setup.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_integrity {
+
 using namespace melforge;
 using melforge::test::TempDir;
 using melforge::test::run_in_process;
@@ -340,3 +343,5 @@ TEST_CASE("a folder given as --checkpoint is named as a folder, a run folder wit
   CHECK_THAT(output, !Catch::Contains("basic_filebuf"));
   if (run_folder) CHECK_THAT(output, Catch::Contains(good.string()));
 }
+
+}  // namespace melforge_test_trainer_integrity

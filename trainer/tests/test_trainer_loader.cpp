@@ -20,6 +20,9 @@
 #include "melforge/common/errors.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_loader {
+
 using namespace melforge;
 using trainer::Batch;
 using trainer::BatchLoader;
@@ -381,3 +384,5 @@ TEST_CASE("a loader refuses a rank outside its world", "[trainer][loader][dist]"
   CHECK_THROWS_AS(BatchLoader(split, LoaderOptions{}, 1, at::kCPU, 2, 2), InvalidArgument);
   CHECK_THROWS_AS(BatchLoader(split, LoaderOptions{}, 1, at::kCPU, 0, 0), InvalidArgument);
 }
+
+}  // namespace melforge_test_trainer_loader

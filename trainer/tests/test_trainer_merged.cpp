@@ -17,6 +17,9 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_merged {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -126,3 +129,5 @@ TEST_CASE("a merged dataset whose shard folder is missing is refused, naming the
   }
   CHECK_NOTHROW(trainer::load_dataset(d / "run/copy"));
 }
+
+}  // namespace melforge_test_trainer_merged

@@ -13,6 +13,9 @@
 #include "melforge/common/errors.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_metrics {
+
 using namespace melforge;
 using namespace melforge::trainer;
 
@@ -253,3 +256,5 @@ TEST_CASE("the ATen vote equals the CPU vote of kernels/vote", "[trainer][metric
       CHECK(a.class_probs[f][c].item<float>() == Approx(b.class_probs[f * C + c]).margin(1e-6));
   }
 }
+
+}  // namespace melforge_test_trainer_metrics

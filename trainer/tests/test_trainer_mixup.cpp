@@ -24,6 +24,9 @@
 #include "train/mixup.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_mixup {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -299,3 +302,5 @@ TEST_CASE("a run with --mixup stopped after 2 epochs and resumed ends with the w
   REQUIRE(lb.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) CHECK(la[i]["train_loss"] == lb[i]["train_loss"]);
 }
+
+}  // namespace melforge_test_trainer_mixup

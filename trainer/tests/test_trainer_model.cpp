@@ -7,6 +7,9 @@
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_model {
+
 using namespace melforge;
 using trainer::CnnConfig;
 using trainer::CnnNet;
@@ -182,3 +185,5 @@ TEST_CASE("cnn refuses bad configurations and inputs", "[trainer][model]") {
     CHECK_THAT(std::string(e.what()), Catch::Contains("expected [B, 32, 32] or [B, 1, 32, 32]"));
   }
 }
+
+}  // namespace melforge_test_trainer_model

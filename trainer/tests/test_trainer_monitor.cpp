@@ -21,6 +21,9 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_monitor {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -181,3 +184,5 @@ TEST_CASE("a resumed run drops the step lines after its checkpoint and opens a n
   REQUIRE(recs.size() >= 2);
   CHECK(recs[1].substr(9) == tensorboard::session_start_event(0, checkpoint_step + 1).substr(9));
 }
+
+}  // namespace melforge_test_trainer_monitor

@@ -25,6 +25,9 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_multilabel {
+
 using namespace melforge;
 using melforge::test::TempDir;
 using melforge::test::read_json;
@@ -306,3 +309,5 @@ TEST_CASE("multilabel training with --mixup learns on mixed target rows, determi
   CHECK(differs);
   CHECK(read_json(d / "a" / "config.json")["augment"]["mixup"] == 0.4);
 }
+
+}  // namespace melforge_test_trainer_multilabel

@@ -14,6 +14,9 @@
 #include "test_skip.h"
 #include "train/optim.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_optim {
+
 using namespace melforge;
 using trainer::AdamW;
 using trainer::CosineSchedule;
@@ -509,3 +512,5 @@ TEST_CASE("optimizer pieces on CUDA match the CPU", "[trainer][optim][cuda]") {
   }
   for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(torch::allclose(gpu[i].cpu(), cpu[i], 1e-5, 1e-6));
 }
+
+}  // namespace melforge_test_trainer_optim

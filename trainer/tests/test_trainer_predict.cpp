@@ -24,6 +24,9 @@
 #include "trainer_fixture.h"
 #include "venv_python.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_predict {
+
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::TempDir;
@@ -347,3 +350,5 @@ TEST_CASE("names that are not UTF-8 go through build, train and predict, and Pyt
   CHECK(rc == 0);
   CHECK_THAT(output, Catch::Contains("OK 16"));
 }
+
+}  // namespace melforge_test_trainer_predict

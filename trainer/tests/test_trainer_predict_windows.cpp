@@ -18,6 +18,9 @@
 #include "test_util.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_predict_windows {
+
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::TempDir;
@@ -268,3 +271,5 @@ TEST_CASE("predict on a 1-hour file runs in the memory of a short one", "[traine
   for (std::string line; std::getline(w, line);) ++lines;
   CHECK(lines == 1 + 3600);
 }
+
+}  // namespace melforge_test_trainer_predict_windows

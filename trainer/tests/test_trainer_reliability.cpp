@@ -37,6 +37,9 @@
 #include "trainer_fixture.h"
 #include "test_skip.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_reliability {
+
 using namespace melforge;
 using melforge::test::TempDir;
 using melforge::test::run_in_process;
@@ -629,3 +632,5 @@ TEST_CASE("melforge-train caps --threads at 4 per core, with a one-line warning"
                                        " is more than 4 threads per core (" + std::to_string(cores) +
                                        " cores); using " + std::to_string(cap) + "\n"));
 }
+
+}  // namespace melforge_test_trainer_reliability

@@ -21,6 +21,9 @@
 #include "trainer_fixture.h"
 #include "venv_python.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_runs {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -420,3 +423,5 @@ TEST_CASE("weights exported to Python, edited there and saved with torch.save lo
                     Catch::Contains("renamed.pt") && Catch::Contains("missing from the file: fc.weight") &&
                         Catch::Contains("unexpected (not in the model): fc.weights"));
 }
+
+}  // namespace melforge_test_trainer_runs

@@ -25,6 +25,9 @@
 #include "train/aam.h"
 #include "train/checkpoint.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_speaker_models {
+
 using namespace melforge;
 using namespace melforge::trainer;
 using melforge::test::check_export_in_python;
@@ -493,3 +496,5 @@ TEST_CASE("Python loads an exported ecapa into python/melforge/models.py and rep
   }
   check_python_reproduces(python, {"ecapa", 16, 20, 12, "half", 16});
 }
+
+}  // namespace melforge_test_trainer_speaker_models

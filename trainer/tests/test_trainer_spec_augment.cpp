@@ -13,6 +13,9 @@
 #include "test_skip.h"
 #include "train/spec_augment.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_spec_augment {
+
 using namespace melforge;
 using trainer::SpecAugmentOptions;
 
@@ -229,3 +232,5 @@ TEST_CASE("spec_augment on CUDA keeps the tensor on the device with the same mas
   }
   CHECK(masked > 16);
 }
+
+}  // namespace melforge_test_trainer_spec_augment

@@ -21,6 +21,9 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_stream {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -295,3 +298,5 @@ TEST_CASE("training on a streamed dataset learns, records the mode, and resumes 
   CHECK(at::equal(c.model.at("input_mean"), a.model.at("input_mean")));
   CHECK(at::equal(c.model.at("input_std"), a.model.at("input_std")));
 }
+
+}  // namespace melforge_test_trainer_stream

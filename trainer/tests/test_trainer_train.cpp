@@ -18,6 +18,9 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
+// This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
+namespace melforge_test_trainer_train {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -423,3 +426,5 @@ TEST_CASE("a run configuration survives its JSON round trip", "[trainer][train]"
   bad["optim"]["lr"] = "fast";
   CHECK_THROWS_AS(trainer::TrainConfig::from_json(bad), FormatError);
 }
+
+}  // namespace melforge_test_trainer_train
