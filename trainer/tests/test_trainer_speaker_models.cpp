@@ -24,6 +24,7 @@
 #include "test_util.h"
 #include "train/aam.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 
 // This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
 namespace melforge_test_trainer_speaker_models {
@@ -478,6 +479,17 @@ void check_python_reproduces(const std::string& python, const SpeakerCase& c) {
 }
 
 }  // namespace
+
+TEST_CASE("train refuses a speaker model before any work, naming it", "[trainer][verification]") {
+  const std::string model = GENERATE(std::string("resnet-se"), std::string("ecapa"));
+  melforge::trainer::TrainConfig cfg;
+  cfg.data.data = "/nonexistent/data";
+  cfg.train.out = "/nonexistent/run";
+  cfg.model.model = model;
+  REQUIRE_THROWS_WITH(cfg.validate(), Catch::Contains("--model " + model) && Catch::Contains("speaker verification"));
+  cfg.model.model = "cnn";
+  CHECK_NOTHROW(cfg.validate());
+}
 
 TEST_CASE("Python loads an exported resnet-se into python/melforge/models.py and reproduces its embeddings",
           "[trainer][verification][export][python]") {

@@ -37,6 +37,7 @@ namespace {
 void validate_bench(const TrainConfig& config, const BenchOptions& opts) {
   config.data.validate();
   config.model.validate();
+  check_model_task(config.model.model, config.train.task);
   config.optim.validate();
   config.loader.validate();
   config.augment.validate();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "models/model.h"
 #include "util.h"
 
 namespace po = boost::program_options;
@@ -197,7 +198,14 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "with --init-from: re-initialise the class and detection heads (allows another class set)");
 }
 
+void check_model_task(const std::string& model, const std::string& task) {
+  if (is_speaker_model(model))
+    throw InvalidArgument("--model " + model + ": speaker-embedding models train for speaker verification, which "
+                          "melforge-train does not offer yet (--task " + task + " needs --model cnn or crnn)");
+}
+
 void TrainConfig::validate() const {
+  check_model_task(model.model, train.task);
   if (train.resume.empty()) {
     data.validate();
     if (train.out.empty()) throw InvalidArgument("--out is required: the run folder to create");

@@ -125,6 +125,11 @@ struct TrainConfig {
 /// Registers every group of TrainConfig.
 void add_options(boost::program_options::options_description& desc, TrainConfig& config);
 
+/// Throws InvalidArgument, before any work, when `model` (a ModelOptions::model name) cannot be trained for `task`:
+/// the speaker-embedding models (`resnet-se`, `ecapa`) have no detection head and are meant for a verification
+/// task that `train` does not offer yet.
+void check_model_task(const std::string& model, const std::string& task);
+
 /// The value of `metric` (one of TrainOptions::best_metric's names) in a validation result.
 double metric_value(const EvalResult& result, const std::string& metric);
 
