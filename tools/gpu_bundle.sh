@@ -6,8 +6,8 @@
 #   bash OUT_DIR/gpu_check.sh REPORT_DIR      # there: writes REPORT_DIR/gpu_report.md and gpu_report.json
 #
 # The folder holds melforge-build, melforge-bench-mel and melforge-train, every test executable that has `[cuda]`
-# tests (the builder's test_*_cuda and the trainer's test_trainer_* with a [cuda] case), the shared libraries they
-# need that a GPU image lacks (libsndfile, soxr, HDF5, FFTW, Boost.PO, libdeflate, ... as `ldd` lists them), a small
+# tests (the builder's test_*_cuda and the trainer's one test_trainer, whose [cuda] cases gpu_check runs), the
+# shared libraries they need that a GPU image lacks (libsndfile, soxr, HDF5, FFTW, Boost.PO, libdeflate, ... as `ldd` lists them), a small
 # real corpus (spoken digits, tools/make_digits_corpus.py --size small) with the demo's build configuration, and
 # gpu_check.sh / gpu_check.py. Not bundled, because the GPU machine provides them and they would not fit: glibc,
 # LibTorch (libtorch*, libc10*) and the CUDA libraries (cudart, cuFFT, cuBLAS, cuDNN, NCCL, ...). melforge-train is
@@ -45,9 +45,7 @@ mkdir -p "$stage"/{bin,tests,lib,lib-compat,data}
 binaries=("$build/builder/melforge-build" "$build/tools/bench/melforge-bench-mel" "$build/trainer/melforge-train")
 tests=()
 for src in "$here"/tests/test_*_cuda.cpp; do tests+=("$build/tests/$(basename "$src" .cpp)"); done
-for src in $(grep -l '"\[[^"]*\[cuda\]' "$here"/trainer/tests/test_*.cpp); do
-  tests+=("$build/trainer/$(basename "$src" .cpp)")
-done
+tests+=("$build/trainer/test_trainer")
 for f in "${binaries[@]}" "${tests[@]}"; do
   [[ -x "$f" ]] || { echo "gpu_bundle: $f was not built" >&2; exit 1; }
 done
