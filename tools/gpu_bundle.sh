@@ -8,8 +8,8 @@
 # The folder holds melforge-build, melforge-bench-mel and melforge-train, every test executable that has `[cuda]`
 # tests (the builder's test_*_cuda and the trainer's one test_trainer, whose [cuda] cases gpu_check runs), the
 # shared libraries they need that a GPU image lacks (libsndfile, soxr, HDF5, FFTW, Boost.PO, libdeflate, ... as
-# `ldd` lists them), a small real corpus (spoken digits, tools/make_digits_corpus.py --size small) with the demo's build configuration, and
-# gpu_check.sh / gpu_check.py. Not bundled, because the GPU machine provides them and they would not fit: glibc,
+# `ldd` lists them), a small real corpus (spoken digits, tools/make_digits_corpus.py --size small) with the demo's
+# build configuration, and gpu_check.sh / gpu_check.py. Not bundled, because the GPU machine provides them and they would not fit: glibc,
 # LibTorch (libtorch*, libc10*) and the CUDA libraries (cudart, cuFFT, cuBLAS, cuDNN, NCCL, ...). melforge-train is
 # built against torch 2.11.0+cu130, the very build the GPU image's python3 has (tools/setup_torch.sh explains the
 # pin), so gpu_check.sh runs it against that torch's libraries. libstdc++ and libgcc_s go to lib-compat/, used there
