@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "embed/embed_command.h"
 #include "eval/evaluate.h"
 #include "export/export.h"
 #include "melforge/common/errors.h"
@@ -212,7 +213,11 @@ void add_bench_options(po::options_description& d, TrainConfig& c, BenchOptions&
       "weight of the detection head's BCE")("channels-last", po::bool_switch(&c.train.channels_last),
                                             "CUDA: channels-last convolutions")(
       "eval-batch-size", po::value(&c.eval.batch_size)->default_value(c.eval.batch_size)->value_name("N"),
-      "short segments per evaluation forward pass");
+      "short segments per evaluation forward pass")(
+      "task", po::value(&c.train.task)->default_value(c.train.task)->value_name("multiclass|verification"),
+      "the training step's loss: multiclass (cross-entropy + detection BCE) or verification (AAM-softmax; "
+      "--model resnet-se|ecapa)")("margin", po::value(&c.train.margin)->default_value(c.train.margin), "AAM margin")(
+      "scale", po::value(&c.train.scale)->default_value(c.train.scale), "AAM scale");
   add_options(d, c.runtime);
   add_options(d, b);
 }
@@ -237,6 +242,7 @@ struct CommandOptions {
   RuntimeOptions runtime;
   PredictOptions predict;
   ExportOptions export_opts;
+  EmbedOptions embed;
   BenchOptions bench;
   /// Exit code of the command that ran (train and predict set it; the others return kExitOk or throw).
   int exit_code = kExitOk;
@@ -291,6 +297,16 @@ std::map<std::string, Command> make_commands(CommandOptions& opts) {
         [&opts](std::ostream& o, std::ostream&) {
           opts.export_opts.validate();
           run_export(opts.export_opts, o);
+        }}},
+      {"embed",
+       {"write the speaker embeddings of a verification checkpoint (a dataset split or audio files) to HDF5",
+        [&opts](po::options_description& d, po::positional_options_description& p) {
+          add_options(d, opts.embed);
+          p.add(kEmbedInputsName, -1);
+        },
+        [&opts](std::ostream& o, std::ostream& e) {
+          opts.embed.validate();
+          opts.exit_code = run_embed(opts.embed, o, e).skipped > 0 ? kExitSomeFailed : kExitOk;
         }}},
       {"bench",
        {"time the data pipeline, the training step and the evaluation, each on its own",

@@ -19,11 +19,14 @@ namespace melforge::trainer {
 
 void EvalCommandOptions::validate() const {
   if (checkpoint.empty()) throw InvalidArgument("--checkpoint is required");
+  verify.validate();
 }
 
 void add_options(po::options_description& desc, EvalCommandOptions& o) {
   desc.add_options()("checkpoint", po::value(&o.checkpoint)->value_name("FILE"), "checkpoint to evaluate")(
-      "out", po::value(&o.out)->value_name("FILE"), "write the JSON report here");
+      "out", po::value(&o.out)->value_name("FILE"), "write the JSON report here")(
+      "det-png", po::value(&o.det_png)->value_name("FILE"), "verification: write the DET curve as a PNG here");
+  add_options(desc, o.verify);
 }
 
 namespace {
@@ -64,6 +67,43 @@ nlohmann::json run_multilabel_eval(const Checkpoint& c, Classifier& model, const
   return report;
 }
 
+/// `eval` of a --task verification checkpoint: the split's file embeddings scored on its trials (AS-norm against the
+/// training split's with --as-norm).
+nlohmann::json run_verification_eval(const Checkpoint& c, Classifier& model, const EvalCommandOptions& opts,
+                                     const DataOptions& data, const EvalOptions& eval, at::Device device,
+                                     std::ostream& out) {
+  const Split split = load_split(data.data / (eval.split + ".h5"), eval.split, data.stream);
+  std::string said;
+  const at::Tensor labels = split.label.to(at::kCPU, at::kInt).contiguous();
+  const std::vector<verification::Trial> trials =
+      split_trials({labels.data_ptr<int32_t>(), labels.data_ptr<int32_t>() + labels.numel()}, split.paths,
+                   opts.verify, /*use_list=*/true, split.name, &said);
+  if (!said.empty()) out << said << "\n";
+  const at::Tensor emb = embed_split(model, split, eval.batch_size, device);
+  if (const int64_t bad = first_non_finite_row(emb); bad >= 0)
+    throw Error("the checkpoint " + opts.checkpoint.string() + " gives a non-finite embedding for file '" +
+                split.paths[static_cast<std::size_t>(bad)] + "' of " + split.path.string());
+  at::Tensor cohort;
+  if (opts.verify.as_norm > 0) {
+    const Split train = load_split(data.data / "train.h5", "train", data.stream);
+    cohort = cohort_rows(embed_split(model, train, eval.batch_size, device), opts.verify);
+  }
+  const EvalResult r = score_trials(emb, trials, opts.verify, cohort);
+  if (!opts.det_png.empty()) verification::write_det_png(opts.det_png, r.det, r.verification.eer);
+  const nlohmann::json v = verification_json(r, opts.verify);
+  nlohmann::json report = {{"task", kTaskVerification}, {"EER", v["EER"]}, {"minDCF_0.01", v["minDCF_0.01"]},
+                           {"minDCF_0.05", v["minDCF_0.05"]}, {"verification", v}, {"files", split.files()}};
+  const auto& m = r.verification;
+  out << "checkpoint (epoch " << c.epoch << ", task verification) on " << eval.split << " of " << data.data.string()
+      << ": " << split.files() << " files, " << m.targets << " target and " << m.nontargets << " non-target trials ("
+      << (opts.verify.trials.empty() ? std::string("generated") : opts.verify.trials.string()) << "), "
+      << v["scoring"].get<std::string>() << " scoring\n"
+      << fmt("  EER %.4f %%  minDCF(0.01) %.4f  minDCF(0.05) %.4f  (EER threshold %.4f)\n", 100.0 * m.eer,
+             m.min_dcf_01, m.min_dcf_05, m.eer_threshold);
+  if (!opts.det_png.empty()) out << "DET curve: " << opts.det_png.string() << "\n";
+  return report;
+}
+
 }  // namespace
 
 nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data, const EvalOptions& eval,
@@ -77,11 +117,17 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
   runtime.apply_threads();
   configure_cuda(device.is_cuda());
   const Checkpoint c = load_checkpoint(opts.checkpoint);
+  const std::string task = model_task(c.model_config);
   {
     const Dataset meta = load_dataset(data.data, /*load_mel=*/false);
-    check_checkpoint_fits(c, meta.info, meta.class_names, opts.checkpoint.string(), data.data.string());
+    check_checkpoint_fits(c, meta.info, meta.class_names, opts.checkpoint.string(), data.data.string(),
+                          /*same_classes=*/task != kTaskVerification);
     meta.require_files(eval.split);
-    const bool multilabel = model_task(c.model_config) == kTaskMultilabel;
+    if (task != kTaskVerification && (!opts.verify.trials.empty() || !opts.det_png.empty() || opts.verify.as_norm))
+      throw InvalidArgument("--trials, --as-norm and --det-png score a --task verification checkpoint; " +
+                            opts.checkpoint.string() + " was trained with --task " + task);
+    if (opts.verify.as_norm > 0) meta.require_files("train");
+    const bool multilabel = task == kTaskMultilabel;
     if (multilabel ? eval.vote != "mean" : eval.aggregate != "mean")
       throw InvalidArgument(multilabel ? "--vote applies to --task multiclass checkpoints; this one is multilabel "
                                          "(use --aggregate)"
@@ -94,11 +140,12 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
       meta.require_files("val");
     }
   }
-  std::shared_ptr<Classifier> model = make_model_from_json(c.model_config, /*multilabel_ok=*/true);
+  std::shared_ptr<Classifier> model = make_model_from_json(c.model_config, /*any_task=*/true);
   load_state_dict(*model, c.model, opts.checkpoint.string());
   model->to(device);
-  if (model_task(c.model_config) == kTaskMultilabel) {
-    nlohmann::json report = run_multilabel_eval(c, *model, data, eval, device, out);
+  if (task == kTaskMultilabel || task == kTaskVerification) {
+    nlohmann::json report = task == kTaskMultilabel ? run_multilabel_eval(c, *model, data, eval, device, out)
+                                                    : run_verification_eval(c, *model, opts, data, eval, device, out);
     report["checkpoint"] = fs::absolute(opts.checkpoint).string();
     report["data"] = fs::absolute(data.data).string();
     report["split"] = eval.split;

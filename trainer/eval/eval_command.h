@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "eval/evaluate.h"
+#include "eval/verification.h"
 #include "options.h"
 
 namespace boost::program_options {
@@ -20,17 +21,25 @@ struct EvalCommandOptions {
   std::filesystem::path checkpoint;
   /// Where to write the JSON report (empty: nowhere; the summary is printed either way).
   std::filesystem::path out;
+  /// A verification checkpoint: trials and scoring (--trials, --trial-count, --trial-seed, --as-norm, --cohort-size;
+  /// the AS-norm cohort is the dataset's training split).
+  VerifyOptions verify;
+  /// A verification checkpoint: the DET curve's PNG is written here (empty: none).
+  std::filesystem::path det_png;
 
-  /// Throws InvalidArgument when the checkpoint is missing.
+  /// Throws InvalidArgument when the checkpoint is missing or the verification options are out of range.
   void validate() const;
 };
 
-/// Registers --checkpoint --out.
+/// Registers --checkpoint --out --det-png and the verification options.
 void add_options(boost::program_options::options_description& desc, EvalCommandOptions& opts);
 
 /// `eval`: loads the checkpoint and the dataset, checks they fit, evaluates split eval.split and prints a summary
 /// on `out` (and the JSON report to opts.out). Returns the report: {"checkpoint", "data", "split", "classes",
-/// "positive_class", "segment", "file", "seconds", "files_per_s"}.
+/// "positive_class", "segment", "file", "seconds", "files_per_s"}. A verification checkpoint (whose class set need
+/// not be the dataset's; its mel parameters must be) is scored on the split's trials instead: the summary line
+/// reads `EER <percent> %` and the report holds {"task": "verification", "EER" (percent), "minDCF_0.01",
+/// "minDCF_0.05", "verification": {...}}.
 nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data, const EvalOptions& eval,
                         const RuntimeOptions& runtime, std::ostream& out, std::ostream& log);
 

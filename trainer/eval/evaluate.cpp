@@ -72,6 +72,8 @@ void add_options(po::options_description& desc, EvalOptions& opts) {
 }
 
 nlohmann::json EvalResult::to_json(const std::vector<std::string>& class_names) const {
+  if (is_verification)
+    return {{"verification", verification.to_json()}, {"seconds", seconds}, {"files_per_s", files_per_s}};
   if (is_multilabel)
     return {{"multilabel", multilabel.to_json(class_names)}, {"seconds", seconds}, {"files_per_s", files_per_s}};
   return {{"segment", segment.to_json(class_names)},
@@ -164,7 +166,7 @@ EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_clas
 }
 
 int64_t first_non_finite_file(const EvalResult& result) {
-  if (result.is_multilabel) {
+  if (result.is_multilabel || result.is_verification) {
     if (!result.file_scores.defined()) return -1;
     const at::Tensor bad = result.file_scores.isfinite().all(1).logical_not().nonzero();
     return bad.size(0) > 0 ? bad[0][0].item<int64_t>() : -1;

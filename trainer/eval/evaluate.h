@@ -9,6 +9,7 @@
 
 #include "eval/metrics.h"
 #include "metrics/multilabel.h"
+#include "verification/verification.h"
 
 namespace boost::program_options {
 class options_description;
@@ -56,9 +57,14 @@ struct EvalResult {
   bool is_multilabel = false;
   metrics::MultilabelMetrics multilabel;
   at::Tensor file_scores;
+  /// --task verification: true, and `verification` holds the error rates of the scored trials, `det` their DET
+  /// curve and `file_scores` the per-file embeddings, float32 CPU [F, E] (the multi-class fields stay empty).
+  bool is_verification = false;
+  verification::ErrorRates verification;
+  std::vector<verification::DetPoint> det;
 
   /// {"segment": ..., "file": ..., "seconds", "files_per_s"}; multi-label: {"multilabel": ..., "seconds",
-  /// "files_per_s"}.
+  /// "files_per_s"}; verification: {"verification": ErrorRates::to_json(), "seconds", "files_per_s"}.
   nlohmann::json to_json(const std::vector<std::string>& class_names) const;
 };
 

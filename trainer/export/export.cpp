@@ -12,6 +12,8 @@
 
 #include "melforge/common/errors.h"
 #include "melforge/common/utf8.h"
+#include "eval/multilabel.h"
+#include "eval/verification.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
 
@@ -74,7 +76,8 @@ void write_files_together(const std::vector<std::pair<std::filesystem::path, std
 void run_export(const ExportOptions& opts, std::ostream& out) {
   opts.validate();
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
-  const std::shared_ptr<Classifier> model = make_model_from_json(ck.model_config);
+  const std::shared_ptr<Classifier> model =
+      make_model_from_json(ck.model_config, /*any_task=*/model_task(ck.model_config) == kTaskVerification);
   load_state_dict(*model, ck.model, "checkpoint '" + opts.checkpoint.string() + "'");
   const TensorMap state = state_dict(*model);
 

@@ -108,12 +108,12 @@ std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& 
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
 }
 
-std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool multilabel_ok) {
-  if (config.contains("task") && config["task"] != "multiclass" && !multilabel_ok)
+std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task) {
+  if (config.contains("task") && config["task"] != "multiclass" && !any_task)
     throw FormatError("the checkpoint was trained with --task " +
                       (config["task"].is_string() ? config["task"].get<std::string>() : config["task"].dump()) +
                       ": this command supports --task multiclass checkpoints only (melforge-train eval evaluates "
-                      "a multilabel checkpoint)");
+                      "a multilabel or verification checkpoint, embed gives a verification model's embeddings)");
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
   if (kind == "cnn") return std::make_shared<CnnNetImpl>(CnnConfig::from_json(config));
   if (kind == "crnn") return std::make_shared<CrnnNetImpl>(CrnnConfig::from_json(config));

@@ -91,10 +91,11 @@ bool is_speaker_model(const std::string& model);
 std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
 
 /// Builds the architecture a checkpoint recorded (Classifier::config_json). Throws FormatError when the JSON names
-/// an unknown model or lacks a field, and when it records `"task": "multilabel"` (a `--task multilabel`
-/// checkpoint, whose class logits are sigmoid scores) unless `multilabel_ok`: a caller that treats the logits as
-/// softmax classes refuses such a checkpoint instead of misreading it.
-std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool multilabel_ok = false);
+/// an unknown model or lacks a field, and when it records a task other than multiclass (`"task": "multilabel"`,
+/// whose class logits are sigmoid scores, or `"verification"`, whose logits are cosines to training speakers)
+/// unless `any_task`: a caller that treats the logits as softmax classes refuses such a checkpoint instead of
+/// misreading it.
+std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task = false);
 
 }  // namespace melforge::trainer
 

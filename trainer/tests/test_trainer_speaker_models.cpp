@@ -480,15 +480,19 @@ void check_python_reproduces(const std::string& python, const SpeakerCase& c) {
 
 }  // namespace
 
-TEST_CASE("train refuses a speaker model before any work, naming it", "[trainer][verification]") {
+TEST_CASE("train takes a speaker model for --task verification only, before any work", "[trainer][verification]") {
   const std::string model = GENERATE(std::string("resnet-se"), std::string("ecapa"));
+  const std::string task = GENERATE(std::string("multiclass"), std::string("multilabel"));
   melforge::trainer::TrainConfig cfg;
   cfg.data.data = "/nonexistent/data";
   cfg.train.out = "/nonexistent/run";
   cfg.model.model = model;
-  REQUIRE_THROWS_WITH(cfg.validate(), Catch::Contains("--model " + model) && Catch::Contains("speaker verification"));
-  cfg.model.model = "cnn";
+  cfg.train.task = task;
+  REQUIRE_THROWS_WITH(cfg.validate(), Catch::Contains("--model " + model) && Catch::Contains("--task verification"));
+  cfg.train.task = "verification";
   CHECK_NOTHROW(cfg.validate());
+  cfg.model.model = "cnn";
+  CHECK_THROWS_WITH(cfg.validate(), Catch::Contains("--model resnet-se or ecapa"));
 }
 
 TEST_CASE("Python loads an exported resnet-se into python/melforge/models.py and reproduces its embeddings",

@@ -8,10 +8,12 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "eval/verification.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
 #include "melforge/common/timing.h"
 #include "models/model.h"
+#include "train/aam.h"
 #include "train/setup.h"
 #include "util.h"
 
@@ -120,7 +122,10 @@ nlohmann::json time_train_step(Classifier& model, BatchLoader& loader, const Tra
     at::Tensor loss;
     {
       AutocastGuard ac(device.type(), autocast);
-      loss = combined_loss(model.forward(x), batch.y, positive, config.train.bce_weight, pos_weight);
+      const ModelOutput out = model.forward(x);
+      loss = config.train.verification()
+                 ? aam_softmax_loss(out.logits, batch.y, config.train.margin, config.train.scale)
+                 : combined_loss(out, batch.y, positive, config.train.bce_weight, pos_weight);
     }
     scaler.scale(loss).backward();
     if (config.optim.clip_norm > 0) {
@@ -142,11 +147,24 @@ nlohmann::json time_train_step(Classifier& model, BatchLoader& loader, const Tra
           {"adamw", opt.implementation()}};
 }
 
-/// Evaluates the val split twice and reports the second pass: {"files", "segments", "seconds", "files_per_s",
+/// Evaluates the val split twice and reports the second pass (verification: the file embeddings, embed_split): {"files", "segments", "seconds", "files_per_s",
 /// "segments_per_s", "batch_size"}.
 nlohmann::json time_evaluation(Classifier& model, const Split& val, const TrainConfig& config,
                                const at::Device& device, int64_t positive) {
   const at::ScalarType autocast = amp_dtype(config.train.amp);
+  if (config.train.verification()) {
+    embed_split(model, val, config.eval.batch_size, device, autocast);
+    Stopwatch watch;
+    embed_split(model, val, config.eval.batch_size, device, autocast);
+    const double s = watch.seconds();
+    const double segments = static_cast<double>(val.valid_segments());
+    return {{"files", val.files()},
+            {"segments", val.valid_segments()},
+            {"seconds", s},
+            {"files_per_s", s > 0 ? static_cast<double>(val.files()) / s : 0.0},
+            {"segments_per_s", s > 0 ? segments / s : 0.0},
+            {"batch_size", config.eval.batch_size}};
+  }
   evaluate(model, val, positive, config.train.bce_weight, config.eval, device, autocast);
   const EvalResult r = evaluate(model, val, positive, config.train.bce_weight, config.eval, device, autocast);
   return {{"files", val.files()},
@@ -178,7 +196,8 @@ nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, st
                          std::ostream& log_stream) {
   validate_bench(config, opts);
   if (config.train.multilabel())
-    throw InvalidArgument("bench times the --task multiclass step only; --task multilabel is not supported by bench");
+    throw InvalidArgument("bench times the --task multiclass and verification steps; --task multilabel is not "
+                          "supported by bench");
   const Logger log = Logger::from(log_stream, config.runtime);
   const at::Device device = config.runtime.resolve_device();
   if (config.train.amp == "fp16" && !device.is_cuda())
@@ -188,7 +207,9 @@ nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, st
   const Dataset meta = load_dataset(config.data.data, /*load_mel=*/false);
   meta.require_files("train");
   meta.require_files("val");
-  const auto [positive, positive_name] = pick_positive_class(meta, config.train.positive_class, log);
+  const auto [positive, positive_name] = config.train.verification()
+                                             ? std::pair<int64_t, std::string>{-1, "none"}
+                                             : pick_positive_class(meta, config.train.positive_class, log);
   Dataset d = load_dataset(config.data.data, config.data.stream);
   BatchLoader loader(d.train, config.loader, config.model.seed, device);
   nlohmann::json data_json = time_data_pipeline(loader, opts, device, config.loader.prefetch);

@@ -18,6 +18,7 @@ namespace {
 
 const std::vector<std::string> kBestMetrics = {"val_macro_f1", "val_accuracy", "val_loss", "val_file_accuracy"};
 const std::vector<std::string> kMultilabelBestMetrics = {"val_map", "val_map_micro", "val_loss"};
+const std::vector<std::string> kVerificationBestMetrics = {"val_eer", "val_min_dcf"};
 
 template <typename T>
 void read_field(const nlohmann::json& j, const char* name, T& value, const char* group) {
@@ -112,27 +113,41 @@ void TrainOptions::validate() const {
       throw InvalidArgument("--pos-weight must be 'auto' or a positive number, got '" + pos_weight + "'");
   }
   if (patience < 0) throw InvalidArgument("--patience must be >= 0, got " + std::to_string(patience));
-  if (task != "multiclass" && task != "multilabel")
-    throw InvalidArgument("--task must be multiclass or multilabel, got '" + task + "'");
-  const auto& metrics = multilabel() ? kMultilabelBestMetrics : kBestMetrics;
+  if (task != "multiclass" && task != "multilabel" && task != "verification")
+    throw InvalidArgument("--task must be multiclass, multilabel or verification, got '" + task + "'");
+  const auto& metrics = multilabel() ? kMultilabelBestMetrics : verification() ? kVerificationBestMetrics : kBestMetrics;
   if (best_metric != "auto" && std::find(metrics.begin(), metrics.end(), best_metric) == metrics.end())
     throw InvalidArgument("--best-metric must be auto or one of " + join(metrics) + " with --task " + task +
                           ", got '" + best_metric + "'");
-  if (multilabel() && !positive_class.empty())
-    throw InvalidArgument("--positive-class selects the detection head of --task multiclass; --task multilabel has "
-                          "none (got '" + positive_class + "')");
-  if ((multilabel() || positive_class == "none") && (bce_weight != 1.0 || pos_weight != "auto"))
-    throw InvalidArgument(std::string("--bce-weight and --pos-weight weigh the detection head, which ") +
-                          (multilabel() ? "--task multilabel does not have" : "--positive-class none switches off"));
+  if ((multilabel() || verification()) && !positive_class.empty())
+    throw InvalidArgument("--positive-class selects the detection head of --task multiclass; --task " + task +
+                          " has none (got '" + positive_class + "')");
+  if ((multilabel() || verification() || positive_class == "none") && (bce_weight != 1.0 || pos_weight != "auto"))
+    throw InvalidArgument("--bce-weight and --pos-weight weigh the detection head, which " +
+                          (positive_class == "none" ? std::string("--positive-class none switches off")
+                                                    : "--task " + task + " does not have"));
+  validate_aam();
   if (profile_steps < 0) throw InvalidArgument("--profile-steps must be >= 0, got " + std::to_string(profile_steps));
   if (reset_heads && init_from.empty()) throw InvalidArgument("--reset-heads needs --init-from");
   if (cuda_graph && amp == "fp16")
     throw InvalidArgument("--cuda-graph cannot be combined with --amp fp16 (the loss scale is host-driven); use bf16");
 }
 
+void TrainOptions::validate_aam() const {
+  if (!verification() && (margin != 0.2 || scale != 30 || margin_warmup != 0))
+    throw InvalidArgument("--margin, --scale and --margin-warmup set the AAM-softmax loss of --task verification");
+  if (!(margin >= 0.0 && margin < 1.5707963267948966))
+    throw InvalidArgument("--margin must be in [0, pi/2) radians, got " + std::to_string(margin));
+  if (!(scale > 0.0) || !std::isfinite(scale))
+    throw InvalidArgument("--scale must be a finite number > 0, got " + std::to_string(scale));
+  if (!(margin_warmup >= 0.0) || !std::isfinite(margin_warmup))
+    throw InvalidArgument("--margin-warmup must be a finite number of epochs >= 0, got " +
+                          std::to_string(margin_warmup));
+}
+
 std::string TrainOptions::resolved_best_metric() const {
   if (best_metric != "auto") return best_metric;
-  return multilabel() ? "val_map" : "val_macro_f1";
+  return multilabel() ? "val_map" : verification() ? "val_eer" : "val_macro_f1";
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -141,7 +156,10 @@ nlohmann::json TrainOptions::to_json() const {
           {"best_metric", best_metric}, {"cuda_graph", cuda_graph}, {"channels_last", channels_last},
           {"init_from", init_from.empty() ? std::string() : fs::absolute(init_from).lexically_normal().string()},
           {"reset_heads", reset_heads},
-          {"task", task}};
+          {"task", task},
+          {"margin", margin},
+          {"scale", scale},
+          {"margin_warmup", margin_warmup}};
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
@@ -160,6 +178,9 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
   o.init_from = init_from;
   read_field(j, "reset_heads", o.reset_heads, "train");
   read_field(j, "task", o.task, "train");
+  read_field(j, "margin", o.margin, "train");
+  read_field(j, "scale", o.scale, "train");
+  read_field(j, "margin_warmup", o.margin_warmup, "train");
   return o;
 }
 
@@ -173,9 +194,15 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "mixed precision (fp16: CUDA only, with loss scaling; bf16: CPU or CUDA)")(
       "positive-class", po::value(&o.positive_class)->value_name("NAME"),
       "class of the detection head (default: 'leak' if present, else the first class; none: no detection head)")(
-      "task", po::value(&o.task)->default_value(o.task)->value_name("multiclass|multilabel"),
+      "task", po::value(&o.task)->default_value(o.task)->value_name("multiclass|multilabel|verification"),
       "multiclass: one class per file (softmax + detection head); multilabel: sigmoid/BCE over the dataset's "
-      "targets matrix")(
+      "targets matrix; verification: speaker embeddings (--model resnet-se|ecapa, AAM-softmax), scored by EER")(
+      "margin", po::value(&o.margin)->default_value(o.margin)->value_name("RAD"),
+      "verification: additive angular margin of the AAM-softmax loss (radians)")(
+      "scale", po::value(&o.scale)->default_value(o.scale)->value_name("S"),
+      "verification: scale of the AAM-softmax logits")(
+      "margin-warmup", po::value(&o.margin_warmup)->default_value(o.margin_warmup)->value_name("EPOCHS"),
+      "verification: raise the margin linearly from 0 over this many epochs (0: full margin at once)")(
       "bce-weight", po::value(&o.bce_weight)->default_value(o.bce_weight)->value_name("W"),
       "weight of the detection head's BCE in the loss")(
       "pos-weight", po::value(&o.pos_weight)->default_value(o.pos_weight)->value_name("auto|W"),
@@ -184,7 +211,8 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "stop after N epochs without improvement (0: never)")(
       "best-metric", po::value(&o.best_metric)->default_value(o.best_metric)->value_name("NAME"),
       "auto, val_macro_f1, val_accuracy, val_loss or val_file_accuracy (multilabel: val_map, val_map_micro, "
-      "val_loss; auto: val_macro_f1, multilabel val_map): picks best.pt, drives early stopping")(
+      "val_loss; verification: val_eer, val_min_dcf; auto: val_macro_f1, multilabel val_map, verification val_eer): "
+      "picks best.pt, drives early stopping")(
       "cuda-graph", po::bool_switch(&o.cuda_graph),
       "CUDA: capture forward, backward and optimizer step in a CUDA Graph (implies --drop-last)")(
       "channels-last", po::bool_switch(&o.channels_last), "CUDA: channels-last convolutions")(
@@ -199,9 +227,12 @@ void add_options(po::options_description& desc, TrainOptions& o) {
 }
 
 void check_model_task(const std::string& model, const std::string& task) {
-  if (is_speaker_model(model))
-    throw InvalidArgument("--model " + model + ": speaker-embedding models train for speaker verification, which "
-                          "melforge-train does not offer yet (--task " + task + " needs --model cnn or crnn)");
+  if (is_speaker_model(model) && task != kTaskVerification)
+    throw InvalidArgument("--model " + model + " is a speaker-embedding model: it trains with --task verification "
+                          "(--task " + task + " needs --model cnn or crnn)");
+  if (!is_speaker_model(model) && task == kTaskVerification)
+    throw InvalidArgument("--task verification trains a speaker-embedding model: --model resnet-se or ecapa (got "
+                          "--model " + model + ")");
 }
 
 void TrainConfig::validate() const {
@@ -216,6 +247,7 @@ void TrainConfig::validate() const {
   augment.validate();
   mixup.validate();
   eval.validate();
+  verify.validate();
   train.validate();
   runtime.validate();
   dist.validate();
@@ -223,7 +255,16 @@ void TrainConfig::validate() const {
   if (train.multilabel() && eval.vote != "mean")
     throw InvalidArgument("--vote applies to --task multiclass; --task multilabel aggregates with --aggregate");
   if (!train.multilabel() && eval.aggregate != "mean")
-    throw InvalidArgument("--aggregate applies to --task multilabel; --task multiclass votes with --vote");
+    throw InvalidArgument("--aggregate applies to --task multilabel; --task " + train.task + " does not use it");
+  if (train.verification() && eval.vote != "mean")
+    throw InvalidArgument("--vote applies to --task multiclass; --task verification averages each file's embeddings");
+  if (train.verification() && mixup.enabled())
+    throw InvalidArgument("--mixup mixes class targets; it is not supported with --task verification");
+  if (train.cuda_graph && train.margin_warmup > 0)
+    throw InvalidArgument("--cuda-graph captures a constant margin: it cannot be combined with --margin-warmup");
+  if (!train.verification() && verify.to_json() != VerifyOptions().to_json())
+    throw InvalidArgument("--trials, --trial-count, --trial-seed, --as-norm and --cohort-size score --task "
+                          "verification");
   if (train.cuda_graph && optim.accumulate != 1)
     throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
   if (train.cuda_graph && mixup.enabled())
@@ -238,6 +279,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"loader", loader.to_json()},
           {"augment", augment_to_json(augment, mixup)},
           {"eval", eval_to_json(eval)},
+          {"verify", verify.to_json()},
           {"train", train.to_json()}};
 }
 
@@ -253,6 +295,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   c.augment = augment_from_json(group("augment"));
   c.mixup = mixup_from_json(group("augment"));
   c.eval = eval_from_json(group("eval"));
+  c.verify = VerifyOptions::from_json(group("verify"));
   c.train = TrainOptions::from_json(group("train"));
   return c;
 }
@@ -273,12 +316,15 @@ void add_options(po::options_description& desc, TrainConfig& c) {
       "detection probability at or above which a segment or file is positive (multilabel: class probability)")(
       "aggregate", po::value(&c.eval.aggregate)->default_value(c.eval.aggregate)->value_name("mean|max"),
       "multilabel: a file's class score from its segments' probabilities");
+  add_options(desc, c.verify);
   add_options(desc, c.runtime);
   add_options(desc, c.dist);
   add_options(desc, c.monitor);
 }
 
 double metric_value(const EvalResult& r, const std::string& metric) {
+  if (metric == "val_eer") return 100.0 * r.verification.eer;
+  if (metric == "val_min_dcf") return r.verification.min_dcf_01;
   if (metric == "val_map") return r.multilabel.map_macro;
   if (metric == "val_map_micro") return r.multilabel.map_micro;
   if (metric == "val_accuracy") return r.segment.accuracy;
@@ -290,7 +336,8 @@ double metric_value(const EvalResult& r, const std::string& metric) {
 bool improves(double value, double best, bool have_best, const std::string& metric) {
   if (std::isnan(value)) return false;
   if (!have_best) return true;
-  return metric == "val_loss" ? value < best : value > best;
+  const bool lower = metric == "val_loss" || metric == "val_eer" || metric == "val_min_dcf";
+  return lower ? value < best : value > best;
 }
 
 }  // namespace melforge::trainer

@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "dist/dist.h"
 #include "eval/evaluate.h"
+#include "eval/verification.h"
 #include "options.h"
 #include "train/mixup.h"
 #include "train/monitor.h"
@@ -38,9 +39,18 @@ struct TrainOptions {
   /// Class the detection head detects. Empty: the class named `leak` when there is one, else the first class
   /// (logged); `none`: no detection head term in the loss and no detection metrics.
   std::string positive_class;
-  /// `multiclass` (one class per file: cross-entropy plus the detection head) or `multilabel` (the class logits
-  /// through sigmoid/BCE against the dataset's targets matrix; no detection head).
+  /// `multiclass` (one class per file: cross-entropy plus the detection head), `multilabel` (the class logits
+  /// through sigmoid/BCE against the dataset's targets matrix; no detection head) or `verification` (a speaker
+  /// model, `--model resnet-se|ecapa`, trained with the AAM-softmax loss on the training split's classes and
+  /// validated by the EER of per-file embeddings; no detection head).
   std::string task = "multiclass";
+  /// --task verification: the additive angular margin of the AAM-softmax loss, radians in [0, pi/2).
+  double margin = 0.2;
+  /// --task verification: the scale of the AAM-softmax logits, > 0.
+  double scale = 30;
+  /// --task verification: epochs over which the margin rises linearly from 0 to --margin (counted in optimizer
+  /// steps, train/aam.h's warmup_margin); 0: the full margin from the first step.
+  double margin_warmup = 0;
   /// Weight of the detection head's BCE in the loss, >= 0.
   double bce_weight = 1.0;
   /// Weight of the positive term of the BCE: `auto` (negatives / positives among the training segments) or a
@@ -70,10 +80,15 @@ struct TrainOptions {
 
   /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
   void validate() const;
+  /// The AAM-softmax part of validate(): --margin, --scale and --margin-warmup in range, and left at their defaults
+  /// unless --task verification.
+  void validate_aam() const;
   /// best_metric with `auto` resolved for the task.
   std::string resolved_best_metric() const;
   /// True for --task multilabel.
   bool multilabel() const { return task == "multilabel"; }
+  /// True for --task verification.
+  bool verification() const { return task == "verification"; }
   /// The fields that define the run (not out/resume/overwrite/profile_steps).
   nlohmann::json to_json() const;
   /// Reads to_json()'s fields (missing ones keep their defaults); FormatError on a mistyped one.
@@ -81,7 +96,8 @@ struct TrainOptions {
 };
 
 /// Registers --out --resume --overwrite --epochs --amp --positive-class --task --bce-weight --pos-weight --patience
-/// --best-metric --cuda-graph --channels-last --profile-steps --config --init-from --reset-heads.
+/// --best-metric --cuda-graph --channels-last --profile-steps --config --init-from --reset-heads --margin --scale
+/// --margin-warmup.
 void add_options(boost::program_options::options_description& desc, TrainOptions& opts);
 
 /// Everything `train` is configured by.
@@ -100,6 +116,8 @@ struct TrainConfig {
   MixupOptions mixup;
   /// Validation after each epoch and the final evaluation.
   EvalOptions eval;
+  /// --task verification: trials and scoring of the validation and the final evaluation.
+  VerifyOptions verify;
   /// The settings of `train` itself.
   TrainOptions train;
   /// Device, threads and logging (not saved: they do not change the result on the CPU).
@@ -126,14 +144,16 @@ struct TrainConfig {
 void add_options(boost::program_options::options_description& desc, TrainConfig& config);
 
 /// Throws InvalidArgument, before any work, when `model` (a ModelOptions::model name) cannot be trained for `task`:
-/// the speaker-embedding models (`resnet-se`, `ecapa`) have no detection head and are meant for a verification
-/// task that `train` does not offer yet.
+/// the speaker-embedding models (`resnet-se`, `ecapa`) train for `--task verification` only, and that task needs
+/// one of them.
 void check_model_task(const std::string& model, const std::string& task);
 
-/// The value of `metric` (one of TrainOptions::best_metric's names) in a validation result.
+/// The value of `metric` (one of TrainOptions::best_metric's names) in a validation result (val_eer in percent,
+/// val_min_dcf the minDCF at p_target 0.01).
 double metric_value(const EvalResult& result, const std::string& metric);
 
-/// Whether `value` improves on `best` for `metric` (lower is better for val_loss, higher for the others; NaN never
+/// Whether `value` improves on `best` for `metric` (lower is better for val_loss, val_eer and val_min_dcf, higher
+/// for the others; NaN never
 /// improves; anything does when `have_best` is false).
 bool improves(double value, double best, bool have_best, const std::string& metric);
 

@@ -1,5 +1,7 @@
 #include "train/graph_step.h"
 
+#include <utility>
+
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
@@ -27,13 +29,13 @@ struct GraphStep::Captured {
 };
 
 GraphStep::GraphStep(Classifier& model, AdamW& opt, const std::vector<at::Tensor>& params, BatchLoader& loader,
-                     const StepSetup& setup, double bce_weight, double clip_norm, const Logger& log)
+                     const StepSetup& setup, StepLoss loss, double clip_norm, const Logger& log)
     : model_(model),
       opt_(opt),
       params_(params),
       loader_(loader),
       setup_(setup),
-      bce_weight_(bce_weight),
+      loss_fn_(std::move(loss)),
       clip_norm_(clip_norm),
       log_(log) {}
 
@@ -44,7 +46,7 @@ void GraphStep::body() {
   {
     AutocastGuard autocast(setup_.device.type(), setup_.autocast);
     out_ = model_.forward(x_);
-    loss_ = combined_loss(out_, y_, setup_.positive_index, bce_weight_, setup_.pos_weight_tensor);
+    loss_ = loss_fn_(out_, y_);
   }
   loss_.backward();
   if (clip_norm_ > 0) clip_grad_norm(params_, clip_norm_);

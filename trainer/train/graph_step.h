@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,14 +17,17 @@ class BatchLoader;
 class Logger;
 struct StepSetup;
 
+/// The training loss of a batch from the model's output and the labels [B] (captured: it must queue device work
+/// only, with constants fixed at capture).
+using StepLoss = std::function<at::Tensor(const ModelOutput& out, const at::Tensor& labels)>;
+
 /// The captured training step of one run. Everything passed to the constructor must outlive it.
 class GraphStep {
  public:
   /// `params`: the model's parameters (clipped to `clip_norm` when > 0, then stepped by `opt`); `loader`: paused
-  /// while the step is captured; `setup`: device, autocast, positive class and pos_weight_tensor of the loss;
-  /// `bce_weight`: weight of the detection BCE in the loss.
+  /// while the step is captured; `setup`: device and autocast of the forward; `loss`: the training loss.
   GraphStep(Classifier& model, AdamW& opt, const std::vector<at::Tensor>& params, BatchLoader& loader,
-            const StepSetup& setup, double bce_weight, double clip_norm, const Logger& log);
+            const StepSetup& setup, StepLoss loss, double clip_norm, const Logger& log);
   ~GraphStep();
   GraphStep(const GraphStep&) = delete;
   GraphStep& operator=(const GraphStep&) = delete;
@@ -47,7 +51,8 @@ class GraphStep {
   const std::vector<at::Tensor>& params_;
   BatchLoader& loader_;
   const StepSetup& setup_;
-  double bce_weight_, clip_norm_;
+  StepLoss loss_fn_;
+  double clip_norm_;
   const Logger& log_;
   at::Tensor x_, y_, lr_, loss_;
   ModelOutput out_;

@@ -99,7 +99,7 @@ InitWeights load_init_weights(const fs::path& path) {
 }
 
 const std::vector<std::string>& head_prefixes() {
-  static const std::vector<std::string> kHeads = {"class_head.", "detect_head."};
+  static const std::vector<std::string> kHeads = {"class_head.", "detect_head.", "aam."};
   return kHeads;
 }
 

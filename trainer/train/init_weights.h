@@ -34,7 +34,8 @@ struct InitWeights {
 /// when it is neither a checkpoint nor a dict of tensors.
 InitWeights load_init_weights(const std::filesystem::path& path);
 
-/// The prefixes of the classification and detection heads' tensors ("class_head.", "detect_head.").
+/// The prefixes of the heads' tensors: classification and detection ("class_head.", "detect_head.") and the speaker
+/// models' AAM head ("aam.").
 const std::vector<std::string>& head_prefixes();
 
 /// How a state dict differs from a module's parameters and buffers, names under a skipped prefix aside.

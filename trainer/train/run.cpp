@@ -84,6 +84,7 @@ void Run::set_up_job() {
   resolve_resume();
   cfg_.train.best_metric = cfg_.train.resolved_best_metric();
   multilabel_ = cfg_.train.multilabel();
+  verification_ = cfg_.train.verification();
   s_.device = cfg_.runtime.resolve_device();
   if (cfg_.train.amp == "fp16" && !s_.device.is_cuda())
     throw InvalidArgument("--amp fp16 needs a CUDA device (use bf16 on the CPU)");
@@ -99,7 +100,8 @@ void Run::check_dataset() {
   const Dataset meta = load_dataset(cfg_.data.data, /*load_mel=*/false);
   for (const auto& name : kSplitNames) meta.require_files(name);
   check_task(meta);
-  if (multilabel_) std::tie(s_.positive_index, s_.positive_name) = std::pair<int64_t, std::string>{-1, "none"};
+  if (multilabel_ || verification_)
+    std::tie(s_.positive_index, s_.positive_name) = std::pair<int64_t, std::string>{-1, "none"};
   else std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
   check_training_memory(cfg_, meta.info, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
   if (!resume_from_ && !cfg_.train.init_from.empty()) check_init_weights(meta);
@@ -183,8 +185,10 @@ void Run::set_up_model() {
   schedule_ = std::make_unique<CosineSchedule>(cfg_.optim.lr, total, std::min(warmup, total), cfg_.optim.min_lr_ratio);
   scaler_ = std::make_unique<GradScaler>(cfg_.train.amp == "fp16", s_.device);
   if (cfg_.train.cuda_graph && s_.device.is_cuda())
-    graph_ = std::make_unique<GraphStep>(*model_, *opt_, params_, *loader_, s_, cfg_.train.bce_weight,
-                                         cfg_.optim.clip_norm, log_);
+    graph_ = std::make_unique<GraphStep>(
+        *model_, *opt_, params_, *loader_, s_,
+        [this](const ModelOutput& out, const at::Tensor& y) { return labels_loss(out, y); }, cfg_.optim.clip_norm,
+        log_);
   if (world_ > 1 && rank_ > 0 && !resume_from_)
     at::manual_seed(mix_seed(cfg_.model.seed, static_cast<uint64_t>(rank_)));
   if (resume_from_) restore(*resume_from_);

@@ -2,12 +2,13 @@
 /// The training run behind train() (trainer.h): one object holding the model, optimizer, schedule, scaler, loader
 /// and bookkeeping of a run, from set-up through the epochs to the final evaluation. Internal to the trainer; its
 /// methods are defined by stage in run.cpp (set-up), run_epoch.cpp (epochs and final evaluation), run_state.cpp
-/// (resume and checkpoint contents), run_dist.cpp (the data-parallel job) and run_task.cpp (multiclass vs
-/// multilabel).
+/// (resume and checkpoint contents), run_dist.cpp (the data-parallel job), run_task.cpp (multiclass vs multilabel)
+/// and run_verification.cpp (the verification task).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "data/dataset.h"
 #include "eval/metrics.h"
+#include "eval/verification.h"
 #include "melforge/common/timing.h"
 #include "models/model.h"
 #include "options.h"
@@ -115,10 +117,14 @@ class Run {
   /// Writes timings.json: the stage times, the total since `total_s` was measured and the peak RSS.
   void write_timings(double total_s);
 
-  // The task (run_task.cpp): what differs between --task multiclass and multilabel.
-  /// Throws before any work when --task multilabel meets a dataset without a targets matrix (or --cuda-graph);
-  /// warns when --task multiclass meets a multi-label dataset (only each file's first label is used).
+  // The task (run_task.cpp): what differs between --task multiclass, multilabel and verification.
+  /// Throws before any work when --task multilabel meets a dataset without a targets matrix (or --cuda-graph), and
+  /// when --task verification meets a val or test split that cannot give trials or a --trials list that does not
+  /// fit the test split; warns when a single-label task meets a multi-label dataset (only each file's first label is
+  /// used).
   void check_task(const Dataset& meta) const;
+  /// --task verification: the val and test splits give trials (--trials read against the test split's paths).
+  void check_verification_splits(const Dataset& meta) const;
   /// The split the loader batches (it keeps a reference): the training split, or for multilabel the copy
   /// rows_split_ whose `label` is the file row (Batch::y then indexes train_targets_).
   const Split& loader_split();
@@ -126,8 +132,22 @@ class Run {
   /// (--mixup) the lambda-weighted sum of the losses against the own and the partners' labels (multiclass) or the
   /// loss against the mixed target rows (multilabel).
   at::Tensor training_loss(const ModelOutput& out, const Batch& batch, const MixupDraw* mix = nullptr) const;
-  /// evaluate or evaluate_multilabel (F1 also at `tuned` when >= 0) of `split` with the run's settings.
+  /// The single-label loss against `labels` [B]: combined_loss, or for verification the AAM-softmax loss at the
+  /// step's margin (aam_margin). What the CUDA Graph step captures.
+  at::Tensor labels_loss(const ModelOutput& out, const at::Tensor& labels) const;
+  /// --task verification: the AAM margin of the current optimizer step (--margin, warmed up over --margin-warmup
+  /// epochs).
+  double aam_margin() const;
+  /// evaluate or evaluate_multilabel (F1 also at `tuned` when >= 0) of `split` with the run's settings; for
+  /// verification evaluate_verification of the split's generated trials.
   EvalResult evaluate_split(const Split& split, double tuned = -1) const;
+  /// --task verification: the EER and minDCF of `split`'s file embeddings on its trials (--trials when `use_list`,
+  /// else generated, cached per split name), scored against `cohort` (AS-norm) when it is defined. A non-finite
+  /// embedding gives a NaN EER (check_finite_validation names the file).
+  EvalResult evaluate_verification(const Split& split, bool use_list, const at::Tensor& cohort = {}) const;
+  /// finish() for verification: best.pt on val and test (--trials, AS-norm against the training files' embeddings
+  /// with --as-norm), report.json and the test split's DET curve as RUN/det_test.png.
+  void finish_verification(TrainResult& result);
   /// The model's config_json() with the task recorded ("task": "multilabel"; nothing added for multiclass).
   nlohmann::json model_config() const;
   /// Adapts an epoch_line to the task: multilabel replaces the multi-class fields by val_map, val_map_micro,
@@ -212,6 +232,9 @@ class Run {
   double input_mean_ = 0, input_std_ = 1;
   /// --stream as requested (auto, on or off) before load_data resolved it; config.json's "requested".
   std::string stream_requested_;
+  /// --task verification; the generated trials of each evaluated split, by split name (filled on first use).
+  bool verification_ = false;
+  mutable std::map<std::string, std::vector<verification::Trial>> trials_;
   /// --task multilabel; and then the training split's targets, float32 [files, C] on the device.
   bool multilabel_ = false;
   at::Tensor train_targets_;

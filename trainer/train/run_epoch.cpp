@@ -77,8 +77,9 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
       ml_loss.add_(loss.detach().to(at::kDouble) * static_cast<double>(batch->y.size(0)));
       ml_count += batch->y.size(0);
     } else {
-      acc.add(out.logits.detach(), out.detection.detach(), batch->y,
-              loss.detach() * static_cast<double>(batch->y.size(0)));
+      const at::Tensor det = out.detection.defined() ? out.detection.detach()
+                                                     : at::zeros({out.logits.size(0)}, out.logits.options());
+      acc.add(out.logits.detach(), det, batch->y, loss.detach() * static_cast<double>(batch->y.size(0)));
     }
     ++micro;
     if (monitor_) monitor_->add_batch(loss, batch->global_size);
@@ -223,7 +224,14 @@ void Run::save_epoch(const nlohmann::json& line, bool improved) {
 void Run::log_epoch(const nlohmann::json& line, const EpochTraining& train, const EvalResult& val, double val_s,
                     bool improved) const {
   const Metrics& tm = train.metrics;
-  if (multilabel_) {
+  if (verification_) {
+    log_.info(fmt("epoch %lld/%lld: lr %.3g, margin %.3g, train loss %.4f acc %.4f | val EER %.3f %% minDCF 0.01 "
+                  "%.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
+                  static_cast<long long>(epoch_), static_cast<long long>(cfg_.train.epochs), train.lr, aam_margin(),
+                  tm.loss, tm.accuracy, 100.0 * val.verification.eer, val.verification.min_dcf_01,
+                  line["samples_per_s"].get<double>(), train.seconds + val_s,
+                  100.0 * line["data_wait_fraction"].get<double>(), improved ? " *" : ""));
+  } else if (multilabel_) {
     const auto& m = val.multilabel;
     log_.info(fmt("epoch %lld/%lld: lr %.3g, train loss %.4f | val loss %.4f mAP %.4f (micro %.4f) ROC-AUC %.4f "
                   "F1 micro %.4f | %.0f samples/s, %.1f s, data wait %.1f%%%s",
@@ -275,6 +283,7 @@ void Run::finish(TrainResult& result) {
   const Checkpoint c = load_checkpoint(best);
   load_state_dict(*model_, c.model, best.string());
   if (multilabel_) return finish_multilabel(result);
+  if (verification_) return finish_verification(result);
   EvalResult val = evaluate(*model_, data_.val, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device,
                             s_.autocast);
   EvalResult test = evaluate(*model_, data_.test, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device,

@@ -8,6 +8,7 @@
 #include "melforge/common/csv.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
+#include "train/aam.h"
 #include "train/mixup.h"
 #include "train/run.h"
 #include "util.h"
@@ -47,8 +48,9 @@ void Run::check_task(const Dataset& meta) const {
   if (multilabel_ && cfg_.train.cuda_graph)
     throw InvalidArgument("--cuda-graph is not supported with --task multilabel");
   if (!multilabel_ && meta.multilabel())
-    log_.warn("the dataset " + cfg_.data.data.string() + " is multi-label; --task multiclass trains on each file's "
-              "first label only (use --task multilabel for all of them)");
+    log_.warn("the dataset " + cfg_.data.data.string() + " is multi-label; --task " + cfg_.train.task + " trains on "
+              "each file's first label only (use --task multilabel for all of them)");
+  if (verification_) check_verification_splits(meta);
 }
 
 const Split& Run::loader_split() {
@@ -63,14 +65,18 @@ at::Tensor Run::training_loss(const ModelOutput& out, const Batch& batch, const 
     const at::Tensor targets = train_targets_.index_select(0, batch.y.to(s_.device));
     return multilabel_loss(out, mix ? mix_targets(targets, *mix) : targets);
   }
-  const auto loss = [&](const at::Tensor& y) {
-    return combined_loss(out, y, s_.positive_index, cfg_.train.bce_weight, s_.pos_weight_tensor);
-  };
+  const auto loss = [&](const at::Tensor& y) { return labels_loss(out, y); };
   if (!mix) return loss(batch.y);
   return mix_losses(loss(batch.y), loss(batch.y.index_select(0, mix->perm.to(batch.y.device()))), *mix);
 }
 
+at::Tensor Run::labels_loss(const ModelOutput& out, const at::Tensor& labels) const {
+  if (verification_) return aam_softmax_loss(out.logits, labels, aam_margin(), cfg_.train.scale);
+  return combined_loss(out, labels, s_.positive_index, cfg_.train.bce_weight, s_.pos_weight_tensor);
+}
+
 EvalResult Run::evaluate_split(const Split& split, double tuned) const {
+  if (verification_) return evaluate_verification(split, /*use_list=*/false);
   if (multilabel_) return evaluate_multilabel(*model_, split, cfg_.eval, s_.device, s_.autocast, tuned);
   return evaluate(*model_, split, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device, s_.autocast);
 }
@@ -78,12 +84,22 @@ EvalResult Run::evaluate_split(const Split& split, double tuned) const {
 nlohmann::json Run::model_config() const {
   nlohmann::json j = model_->config_json();
   if (multilabel_) j["task"] = kTaskMultilabel;
+  if (verification_) j["task"] = kTaskVerification;
   return j;
 }
 
 void Run::task_fields(nlohmann::json& line, const EvalResult& val) const {
   if (multilabel_ || s_.positive_index < 0)
     for (const char* key : {"val_det_f1", "val_file_det_f1"}) line.erase(key);
+  if (verification_) {
+    for (const char* key : {"val_loss", "val_accuracy", "val_macro_f1", "val_file_accuracy", "val_file_macro_f1"})
+      line.erase(key);
+    line.update({{"val_eer", num(100.0 * val.verification.eer)},
+                 {"val_min_dcf_0.01", num(val.verification.min_dcf_01)},
+                 {"val_min_dcf_0.05", num(val.verification.min_dcf_05)},
+                 {"margin", aam_margin()}});
+    return;
+  }
   if (!multilabel_) return;
   for (const char* key : {"train_accuracy", "val_accuracy", "val_macro_f1", "val_file_accuracy", "val_file_macro_f1"})
     line.erase(key);

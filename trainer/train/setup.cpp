@@ -101,11 +101,11 @@ void check_training_memory(const TrainConfig& config, const MelInfo& info, int64
 }
 
 void check_checkpoint_fits(const Checkpoint& c, const MelInfo& info, const std::vector<std::string>& class_names,
-                           const std::string& what, const std::string& dataset) {
+                           const std::string& what, const std::string& dataset, bool same_classes) {
   const MelInfo saved = MelInfo::from_json(c.mel);
   const std::string diff = saved.first_difference(info, "the checkpoint " + what, "the dataset " + dataset);
   if (!diff.empty()) throw FormatError("checkpoint does not fit the dataset: " + diff);
-  if (c.class_names != class_names)
+  if (same_classes && c.class_names != class_names)
     throw FormatError("checkpoint does not fit the dataset: the checkpoint " + what + " has classes [" +
                       join(c.class_names) + "] but the dataset " + dataset + " has [" + join(class_names) + "]");
 }

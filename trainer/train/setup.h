@@ -79,9 +79,10 @@ void check_training_memory(const TrainConfig& config, const MelInfo& info, int64
                            int64_t available_bytes);
 
 /// Throws FormatError, naming `what` (the checkpoint) and the dataset folder, unless the checkpoint's mel
-/// parameters and class names equal the dataset's.
+/// parameters and (when `same_classes`) class names equal the dataset's. A verification checkpoint's embeddings do
+/// not depend on the class set, so its evaluation on another corpus passes `same_classes` false.
 void check_checkpoint_fits(const Checkpoint& checkpoint, const MelInfo& info,
                            const std::vector<std::string>& class_names, const std::string& what,
-                           const std::string& dataset);
+                           const std::string& dataset, bool same_classes = true);
 
 }  // namespace melforge::trainer

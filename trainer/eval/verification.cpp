@@ -1,0 +1,204 @@
+#include "eval/verification.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include "data/dataset.h"
+#include "eval/batching.h"
+#include "melforge/common/errors.h"
+#include "models/model.h"
+#include "util.h"
+
+namespace po = boost::program_options;
+
+namespace melforge::trainer {
+
+namespace {
+
+template <typename T>
+void read_verify_field(const nlohmann::json& j, const char* name, T& value) {
+  if (!j.contains(name)) return;
+  try {
+    j.at(name).get_to(value);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(std::string("verify options: field '") + name + "': " + e.what());
+  }
+}
+
+/// The mean embedding of each file of one forward pass: `emb` [V * S, E] of the V valid long segments (S short
+/// segments each) whose files are `owner` [V] (0-based within the pass of `files` files).
+at::Tensor file_means(const at::Tensor& emb, const at::Tensor& owner, int64_t files, int64_t per_long) {
+  const int64_t E = emb.size(1);
+  const at::Tensor seg_owner = owner.repeat_interleave(per_long);
+  const at::Tensor sums = at::zeros({files, E}, emb.options().dtype(at::kFloat)).index_add_(0, seg_owner,
+                                                                                           emb.to(at::kFloat));
+  const at::Tensor counts = at::zeros({files}, sums.options()).index_add_(
+      0, seg_owner, at::ones({seg_owner.size(0)}, sums.options()));
+  return sums / counts.unsqueeze(1);
+}
+
+}  // namespace
+
+void VerifyOptions::validate() const {
+  if (trial_count < 2 || trial_count % 2 != 0)
+    throw InvalidArgument("--trial-count must be even and >= 2, got " + std::to_string(trial_count));
+  if (as_norm < 0 || as_norm == 1)
+    throw InvalidArgument("--as-norm must be 0 (off) or a top-k of at least 2, got " + std::to_string(as_norm));
+  if (cohort_size < 0 || cohort_size == 1)
+    throw InvalidArgument("--cohort-size must be 0 (every training file) or >= 2, got " +
+                          std::to_string(cohort_size));
+  if (cohort_size > 0 && as_norm == 0) throw InvalidArgument("--cohort-size needs --as-norm K");
+}
+
+nlohmann::json VerifyOptions::to_json() const {
+  return {{"trials", trials.empty() ? std::string() : std::filesystem::absolute(trials).lexically_normal().string()},
+          {"trial_count", trial_count},
+          {"trial_seed", trial_seed},
+          {"as_norm", as_norm},
+          {"cohort_size", cohort_size}};
+}
+
+VerifyOptions VerifyOptions::from_json(const nlohmann::json& j) {
+  VerifyOptions o;
+  std::string trials;
+  read_verify_field(j, "trials", trials);
+  o.trials = trials;
+  read_verify_field(j, "trial_count", o.trial_count);
+  read_verify_field(j, "trial_seed", o.trial_seed);
+  read_verify_field(j, "as_norm", o.as_norm);
+  read_verify_field(j, "cohort_size", o.cohort_size);
+  return o;
+}
+
+void add_options(po::options_description& desc, VerifyOptions& o) {
+  desc.add_options()("trials", po::value(&o.trials)->value_name("FILE"),
+                     "verification: trial list in VoxCeleb's format (`1 a.wav b.wav`, paths as in the dataset) for "
+                     "the evaluated (test) split; default: trials generated from it")(
+      "trial-count", po::value(&o.trial_count)->default_value(o.trial_count)->value_name("N"),
+      "verification: trials generated per split without --trials (half target, half non-target)")(
+      "trial-seed", po::value(&o.trial_seed)->default_value(o.trial_seed)->value_name("N"),
+      "verification: seed of the generated trials")(
+      "as-norm", po::value(&o.as_norm)->default_value(o.as_norm)->value_name("K"),
+      "verification: AS-norm scores with the top K of a cohort of training-file embeddings (0: cosine)")(
+      "cohort-size", po::value(&o.cohort_size)->default_value(o.cohort_size)->value_name("N"),
+      "verification: at most N training files in the AS-norm cohort (0: all)");
+}
+
+at::Tensor embed_split(Classifier& model, const Split& split, int64_t batch_size, at::Device device,
+                       at::ScalarType autocast) {
+  if (!split.has_mel() || split.files() == 0)
+    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no files to embed");
+  const int64_t F = split.files(), L = split.info.num_long, S = split.info.num_short, M = split.info.n_mels,
+                T = split.info.n_frames;
+  ModeGuard mode(model);
+  model.eval();
+  c10::NoGradGuard no_grad;
+  AutocastGuard autocast_guard(device.type(), autocast);
+  const at::Tensor nvl = split.num_valid_long.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* valid = nvl.data_ptr<int64_t>();
+  std::vector<at::Tensor> means;
+  for (const auto& [f0, f1] : file_ranges(valid, F, S, batch_size)) {
+    std::vector<int64_t> local, owner;
+    for (int64_t f = f0; f < f1; ++f)
+      for (int64_t l = 0; l < valid[f]; ++l) {
+        local.push_back((f - f0) * L + l);
+        owner.push_back(f - f0);
+      }
+    const auto as_tensor = [](const std::vector<int64_t>& v) {
+      return at::from_blob(const_cast<int64_t*>(v.data()), {static_cast<int64_t>(v.size())}, at::kLong).clone();
+    };
+    const at::Tensor block = split.read_files(f0, f1 - f0).reshape({(f1 - f0) * L, S, M, T});
+    const at::Tensor x = block.index_select(0, as_tensor(local)).reshape({-1, M, T}).to(device);
+    const ModelOutput out = model.forward(x);
+    if (!out.embedding.defined())
+      throw InvalidArgument("embed: the model (" + model.kind() + ") gives no speaker embedding");
+    means.push_back(file_means(out.embedding, as_tensor(owner).to(device), f1 - f0, S).to(at::kCPU));
+  }
+  const at::Tensor mean = at::cat(means);
+  return mean / mean.norm(2, 1, true).clamp_min(1e-12);
+}
+
+int64_t first_non_finite_row(const at::Tensor& embeddings) {
+  const at::Tensor bad = embeddings.isfinite().all(1).logical_not().nonzero();
+  return bad.size(0) > 0 ? bad[0][0].item<int64_t>() : -1;
+}
+
+std::pair<int64_t, int64_t> trial_pairs(const std::vector<int32_t>& labels) {
+  std::map<int32_t, int64_t> per_class;
+  for (const int32_t l : labels) ++per_class[l];
+  const auto n = static_cast<int64_t>(labels.size());
+  int64_t target = 0;
+  for (const auto& [label, count] : per_class) target += count * (count - 1) / 2;
+  return {target, n * (n - 1) / 2 - target};
+}
+
+std::vector<verification::Trial> split_trials(const std::vector<int32_t>& labels,
+                                              const std::vector<std::string>& paths, const VerifyOptions& opts,
+                                              bool use_list, const std::string& split_name, std::string* log) {
+  if (use_list && !opts.trials.empty()) return verification::read_trials(opts.trials, paths);
+  const auto [target, nontarget] = trial_pairs(labels);
+  if (target == 0 || nontarget == 0)
+    throw FormatError("split '" + split_name + "' cannot give verification trials: it has " + std::to_string(target) +
+                      " target and " + std::to_string(nontarget) + " non-target pairs of files (it needs a class "
+                      "with 2 files and 2 classes)");
+  const int64_t count = std::min(opts.trial_count, 2 * std::min(target, nontarget));
+  if (count < opts.trial_count && log)
+    *log = fmt("split '%s' has %lld target and %lld non-target file pairs: %lld trials instead of --trial-count %lld",
+               split_name.c_str(), static_cast<long long>(target), static_cast<long long>(nontarget),
+               static_cast<long long>(count), static_cast<long long>(opts.trial_count));
+  return verification::generate_trials(labels, count, opts.trial_seed);
+}
+
+EvalResult score_trials(const at::Tensor& embeddings, const std::vector<verification::Trial>& trials,
+                        const VerifyOptions& opts, const at::Tensor& cohort) {
+  const auto start = std::chrono::steady_clock::now();
+  const at::Tensor e = embeddings.to(at::kCPU, at::kFloat).contiguous();
+  std::vector<float> scores;
+  if (opts.as_norm > 0) {
+    const at::Tensor c = cohort.to(at::kCPU, at::kFloat).contiguous();
+    scores = verification::as_norm(e.data_ptr<float>(), e.size(0), e.size(1), trials, c.data_ptr<float>(), c.size(0),
+                                   opts.as_norm);
+  } else {
+    scores = verification::cosine_scores(e.data_ptr<float>(), e.size(0), e.size(1), trials);
+  }
+  const std::vector<uint8_t> targets = verification::trial_targets(trials);
+  EvalResult r;
+  r.is_verification = true;
+  r.det = verification::det_curve(scores, targets);
+  r.verification = verification::error_rates(scores, targets);
+  r.file_scores = embeddings;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.files_per_s = r.seconds > 0 ? static_cast<double>(e.size(0)) / r.seconds : 0.0;
+  return r;
+}
+
+at::Tensor cohort_rows(const at::Tensor& train_embeddings, const VerifyOptions& opts) {
+  if (opts.as_norm == 0) return {};
+  const int64_t n = train_embeddings.size(0);
+  if (opts.cohort_size == 0 || opts.cohort_size >= n) return train_embeddings;
+  const at::Tensor idx = at::linspace(0, static_cast<double>(n - 1), opts.cohort_size, at::kDouble).round().to(at::kLong);
+  return train_embeddings.index_select(0, idx);
+}
+
+nlohmann::json verification_json(const EvalResult& result, const VerifyOptions& opts) {
+  nlohmann::json j = result.verification.to_json();
+  j["EER"] = 100.0 * result.verification.eer;
+  j["minDCF_0.01"] = result.verification.min_dcf_01;
+  j["minDCF_0.05"] = result.verification.min_dcf_05;
+  j["scoring"] = opts.as_norm > 0 ? "as-norm" : "cosine";
+  j["as_norm_top_k"] = opts.as_norm;
+  j["trials"] = opts.trials.empty() ? std::string("generated") : opts.trials.string();
+  return j;
+}
+
+}  // namespace melforge::trainer
