@@ -5,16 +5,17 @@ A speaker is one espeak-ng voice: an English accent plus a voice variant (en-us+
 its own fixed pitch (-p) and base speed (-s), both spread deterministically over the speakers so that two speakers
 of the same variant still differ. Speaker i takes accent ACCENTS[i % 8] and variant VARIANTS[i % 13] (8 and 13 are
 coprime, so the first 104 speakers are 104 different voices), pitch 20 + (37 i mod 60) and speed 135 + (23 i mod 60)
-words per minute. Each utterance is a short phrase of a fixed list (speakers say different, overlapping subsets),
+words per minute. Each utterance is two short phrases of a fixed list (speakers say different, overlapping sets),
 spoken at the speaker's speed jittered by a seeded +-8%; the espeak-ng WAV (22050 Hz) is trimmed of silence,
 resampled to 16 kHz (FFT resampling, tools/make_digits_corpus.py), given a seeded gain, seeded leading and trailing
-silence (each file lasts 1.0 to 2.5 s) and seeded white noise whose level depends on the session (each session of a
-speaker has its own SNR range, like the recording conditions of a video), and written as 16 kHz mono 16-bit PCM in
-VoxCeleb's layout (the class, i.e. the speaker, is the first folder):
+silence (each file lasts 2.0 to 3.5 s, so that it holds one 2 s segment, the usual training crop of VoxCeleb
+trainers) and seeded white noise whose level depends on the session (each session of a speaker has its own SNR
+range, like the recording conditions of a video), and written as 16 kHz mono 16-bit PCM in VoxCeleb's layout (the
+class, i.e. the speaker, is the first folder; the file is named after its first phrase):
 
-    OUT/spk<NN>_<voice>/<session>/<utterance>.wav      e.g. OUT/spk07_en-gb-scotland-m8/s2/u005_open-the-door.wav
+    OUT/spk<NN>_<voice>/<session>/<utterance>.wav      e.g. OUT/spk07_en-us-nyc-m8/s2/u004_open-the-door.wav
 
---size small: 20 speakers x 12 utterances (3 sessions) = 240 files, for tests.
+--size small: 20 speakers x 12 utterances (3 sessions) = 240 files, for tests (a few seconds on 2 cores).
 --size full:  60 speakers x 40 utterances (4 sessions) = 2400 files, for benchmarks.
 
 The output depends only on --size and --seed (and the installed espeak-ng): each file's randomness comes from a
@@ -39,8 +40,8 @@ import numpy as np
 
 from make_digits_corpus import TARGET_RATE, espeak, resample_fft, trim_silence, write_pcm16
 
-MIN_SECONDS = 1.0
-MAX_SECONDS = 2.5
+MIN_SECONDS = 2.0
+MAX_SECONDS = 3.5
 MARKER = ".melforge_corpus.json"
 # Bump when the output for a given (size, seed) changes, so that old corpora are regenerated.
 GENERATOR_VERSION = 1
@@ -79,9 +80,10 @@ def plan(size):
     jobs = []
     for s in range(spec["speakers"]):
         for u in range(spec["utterances"]):
-            phrase = PHRASES[(u + 5 * s) % len(PHRASES)]
+            first = PHRASES[(u + 5 * s) % len(PHRASES)]
+            phrase = f"{first}, {PHRASES[(u + 5 * s + 17) % len(PHRASES)]}"
             session = u % spec["sessions"]
-            name = f"u{u:03d}_{re.sub(r'[^a-z]+', '-', phrase)}.wav"
+            name = f"u{u:03d}_{re.sub(r'[^a-z]+', '-', first)}.wav"
             jobs.append((s, u, session, phrase, os.path.join(speaker_folder(s), f"s{session + 1}", name)))
     return sorted(jobs, key=lambda j: j[4])
 
