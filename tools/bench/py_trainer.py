@@ -165,6 +165,21 @@ def confusions(t, p, C):
     return torch.bincount(t * C + p, minlength=C * C).view(C, C)
 
 
+def warmup_cosine(opt, total_steps: int, warmup_fraction: float):
+    """melforge-train's schedule: linear warmup over warmup_fraction of total_steps, then cosine to 0."""
+    total = max(1, total_steps)
+    warmup = min(round(warmup_fraction * total), total)
+
+    def lr_factor(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        if step >= total:
+            return 0.0
+        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+
+
 def train(a) -> int:
     t_start = time.perf_counter()
     pc.set_threads(a.threads)
@@ -190,18 +205,7 @@ def train(a) -> int:
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay,
                             fused=True)
-    steps_per_epoch = math.ceil(len(ds) / a.batch_size)
-    total = max(1, a.epochs * steps_per_epoch)
-    warmup = min(round(a.warmup * total), total)
-
-    def lr_factor(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        if step >= total:
-            return 0.0
-        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (total - warmup)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    sched = warmup_cosine(opt, a.epochs * math.ceil(len(ds) / a.batch_size), a.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=a.amp == "fp16")
     gen = torch.Generator().manual_seed(a.seed)
     loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, generator=gen, num_workers=a.workers,
