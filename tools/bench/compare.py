@@ -173,8 +173,10 @@ def write_results(rows, extra, scaling, quick, R, epochs):
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
         md.append(f"| {r['metric']} | {fmt(r['melforge'])} | {fmt(r['python'])} | {r['unit']} | {ratio} | "
                   f"{r['target'] or ''} | {res} | {r['note']} |")
-    md += ["", "Scaling of the builder (one run each; internal total seconds, files/s):", "",
-           "| corpus | tool | threads | files | seconds | files/s | peak RSS MiB |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    if scaling:
+        md += ["", "Scaling of the builder (one run each; internal total seconds, files/s):", "",
+               "| corpus | tool | threads | files | seconds | files/s | peak RSS MiB |",
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for s in scaling:
         md.append(f"| {s['scale']}x | {s['tool']} | {s['threads']} | {s['files']} | {s['total_s']:.3f} | "
                   f"{s['files'] / s['total_s']:,.0f} | {s['rss'] / 2**20:.0f} |")
