@@ -217,19 +217,26 @@ def remove_old(out_dir):
                 os.remove(os.path.join(folder, name))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output folder (created); gets one sub-folder per digit")
-    ap.add_argument("--size", choices=sorted(SIZES), default="small", help="small: 100 files; full: 2000 files")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the gains, silences and noise (>= 0)")
-    ap.add_argument("--jobs", type=int, default=0, help="parallel workers, each running espeak-ng then numpy (0: two per core, "
-                    "since a worker waits on process start-up and file I/O)")
+def parse_common_args(ap, name, seed_help):
+    """Adds --seed, --jobs and --force (the options every corpus generator has) to `ap`, parses the command line and
+    checks it: a negative seed is a usage error, a missing espeak-ng binary exits naming `name`."""
+    ap.add_argument("--seed", type=int, default=0, help=seed_help)
+    ap.add_argument("--jobs", type=int, default=0, help="parallel workers, each running espeak-ng then numpy (0: two "
+                    "per core, since a worker waits on process start-up and file I/O)")
     ap.add_argument("--force", action="store_true", help="regenerate even when a complete corpus is present")
     args = ap.parse_args()
     if args.seed < 0:
         ap.error("--seed must be >= 0")
     if shutil.which("espeak-ng") is None:
-        sys.exit("make_digits_corpus: espeak-ng not found (Debian package espeak-ng; see tools/setup.sh)")
+        sys.exit(f"{name}: espeak-ng not found (Debian package espeak-ng; see tools/setup.sh)")
+    return args
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output folder (created); gets one sub-folder per digit")
+    ap.add_argument("--size", choices=sorted(SIZES), default="small", help="small: 100 files; full: 2000 files")
+    args = parse_common_args(ap, "make_digits_corpus", "seed of the gains, silences and noise (>= 0)")
 
     out_dir = os.path.abspath(args.out)
     jobs = plan(args.size)

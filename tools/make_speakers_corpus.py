@@ -31,14 +31,13 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 import zlib
 
 import numpy as np
 
-from make_digits_corpus import TARGET_RATE, espeak, resample_fft, trim_silence, write_pcm16
+from make_digits_corpus import TARGET_RATE, espeak, parse_common_args, resample_fft, trim_silence, write_pcm16
 
 MIN_SECONDS = 2.0
 MAX_SECONDS = 3.5
@@ -169,14 +168,7 @@ def main():
     ap.add_argument("--out", required=True, help="output folder (created); gets one sub-folder per speaker")
     ap.add_argument("--size", choices=sorted(SIZES), default="small",
                     help="small: 20 speakers x 12 files; full: 60 speakers x 40 files")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the speed jitter, gains, silences and noise (>= 0)")
-    ap.add_argument("--jobs", type=int, default=0, help="parallel workers (0: two per core)")
-    ap.add_argument("--force", action="store_true", help="regenerate even when a complete corpus is present")
-    args = ap.parse_args()
-    if args.seed < 0:
-        ap.error("--seed must be >= 0")
-    if shutil.which("espeak-ng") is None:
-        sys.exit("make_speakers_corpus: espeak-ng not found (Debian package espeak-ng; see tools/setup.sh)")
+    args = parse_common_args(ap, "make_speakers_corpus", "seed of the speed jitter, gains, silences and noise (>= 0)")
 
     out_dir = os.path.abspath(args.out)
     jobs = plan(args.size)

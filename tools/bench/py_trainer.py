@@ -165,6 +165,35 @@ def confusions(t, p, C):
     return torch.bincount(t * C + p, minlength=C * C).view(C, C)
 
 
+class TimedBatches:
+    """Iterates `loader`, adding the seconds spent waiting for each batch to `wait`."""
+
+    def __init__(self, loader):
+        self.loader, self.wait = loader, 0.0
+
+    def __iter__(self):
+        it = iter(self.loader)
+        while True:
+            tw = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.wait += time.perf_counter() - tw
+            yield batch
+
+
+def optimizer_step(loss, model, opt, sched, scaler, clip_norm: float) -> None:
+    """backward (scaled for fp16), clip the gradient norm, AdamW and scheduler steps, gradients set to None."""
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scaler.step(opt)
+    scaler.update()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def warmup_cosine(opt, total_steps: int, warmup_fraction: float):
     """melforge-train's schedule: linear warmup over warmup_fraction of total_steps, then cosine to 0."""
     total = max(1, total_steps)
@@ -220,29 +249,17 @@ def train(a) -> int:
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), dtype=torch.int64, device=device)
         t0 = time.perf_counter()
-        wait = 0.0
-        it = iter(loader)
-        while True:
-            tw = time.perf_counter()
-            try:
-                x, y = next(it)
-            except StopIteration:
-                break
-            wait += time.perf_counter() - tw
+        batches = TimedBatches(loader)
+        for x, y in batches:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 logits, det = model(x)
                 loss = combined_loss(logits, det, y, positive, a.bce_weight, pos_weight)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
-            scaler.step(opt)
-            scaler.update()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, model, opt, sched, scaler, a.clip_norm)
             loss_sum += loss.detach() * y.shape[0]
             correct += (logits.detach().argmax(1) == y).sum()
         train_s = time.perf_counter() - t0
+        wait = batches.wait
         n = len(ds)
         tl, tc = loss_sum.item(), correct.item()
         tv = time.perf_counter()
@@ -265,7 +282,7 @@ def train(a) -> int:
         pc.log(f"epoch {epoch + 1}: loss {tl / n:.4f} acc {tc / n:.4f} val acc {line['val_accuracy']:.4f} "
                f"val file acc {line['val_file_accuracy']:.4f} {n / train_s:.0f} samples/s wait "
                f"{100 * wait / train_s:.1f}%")
-    del it, loader
+    del loader
     model.load_state_dict(best_state)
     ckpt = os.path.join(a.out, "best.pt")
     torch.save({"model": best_state, "model_config": model.config()}, ckpt)

@@ -140,31 +140,18 @@ def train_epoch(model, loader, remap, loss_fn, opt, sched, scaler, a, device, am
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
     t0 = time.perf_counter()
-    wait = 0.0
-    it = iter(loader)
-    while True:
-        tw = time.perf_counter()
-        try:
-            x, y = next(it)
-        except StopIteration:
-            break
-        wait += time.perf_counter() - tw
+    batches = pt.TimedBatches(loader)
+    for x, y in batches:
         x, y = x.to(device, non_blocking=True), remap[y].to(device, non_blocking=True)
         loss_fn.set_margin(margin_of_step(step))
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
             cosine, _ = model(x)
             loss, ok = loss_fn(cosine, y)
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
-        scaler.step(opt)
-        scaler.update()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        pt.optimizer_step(loss, model, opt, sched, scaler, a.clip_norm)
         loss_sum += loss.detach() * y.shape[0]
         correct += ok
         step += 1
-    return loss_sum.item(), correct.item(), time.perf_counter() - t0, wait, step
+    return loss_sum.item(), correct.item(), time.perf_counter() - t0, batches.wait, step
 
 
 def train(a) -> int:
