@@ -123,18 +123,34 @@ def resample_fft(x, rate_in, rate_out):
     return y[start : start + int(round(len(x) * rate_out / rate_in))]
 
 
-def synthesize(job, seed, out_dir, tmp_dir):
-    """Makes one corpus file. Returns (relative path, seconds, clipped_speech)."""
-    d, voice, speed, pitch, rel = job
-    tmp_wav = os.path.join(tmp_dir, rel.replace(os.sep, "__"))
-    cmd = ["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", tmp_wav, DIGITS[d]]
+def espeak(voice, speed, pitch, text, tmp_wav):
+    """Speaks `text` with espeak-ng (voice, -s words per minute, -p pitch 0..99) through the temporary file
+    `tmp_wav` (removed); returns (samples float64 in [-1, 1), rate). Raises RuntimeError when espeak-ng fails."""
+    cmd = ["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", tmp_wav, text]
     res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
     if res.returncode != 0 or not os.path.exists(tmp_wav):
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.decode(errors='replace')}")
     with open(tmp_wav, "rb") as f:
         raw = f.read()
     os.remove(tmp_wav)
-    x, rate = read_wav_int16(raw)
+    return read_wav_int16(raw)
+
+
+def write_pcm16(path, pcm):
+    """Writes int16 samples as a 16 kHz mono 16-bit WAV, through `path`.part renamed at the end."""
+    tmp_out = path + ".part"
+    with wave.open(tmp_out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(TARGET_RATE)
+        w.writeframes(pcm.tobytes())
+    os.replace(tmp_out, path)
+
+
+def synthesize(job, seed, out_dir, tmp_dir):
+    """Makes one corpus file. Returns (relative path, seconds, clipped_speech)."""
+    d, voice, speed, pitch, rel = job
+    x, rate = espeak(voice, speed, pitch, DIGITS[d], os.path.join(tmp_dir, rel.replace(os.sep, "__")))
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, d, zlib.crc32(voice.encode()), speed, pitch]))
     speech = resample_fft(trim_silence(x, rate), rate, TARGET_RATE)
@@ -162,14 +178,7 @@ def synthesize(job, seed, out_dir, tmp_dir):
     y += rng.standard_normal(len(y)) * speech_rms * 10.0 ** (-snr_db / 20.0)
     pcm = np.clip(np.round(y * 32767.0), -32768, 32767).astype("<i2")
 
-    path = os.path.join(out_dir, rel)
-    tmp_out = path + ".part"
-    with wave.open(tmp_out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(TARGET_RATE)
-        w.writeframes(pcm.tobytes())
-    os.replace(tmp_out, path)
+    write_pcm16(os.path.join(out_dir, rel), pcm)
     return rel, len(pcm) / TARGET_RATE, clipped
 
 
@@ -208,19 +217,26 @@ def remove_old(out_dir):
                 os.remove(os.path.join(folder, name))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output folder (created); gets one sub-folder per digit")
-    ap.add_argument("--size", choices=sorted(SIZES), default="small", help="small: 100 files; full: 2000 files")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the gains, silences and noise (>= 0)")
-    ap.add_argument("--jobs", type=int, default=0, help="parallel workers, each running espeak-ng then numpy (0: two per core, "
-                    "since a worker waits on process start-up and file I/O)")
+def parse_common_args(ap, name, seed_help):
+    """Adds --seed, --jobs and --force (the options every corpus generator has) to `ap`, parses the command line and
+    checks it: a negative seed is a usage error, a missing espeak-ng binary exits naming `name`."""
+    ap.add_argument("--seed", type=int, default=0, help=seed_help)
+    ap.add_argument("--jobs", type=int, default=0, help="parallel workers, each running espeak-ng then numpy (0: two "
+                    "per core, since a worker waits on process start-up and file I/O)")
     ap.add_argument("--force", action="store_true", help="regenerate even when a complete corpus is present")
     args = ap.parse_args()
     if args.seed < 0:
         ap.error("--seed must be >= 0")
     if shutil.which("espeak-ng") is None:
-        sys.exit("make_digits_corpus: espeak-ng not found (Debian package espeak-ng; see tools/setup.sh)")
+        sys.exit(f"{name}: espeak-ng not found (Debian package espeak-ng; see tools/setup.sh)")
+    return args
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output folder (created); gets one sub-folder per digit")
+    ap.add_argument("--size", choices=sorted(SIZES), default="small", help="small: 100 files; full: 2000 files")
+    args = parse_common_args(ap, "make_digits_corpus", "seed of the gains, silences and noise (>= 0)")
 
     out_dir = os.path.abspath(args.out)
     jobs = plan(args.size)

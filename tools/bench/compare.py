@@ -84,6 +84,108 @@ def py_build(corpus_dir, out, threads):
             "segments": rep["segments"], "times": rep["times_s"]}
 
 
+def speakers_dataset(size_name):
+    """make_speakers_corpus.py's corpus of `size_name`, built by melforge-build with --split-by class (open set),
+    2 s segments, 40 mel bands. Returns the dataset folder."""
+    corpus_dir = os.path.join(WORK, f"speakers-{size_name}")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "make_speakers_corpus.py"), "--out", corpus_dir,
+                    "--size", size_name], check=True, stdout=subprocess.DEVNULL)
+    ds = os.path.join(WORK, f"ds-speakers-{size_name}")
+    run([A.build_bin, "--input", corpus_dir, "--output", ds, "--overwrite", "--quiet", "--threads", 2, "--device",
+         "cpu", "--split-by", "class", "--long-seconds", 2, "--short-seconds", 2, "--n-mels", 40])
+    return ds
+
+
+def help_mentions(cmd, word):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return word in p.stdout
+
+
+def verification(row, extra, quick, R):
+    """Issue 19's row: `melforge-train train --task verification` against py_verification.py, same dataset, model
+    (resnet-se, quarter width), batch 64, epochs and threads; samples/s is each run's median over the epochs after
+    the first. Skipped (with a row saying why) when the builder has no --split-by; the Python side alone runs when
+    melforge-train has no --task verification."""
+    name = "verification training samples/s, resnet-se quarter width, batch 64"
+    if not help_mentions([A.build_bin, "--help"], "--split-by"):
+        row(name, None, None, "samples/s", note="skipped: melforge-build has no --split-by")
+        return
+    size, epochs = ("small", 2) if quick else ("full", 3)
+    ds = speakers_dataset(size)
+    has_task = help_mentions([A.train_bin, "train", "--help"], "verification")
+    common = ["--data", ds, "--model", "resnet-se", "--width", "quarter", "--epochs", epochs, "--batch-size", 64,
+              "--threads", 2]
+    mf_runs, py_runs = [], []
+    for r in range(R):
+        if has_task:
+            rd = os.path.join(WORK, "run-mf-verification")
+            _, wall, rss = run([A.train_bin, "train", "--task", "verification", *common, "--out", rd, "--overwrite",
+                                "--device", "cpu", "--log-level", "warn"])
+            lines = [j for j in (json.loads(x) for x in open(os.path.join(rd, "metrics.jsonl")) if x.strip())
+                     if j.get("type", "epoch") == "epoch"]
+            rep = json.load(open(os.path.join(rd, "report.json")))
+            rates = [x["samples_per_s"] for x in lines]
+            mf_runs.append({"samples_per_s": med(rates[1:] or rates), "wall_s": wall, "rss": rss,
+                            "test_eer": rep["test"]["verification"]["eer_percent"]})
+        pd = os.path.join(WORK, "run-py-verification")
+        _, wall, rss = run([A.python, os.path.join(HERE, "py_verification.py"), "train", *common, "--out", pd,
+                            "--workers", A.py_workers])
+        rep = json.load(open(os.path.join(pd, "py_report.json")))
+        py_runs.append({"samples_per_s": rep["samples_per_s"], "wall_s": wall, "rss": rss,
+                        "test_eer": rep["test"]["verification"]["eer_percent"]})
+        log(f"verification run {r}: melforge {mf_runs[-1]['samples_per_s'] if mf_runs else float('nan'):.1f}, "
+            f"python {py_runs[-1]['samples_per_s']:.1f} samples/s")
+    ms = med([x["samples_per_s"] for x in mf_runs])
+    ps = med([x["samples_per_s"] for x in py_runs])
+    row(f"{name}, {epochs} epochs, 2 threads", ms, ps, "samples/s", ms / ps if ms else None, "(same model and loss)",
+        None, f"speakers corpus '{size}', --split-by class, 2 s segments; python DataLoader workers {A.py_workers}"
+        + ("" if has_task else "; melforge-train has no --task verification"))
+    row("verification test EER", med([x["test_eer"] for x in mf_runs]), med([x["test_eer"] for x in py_runs]), "%",
+        None, "(same)", None, "10000 seeded balanced trials (fewer when the split has fewer pairs)")
+    extra["verification"] = {"melforge": mf_runs, "python": py_runs}
+
+
+def write_results(rows, extra, scaling, quick, R, epochs):
+    """Prints the table and writes results.json and results.md into --results."""
+    machine = {"cpu": platform.processor() or "", "cores": os.cpu_count(), "uname": " ".join(platform.uname()),
+               "date": datetime.datetime.now().isoformat(timespec="seconds"),
+               "load_avg_at_end": os.getloadavg(), "quick": quick, "repeats": R, "epochs": epochs}
+    try:
+        machine["cpu"] = next(x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name"))
+    except StopIteration:
+        pass
+    json.dump({"machine": machine, "rows": rows, "details": extra}, open(os.path.join(A.results, "results.json"), "w"),
+              indent=2)
+
+    def fmt(v):
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+        return str(v)
+
+    md = [f"Machine: {machine['cpu']}, {machine['cores']} cores; {machine['date']}; repeats {R}"
+          f"{' (--quick)' if quick else ''}; load average at the end {machine['load_avg_at_end'][0]:.2f}", "",
+          "| metric | melforge | Python peer | unit | ratio | target | result | note |",
+          "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
+    for r in rows:
+        res = "" if r["pass"] is None else ("pass" if r["pass"] else "MISS")
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        md.append(f"| {r['metric']} | {fmt(r['melforge'])} | {fmt(r['python'])} | {r['unit']} | {ratio} | "
+                  f"{r['target'] or ''} | {res} | {r['note']} |")
+    if scaling:
+        md += ["", "Scaling of the builder (one run each; internal total seconds, files/s):", "",
+               "| corpus | tool | threads | files | seconds | files/s | peak RSS MiB |",
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s in scaling:
+        md.append(f"| {s['scale']}x | {s['tool']} | {s['threads']} | {s['files']} | {s['total_s']:.3f} | "
+                  f"{s['files'] / s['total_s']:,.0f} | {s['rss'] / 2**20:.0f} |")
+    text = "\n".join(md) + "\n"
+    open(os.path.join(A.results, "results.md"), "w").write(text)
+    print(text)
+    print(f"results: {A.results}/results.json, results.md")
+
+
 def main():
     global A, WORK, HERE, INI
     ap = argparse.ArgumentParser()
@@ -98,6 +200,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--py-workers", type=int, default=1)
     ap.add_argument("--py-mel-batch", type=int, default=64)
+    ap.add_argument("--only", choices=["verification"], default=None, help="run only this comparison")
     A = ap.parse_args()
     HERE = os.path.dirname(os.path.abspath(__file__))
     INI = os.path.join(ROOT, "tools", "demo_build.ini")
@@ -116,6 +219,11 @@ def main():
     def row(name, melforge, python, unit, ratio=None, target=None, ok=None, note=""):
         rows.append({"metric": name, "melforge": melforge, "python": python, "unit": unit, "ratio": ratio,
                      "target": target, "pass": ok, "note": note})
+
+    if A.only == "verification":
+        verification(row, extra, quick, R)
+        write_results(rows, extra, [], quick, R, epochs)
+        return
 
     log(f"corpus ({size}, scales {scales})")
     corpora = {s: corpus(size, 1, s) for s in scales}
@@ -346,6 +454,9 @@ def main():
     extra["eval"] = {"melforge": me, "python_sequential": pe_s, "python_batched": pe_b,
                      "python_sequential_val_warm": pe_w}
 
+    # 4b. verification training (issue 19)
+    verification(row, extra, quick, R)
+
     # 5. scaling: builder against corpus size and threads (one run each)
     scaling = []
     for s in scales:
@@ -361,43 +472,7 @@ def main():
         log(f"scaling {s}x done")
     extra["scaling"] = scaling
 
-    # output
-    machine = {"cpu": platform.processor() or "", "cores": os.cpu_count(), "uname": " ".join(platform.uname()),
-               "date": datetime.datetime.now().isoformat(timespec="seconds"),
-               "load_avg_at_end": os.getloadavg(), "quick": quick, "repeats": R, "epochs": epochs}
-    try:
-        machine["cpu"] = next(x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name"))
-    except StopIteration:
-        pass
-    json.dump({"machine": machine, "rows": rows, "details": extra}, open(os.path.join(A.results, "results.json"), "w"),
-              indent=2)
-
-    def fmt(v):
-        if v is None:
-            return ""
-        if isinstance(v, float):
-            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-        return str(v)
-
-    md = [f"Machine: {machine['cpu']}, {machine['cores']} cores; {machine['date']}; repeats {R}"
-          f"{' (--quick)' if quick else ''}; load average at the end {machine['load_avg_at_end'][0]:.2f}", "",
-          "| metric | melforge | Python peer | unit | ratio | target | result | note |",
-          "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
-    for r in rows:
-        res = "" if r["pass"] is None else ("pass" if r["pass"] else "MISS")
-        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        md.append(f"| {r['metric']} | {fmt(r['melforge'])} | {fmt(r['python'])} | {r['unit']} | {ratio} | "
-                  f"{r['target'] or ''} | {res} | {r['note']} |")
-    md += ["", "Scaling of the builder (one run each; internal total seconds, files/s):", "",
-           "| corpus | tool | threads | files | seconds | files/s | peak RSS MiB |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for s in scaling:
-        md.append(f"| {s['scale']}x | {s['tool']} | {s['threads']} | {s['files']} | {s['total_s']:.3f} | "
-                  f"{s['files'] / s['total_s']:,.0f} | {s['rss'] / 2**20:.0f} |")
-    text = "\n".join(md) + "\n"
-    open(os.path.join(A.results, "results.md"), "w").write(text)
-    print(text)
-    print(f"results: {A.results}/results.json, results.md")
-
+    write_results(rows, extra, scaling, quick, R, epochs)
 
 if __name__ == "__main__":
     main()

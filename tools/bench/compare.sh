@@ -4,8 +4,10 @@
 # results.md under the results folder.
 #
 # Usage: bash tools/bench/compare.sh [--quick] [--repeats N] [--epochs N] [--results DIR] [--py-workers N]
+#                                    [--only verification]
 #   --quick      small corpus (100 files, 1x and 4x), 2 epochs, 1 repeat: a smoke test of a few minutes
 #   --repeats N  runs per measurement (default 3; --quick 1)
+#   --only verification   only the speaker-verification training row (issue 19; speakers corpus, --split-by class)
 # Environment: MELFORGE_BUILD_DIR (default ./build; built with tools/build.sh when a binary is missing),
 #   MELFORGE_BENCH_WORK (corpora and scratch, default ./out/bench/work).
 set -euo pipefail
@@ -18,8 +20,8 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --results) results="$2"; shift 2 ;;
     --quick) args+=("$1"); shift ;;
-    --repeats|--epochs|--py-workers|--py-mel-batch) args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --repeats|--epochs|--py-workers|--py-mel-batch|--only) args+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "compare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -165,6 +165,50 @@ def confusions(t, p, C):
     return torch.bincount(t * C + p, minlength=C * C).view(C, C)
 
 
+class TimedBatches:
+    """Iterates `loader`, adding the seconds spent waiting for each batch to `wait`."""
+
+    def __init__(self, loader):
+        self.loader, self.wait = loader, 0.0
+
+    def __iter__(self):
+        it = iter(self.loader)
+        while True:
+            tw = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.wait += time.perf_counter() - tw
+            yield batch
+
+
+def optimizer_step(loss, model, opt, sched, scaler, clip_norm: float) -> None:
+    """backward (scaled for fp16), clip the gradient norm, AdamW and scheduler steps, gradients set to None."""
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scaler.step(opt)
+    scaler.update()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def warmup_cosine(opt, total_steps: int, warmup_fraction: float):
+    """melforge-train's schedule: linear warmup over warmup_fraction of total_steps, then cosine to 0."""
+    total = max(1, total_steps)
+    warmup = min(round(warmup_fraction * total), total)
+
+    def lr_factor(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        if step >= total:
+            return 0.0
+        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+
+
 def train(a) -> int:
     t_start = time.perf_counter()
     pc.set_threads(a.threads)
@@ -190,18 +234,7 @@ def train(a) -> int:
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay,
                             fused=True)
-    steps_per_epoch = math.ceil(len(ds) / a.batch_size)
-    total = max(1, a.epochs * steps_per_epoch)
-    warmup = min(round(a.warmup * total), total)
-
-    def lr_factor(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        if step >= total:
-            return 0.0
-        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (total - warmup)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    sched = warmup_cosine(opt, a.epochs * math.ceil(len(ds) / a.batch_size), a.warmup)
     scaler = torch.amp.GradScaler(device.type, enabled=a.amp == "fp16")
     gen = torch.Generator().manual_seed(a.seed)
     loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, generator=gen, num_workers=a.workers,
@@ -216,29 +249,17 @@ def train(a) -> int:
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), dtype=torch.int64, device=device)
         t0 = time.perf_counter()
-        wait = 0.0
-        it = iter(loader)
-        while True:
-            tw = time.perf_counter()
-            try:
-                x, y = next(it)
-            except StopIteration:
-                break
-            wait += time.perf_counter() - tw
+        batches = TimedBatches(loader)
+        for x, y in batches:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 logits, det = model(x)
                 loss = combined_loss(logits, det, y, positive, a.bce_weight, pos_weight)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
-            scaler.step(opt)
-            scaler.update()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, model, opt, sched, scaler, a.clip_norm)
             loss_sum += loss.detach() * y.shape[0]
             correct += (logits.detach().argmax(1) == y).sum()
         train_s = time.perf_counter() - t0
+        wait = batches.wait
         n = len(ds)
         tl, tc = loss_sum.item(), correct.item()
         tv = time.perf_counter()
@@ -261,7 +282,7 @@ def train(a) -> int:
         pc.log(f"epoch {epoch + 1}: loss {tl / n:.4f} acc {tc / n:.4f} val acc {line['val_accuracy']:.4f} "
                f"val file acc {line['val_file_accuracy']:.4f} {n / train_s:.0f} samples/s wait "
                f"{100 * wait / train_s:.1f}%")
-    del it, loader
+    del loader
     model.load_state_dict(best_state)
     ckpt = os.path.join(a.out, "best.pt")
     torch.save({"model": best_state, "model_config": model.config()}, ckpt)
