@@ -22,6 +22,8 @@
 #include "melforge/common/errors.h"
 #include "test_util.h"
 
+namespace melforge_test_augment {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -571,3 +573,5 @@ TEST_CASE("augment apply: several threads at once give the serial bytes", "[augm
   CHECK(shared->device_bytes() == 0);
   CHECK(shared->item_bytes(1000) > 0);
 }
+
+}  // namespace melforge_test_augment

@@ -22,6 +22,8 @@
 #include "segment/segment_args.h"
 #include "test_util.h"
 
+namespace melforge_test_augment_build {
+
 using namespace melforge;
 using melforge::test::read_split;
 using melforge::test::TempDir;
@@ -307,3 +309,5 @@ TEST_CASE("merge carries the recipe datasets of augmented shards and refuses mix
   CHECK_THROWS_WITH(test::merge_shards({dirs[0], plain_dirs[1]}, d / "mixed", copy),
                     Catch::Contains("--augment-copies"));
 }
+
+}  // namespace melforge_test_augment_build

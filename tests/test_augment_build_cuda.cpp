@@ -11,6 +11,8 @@
 #include "pipeline.h"
 #include "test_util.h"
 
+namespace melforge_test_augment_build_cuda {
+
 using namespace melforge;
 using namespace melforge::test::augment_fixture;
 using melforge::test::TempDir;
@@ -57,3 +59,5 @@ TEST_CASE("a CUDA build augments on the device and writes the rows and recipes o
     }
   }
 }
+
+}  // namespace melforge_test_augment_build_cuda

@@ -13,6 +13,8 @@
 #include "melforge/common/errors.h"
 #include "test_skip.h"
 
+namespace melforge_test_augment_cuda {
+
 using namespace melforge;
 using namespace melforge::augment;
 using namespace melforge::test;
@@ -81,3 +83,5 @@ TEST_CASE("CUDA augmenter: identity recipes untouched, limits refused, memory re
   CHECK_THROWS_AS(make_cuda_augmenter(noise, rirs, 16000, 0, 0), InvalidArgument);
   CHECK_THROWS_AS(make_cuda_augmenter(noise, rirs, 16000, mel::cuda_device_count(), 100), InvalidArgument);
 }
+
+}  // namespace melforge_test_augment_cuda

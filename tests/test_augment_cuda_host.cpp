@@ -18,6 +18,8 @@
 #include "augment_cases.h"
 #include "melforge/common/errors.h"
 
+namespace melforge_test_augment_cuda_host {
+
 using namespace melforge;
 using namespace melforge::augment;
 using namespace melforge::augment::cuda;
@@ -428,3 +430,5 @@ TEST_CASE("the CUDA pipeline's kernel bodies, run on the CPU, match the CPU augm
     emulated.apply(got.items);
   });
 }
+
+}  // namespace melforge_test_augment_cuda_host

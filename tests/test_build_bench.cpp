@@ -18,6 +18,8 @@
 #include "pipeline.h"
 #include "test_util.h"
 
+namespace melforge_test_build_bench {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -283,3 +285,5 @@ TEST_CASE("melforge-build bench: the binary's flags, JSON, exit codes and SIGINT
   CHECK_THAT(read_text(log), Catch::Contains("interrupted by SIGINT"));
   CHECK(entries(d / "scratch") == 0);
 }
+
+}  // namespace melforge_test_build_bench

@@ -19,6 +19,8 @@
 #include "test_util.h"
 #include "test_skip.h"
 
+namespace melforge_test_build_e2e {
+
 using namespace melforge;
 using melforge::test::read_split;
 using melforge::test::TempDir;
@@ -376,3 +378,5 @@ TEST_CASE("the demo configuration builds the small spoken-digit corpus plus host
                             "assert n==101, n\n\" " + out;
   CHECK(std::system(check.c_str()) == 0);
 }
+
+}  // namespace melforge_test_build_e2e

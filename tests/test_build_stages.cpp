@@ -17,6 +17,8 @@
 #include "pipeline.h"
 #include "test_util.h"
 
+namespace melforge_test_build_stages {
+
 using namespace melforge;
 using melforge::test::read_split;
 using melforge::test::TempDir;
@@ -184,3 +186,5 @@ TEST_CASE("the --max-ram batch budget reserves 64 MiB, each worker's needs and t
     return e;
   }()));
 }
+
+}  // namespace melforge_test_build_stages

@@ -16,6 +16,8 @@
 #include "reader/split_info.h"
 #include "test_util.h"
 
+namespace melforge_test_data_loader {
+
 using namespace melforge;
 
 namespace {
@@ -215,3 +217,5 @@ TEST_CASE("SegmentLoader refuses bad options before reading", "[data]") {
   empty.info.num_short = 1;
   CHECK_THROWS_AS(data::SegmentLoader(empty, data::LoaderOptions{}), FormatError);
 }
+
+}  // namespace melforge_test_data_loader

@@ -35,6 +35,8 @@
 #include "reliability/child_process.h"
 #include "test_skip.h"
 
+namespace melforge_test_decode {
+
 namespace fs = std::filesystem;
 using melforge::AudioError;
 using melforge::audio::AudioInfo;
@@ -922,3 +924,5 @@ TEST_CASE("a file's skip reason is its own when many files are opened at once on
   INFO(wrong.load() << " of " << kThreads * kRounds * files.size() << " outcomes wrong; first: " << first_wrong);
   CHECK(wrong.load() == 0);
 }
+
+}  // namespace melforge_test_decode

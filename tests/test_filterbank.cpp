@@ -16,6 +16,8 @@
 #include "mel_reference.h"
 #include "melforge/common/errors.h"
 
+namespace melforge_test_filterbank {
+
 using namespace melforge;
 using namespace melforge::mel;
 
@@ -293,3 +295,5 @@ TEST_CASE("n_frames follows torch.stft", "[filterbank][args]") {
   a.win_length = 400;
   CHECK(a.n_frames(16000) == 1 + (16000 - 512) / 160);
 }
+
+}  // namespace melforge_test_filterbank

@@ -13,6 +13,8 @@
 #include "reliability/corpus.h"
 #include "test_util.h"
 
+namespace melforge_test_flag_conventions {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -164,3 +166,5 @@ TEST_CASE("melforge-build reads the aliases, and refuses an unknown flag with ex
   CHECK_THAT(help.output, Catch::Contains("--n-fft arg") && Catch::Contains("--mel-norm arg") &&
                               !Catch::Contains("--n_fft arg") && !Catch::Contains("--norm arg"));
 }
+
+}  // namespace melforge_test_flag_conventions

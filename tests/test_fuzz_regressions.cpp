@@ -16,6 +16,8 @@
 #include "segment/segment_args.h"
 #include "test_util.h"
 
+namespace melforge_test_fuzz_regressions {
+
 namespace fs = std::filesystem;
 using melforge::test::TempDir;
 
@@ -92,3 +94,5 @@ TEST_CASE("a long segment of 2^31 samples or more is an invalid argument", "[seg
   CHECK_NOTHROW(args.validate(16000));
   CHECK(args.num_short(16000) == static_cast<int>(std::llround(134217.0 * 16000) / 4000));
 }
+
+}  // namespace melforge_test_fuzz_regressions

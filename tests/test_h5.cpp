@@ -14,6 +14,8 @@
 #include "melforge/common/h5.h"
 #include "test_util.h"
 
+namespace melforge_test_h5 {
+
 using namespace melforge;
 
 namespace {
@@ -327,3 +329,5 @@ TEST_CASE("failures throw IoError with the path and HDF5's message, and print no
   CHECK_THROWS_AS(h5::write_attribute_int64(ro, "x", 1), IoError);
   CHECK(h5::error_stack().empty());
 }
+
+}  // namespace melforge_test_h5

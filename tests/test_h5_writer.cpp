@@ -22,6 +22,8 @@
 #include "test_util.h"
 #include "test_skip.h"
 
+namespace melforge_test_h5_writer {
+
 using namespace melforge;
 using builder::FileRecord;
 using builder::SplitWriter;
@@ -686,3 +688,5 @@ TEST_CASE("ChunkCutter cuts any sequence of appends into the chunks of the conca
   }
   CHECK_THROWS_AS(builder::ChunkCutter(0, 4), InvalidArgument);
 }
+
+}  // namespace melforge_test_h5_writer

@@ -10,6 +10,8 @@
 
 #include "mel/half.h"
 
+namespace melforge_test_half {
+
 using namespace melforge::mel;
 
 namespace {
@@ -143,3 +145,5 @@ TEST_CASE("float_to_half_bits equals the compiler's _Float16 conversion", "[half
   CHECK(mismatches == 0);
 }
 #endif
+
+}  // namespace melforge_test_half

@@ -16,6 +16,8 @@
 #include "test_skip.h"
 #include "test_util.h"
 
+namespace melforge_test_hostile_corpus {
+
 using namespace melforge;
 namespace fs = std::filesystem;
 
@@ -207,3 +209,5 @@ TEST_CASE("hostile corpus: manifest labels with stray spaces are trimmed into on
   auto f = h5::open_file(out / "train.h5");
   CHECK(h5::read_strings(f, "class_names") == trim.at("classes").get<std::vector<std::string>>());
 }
+
+}  // namespace melforge_test_hostile_corpus

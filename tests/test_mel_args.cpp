@@ -11,6 +11,8 @@
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 
+namespace melforge_test_mel_args {
+
 using namespace melforge;
 using namespace melforge::mel;
 namespace po = boost::program_options;
@@ -135,3 +137,5 @@ TEST_CASE("to_string shows the effective parameters", "[args]") {
   a.f_max = 7600.0f;
   CHECK_THAT(a.to_string(), Catch::Contains("hop_length=200") && Catch::Contains("f_max=7600"));
 }
+
+}  // namespace melforge_test_mel_args

@@ -22,6 +22,8 @@
 #include "mel_reference.h"
 #include "melforge/common/errors.h"
 
+namespace melforge_test_mel_cpu {
+
 using namespace melforge;
 using namespace melforge::mel;
 
@@ -436,3 +438,5 @@ TEST_CASE("CPU engine reports its layout, name and time, and rejects bad configu
   too_many.n_mels = a.n_freqs() + 1;
   CHECK_THROWS_AS(make_cpu_engine(make_config(too_many, 16000)), InvalidArgument);
 }
+
+}  // namespace melforge_test_mel_cpu

@@ -14,6 +14,8 @@
 #include "melforge/common/errors.h"
 #include "mel_reference.h"
 
+namespace melforge_test_mel_cuda {
+
 using namespace melforge;
 using namespace melforge::mel;
 using melforge::test::half_to_float;
@@ -266,3 +268,5 @@ TEST_CASE("CUDA and CPU float16 bytes: how many differ and by how many half ulps
                << " half ulps");
   require_close(a, b, DType::float16, p.mel.log, cuda_engine->layout().out_elems_per_segment());
 }
+
+}  // namespace melforge_test_mel_cuda

@@ -22,6 +22,8 @@
 #include "mel/mel_math.h"
 #include "mel_reference.h"
 
+namespace melforge_test_mel_cuda_bodies {
+
 using namespace melforge;
 using namespace melforge::mel;
 using melforge::test::half_to_float;
@@ -500,7 +502,11 @@ TEST_CASE("mel body stores IEEE half bits for float16", "[mel][cuda_bodies]") {
   CHECK(std::abs(back - single) <= std::ldexp(std::abs(single), -11) + 3e-8f);
 }
 
+}  // namespace melforge_test_mel_cuda_bodies
+
 #else
+
+namespace melforge_test_mel_cuda_bodies {
 
 TEST_CASE("built without CUDA: no device and a clear error", "[mel][cuda_bodies]") {
   using namespace melforge;
@@ -509,5 +515,7 @@ TEST_CASE("built without CUDA: no device and a clear error", "[mel][cuda_bodies]
   config.segment_samples = 4000;
   CHECK_THROWS_AS(mel::make_cuda_engine(config), CudaError);
 }
+
+}  // namespace melforge_test_mel_cuda_bodies
 
 #endif

@@ -10,6 +10,8 @@
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 
+namespace melforge_test_mel_cuda_host {
+
 using namespace melforge;
 using namespace melforge::mel;
 using namespace melforge::mel::cuda;
@@ -199,3 +201,5 @@ TEST_CASE("the device query on this machine keeps its error, and a CUDA engine n
   CHECK_FALSE(cuda_available());
   CHECK(cuda_device_count() == 0);
 }
+
+}  // namespace melforge_test_mel_cuda_host

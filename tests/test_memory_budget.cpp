@@ -9,6 +9,8 @@
 #include "build_fixture.h"
 #include "build_state.h"
 
+namespace melforge_test_memory_budget {
+
 using namespace melforge;
 
 namespace {
@@ -90,3 +92,5 @@ TEST_CASE("the automatic num_long is capped so that one file fits --max-ram, and
   CHECK(given.state.num_long == 3600);
   CHECK(given.state.usable[0].plan.num_valid_long == 3600);
 }
+
+}  // namespace melforge_test_memory_budget

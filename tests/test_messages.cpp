@@ -10,6 +10,8 @@
 #include "reliability/corpus.h"
 #include "test_util.h"
 
+namespace melforge_test_messages {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -82,3 +84,5 @@ TEST_CASE("a --config file that starts with a UTF-8 byte order mark is read like
   CHECK(folder.exit_code == 2);
   CHECK_THAT(folder.output, Catch::Contains("--config: '" + d.path().string() + "' is a folder"));
 }
+
+}  // namespace melforge_test_messages

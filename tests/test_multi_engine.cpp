@@ -12,6 +12,8 @@
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 
+namespace melforge_test_multi_engine {
+
 using namespace melforge;
 using namespace melforge::mel;
 
@@ -291,3 +293,5 @@ TEST_CASE("a multi-engine runs its engines on separate threads, sums their figur
   CHECK_THROWS_AS(make_multi_engine(std::move(mixed), 4), InvalidArgument);
   CHECK_THROWS_AS(make_multi_engine({}, 4), InvalidArgument);
 }
+
+}  // namespace melforge_test_multi_engine

@@ -8,6 +8,8 @@
 #include "scan.h"
 #include "test_util.h"
 
+namespace melforge_test_multilabel_build {
+
 using melforge::test::TempDir;
 using melforge::test::write_text;
 namespace fs = std::filesystem;
@@ -148,3 +150,5 @@ TEST_CASE("merge refuses multi-label shards", "[multilabel][merge]") {
   CHECK_THROWS_WITH(melforge::test::merge_shards(dirs, d / "merged", false),
                     Catch::Contains("merging multi-label shards is not supported"));
 }
+
+}  // namespace melforge_test_multilabel_build

@@ -9,6 +9,8 @@
 #include "melforge/common/errors.h"
 #include "metrics/multilabel.h"
 
+namespace melforge_test_multilabel_metrics {
+
 namespace metrics = melforge::metrics;
 
 namespace {
@@ -86,3 +88,5 @@ TEST_CASE("multi-label metrics: undefined classes, JSON nulls, size errors", "[m
   CHECK(j["per_class"]["a"]["positives"] == 1);
   CHECK_FALSE(j.contains("f1_tuned"));
 }
+
+}  // namespace melforge_test_multilabel_metrics

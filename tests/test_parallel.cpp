@@ -17,6 +17,8 @@
 #include "melforge/common/parallel.h"
 #include "reliability/child_process.h"
 
+namespace melforge_test_parallel {
+
 using namespace melforge;
 
 namespace {
@@ -119,3 +121,5 @@ TEST_CASE("resolve_threads caps a thread count at 4 per core, and says so", "[pa
                        std::to_string(cores) + " cores); using " + std::to_string(4 * cores));
   CHECK(warning.find('\n') == std::string::npos);
 }
+
+}  // namespace melforge_test_parallel

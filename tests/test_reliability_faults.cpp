@@ -16,6 +16,8 @@
 #include "test_skip.h"
 #include "test_util.h"
 
+namespace melforge_test_reliability_faults {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -390,3 +392,5 @@ TEST_CASE("an install that fails half-way puts the previous build back", "[relia
   CHECK(before.count("train.h5") == 1);
   CHECK(before.count(builder::kReportName) == 1);
 }
+
+}  // namespace melforge_test_reliability_faults

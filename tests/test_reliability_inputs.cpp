@@ -16,6 +16,8 @@
 #include "test_util.h"
 #include "test_skip.h"
 
+namespace melforge_test_reliability_inputs {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -189,3 +191,5 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
     MELFORGE_SKIP("partly run: every other input was checked, but the unreadable file and folder cases could not "
                   "run (root, and a child cannot switch to uid 65534 to make bad_unreadable.wav unreadable)");
 }
+
+}  // namespace melforge_test_reliability_inputs

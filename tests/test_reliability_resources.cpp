@@ -15,6 +15,8 @@
 #include "reliability/corpus.h"
 #include "test_util.h"
 
+namespace melforge_test_reliability_resources {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -191,3 +193,5 @@ TEST_CASE("a build with --threads 10000 is capped at 4 threads per core, with a 
   CHECK_THAT(r.output, Catch::Contains("melforge-build: warning: --threads 10000 is more than 4 threads per core") &&
                            Catch::Contains("using " + std::to_string(cap) + "\n"));
 }
+
+}  // namespace melforge_test_reliability_resources

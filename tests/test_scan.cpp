@@ -10,6 +10,8 @@
 #include "test_skip.h"
 #include "test_util.h"
 
+namespace melforge_test_scan {
+
 using namespace melforge::builder;
 using melforge::test::TempDir;
 using melforge::test::write_text;
@@ -368,3 +370,5 @@ TEST_CASE("manifest: labels and splits are trimmed", "[scan][csv]") {
   write_text(d / "blank.csv", "a.wav,  \n");
   CHECK_THROWS_WITH(scan_manifest(d / "blank.csv"), Catch::Contains("blank.csv:1: empty label"));
 }
+
+}  // namespace melforge_test_scan

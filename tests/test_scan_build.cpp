@@ -12,6 +12,8 @@
 #include "test_skip.h"
 #include "test_util.h"
 
+namespace melforge_test_scan_build {
+
 using namespace melforge;
 using melforge::test::TempDir;
 using melforge::test::write_text;
@@ -214,3 +216,5 @@ TEST_CASE("a manifest listing one file twice under two spellings is refused", "[
                                        "('in/c0/f0.wav')"));
   CHECK(nothing_installed(d / "out"));
 }
+
+}  // namespace melforge_test_scan_build

@@ -7,6 +7,8 @@
 #include "melforge/common/errors.h"
 #include "segment/segment_args.h"
 
+namespace melforge_test_segment {
+
 using namespace melforge::segment;
 
 namespace {
@@ -137,3 +139,5 @@ TEST_CASE("invalid segmentation parameters are rejected", "[segment]") {
   CHECK_THROWS_AS(a.validate(16000), melforge::InvalidArgument);
   CHECK_NOTHROW(args_of(1.0, 1.0).validate(16000));
 }
+
+}  // namespace melforge_test_segment

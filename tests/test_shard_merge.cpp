@@ -17,6 +17,8 @@
 #include "test_util.h"
 #include "test_skip.h"
 
+namespace melforge_test_shard_merge {
+
 using namespace melforge;
 using melforge::test::read_split;
 using melforge::test::TempDir;
@@ -361,3 +363,5 @@ TEST_CASE("h5py reads a merged dataset (virtual and --copy) exactly as the unsha
                           "' '" + (d / "vds").string() + "' '" + (d / "copy").string() + "'";
   CHECK(std::system(cmd.c_str()) == 0);
 }
+
+}  // namespace melforge_test_shard_merge

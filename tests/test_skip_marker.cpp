@@ -14,6 +14,8 @@
 #include "test_skip.h"
 #include "test_util.h"
 
+namespace melforge_test_skip_marker {
+
 namespace fs = std::filesystem;
 using melforge::test::TempDir;
 
@@ -154,3 +156,5 @@ TEST_CASE("CTest reports a MELFORGE_SKIP as skipped per test case and never hide
   CHECK(r.output.find("tests passed, 2 tests failed out of 7") != std::string::npos);
   CHECK(r.output.find("The following tests did not run:") != std::string::npos);
 }
+
+}  // namespace melforge_test_skip_marker

@@ -13,6 +13,8 @@
 #include "melforge/common/h5.h"
 #include "test_util.h"
 
+namespace melforge_test_source_rate {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -97,3 +99,5 @@ TEST_CASE("shards without source_sample_rate merge into a file without it", "[sh
     CHECK(h5::read_attribute_string(f, "resampler") == "soxr");
   }
 }
+
+}  // namespace melforge_test_source_rate

@@ -10,6 +10,8 @@
 
 #include "split.h"
 
+namespace melforge_test_split {
+
 using namespace melforge::builder;
 
 namespace {
@@ -123,3 +125,5 @@ TEST_CASE("two ratios leave test empty", "[split]") {
   assign_splits(files, {0.5, 0.5, 0.0}, 3);
   for (const auto& f : files) CHECK(f.split != 2);
 }
+
+}  // namespace melforge_test_split

@@ -26,6 +26,8 @@
 #include "split.h"
 #include "test_util.h"
 
+namespace melforge_test_split_by_class {
+
 using namespace melforge;
 using namespace melforge::builder;
 using melforge::test::TempDir;
@@ -371,3 +373,5 @@ TEST_CASE("3 s segments build, and a file shorter than a segment follows --short
   CHECK(train.valid[static_cast<std::size_t>(row)] == 1);
   CHECK(*std::max_element(silence.begin(), silence.end()) == -100.0f);
 }
+
+}  // namespace melforge_test_split_by_class

@@ -16,6 +16,8 @@
 #include "melforge/common/tensorboard.h"
 #include "test_util.h"
 
+namespace melforge_test_tensorboard {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -231,3 +233,5 @@ TEST_CASE("heat_map draws each value as a cell of its colour inside a one-pixel 
   CHECK(heat_map_cell(20) == 20);
   CHECK(heat_map_cell(500) == 4);
 }
+
+}  // namespace melforge_test_tensorboard

@@ -15,6 +15,8 @@
 #include "test_skip.h"
 #include "test_util.h"
 
+namespace melforge_test_utf8 {
+
 using namespace melforge;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
@@ -144,3 +146,5 @@ TEST_CASE("a build of class folders and files whose names are not UTF-8 writes a
   CHECK(rc == 0);
   CHECK_THAT(output, Catch::Contains("OK 17"));
 }
+
+}  // namespace melforge_test_utf8

@@ -18,6 +18,8 @@
 #include "test_util.h"
 #include "verification/verification.h"
 
+namespace melforge_test_verification {
+
 namespace vf = melforge::verification;
 using melforge::FormatError;
 using melforge::InvalidArgument;
@@ -416,3 +418,5 @@ TEST_CASE("the DET picture is a PNG of the stated size with the curve, the diago
   CHECK(pixel(0, 0) == std::array<uint8_t, 3>{255, 255, 255});
   CHECK_THROWS_AS(vf::write_det_png(d / "missing" / "det.png", det, eer), IoError);
 }
+
+}  // namespace melforge_test_verification

@@ -10,6 +10,8 @@
 #include "metrics/metrics.h"
 #include "vote/vote.h"
 
+namespace melforge_test_vote {
+
 using namespace melforge;
 using namespace melforge::vote;
 
@@ -165,3 +167,5 @@ TEST_CASE("file metrics: counts and scores by hand", "[vote][metrics]") {
   CHECK_THROWS_AS(metrics::file_metrics(y, pred, det, 2, 1), InvalidArgument);
   CHECK_THROWS_AS(metrics::file_metrics(y, {0}, det, 3, 2), InvalidArgument);
 }
+
+}  // namespace melforge_test_vote

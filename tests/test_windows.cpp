@@ -16,6 +16,8 @@
 #include "test_util.h"
 #include "windows/windows.h"
 
+namespace melforge_test_windows {
+
 using namespace melforge;
 using melforge::test::TempDir;
 
@@ -187,3 +189,5 @@ TEST_CASE("windows at the builder's hop equal the spectrograms the dataset store
   }
   CHECK(compared >= 10);
 }
+
+}  // namespace melforge_test_windows
