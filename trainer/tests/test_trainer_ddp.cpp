@@ -460,4 +460,30 @@ TEST_CASE("one process joins through c10d when --dist-backend or --world-size 1 
   CHECK(trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt").epoch == 1);
 }
 
+TEST_CASE("2 Gloo ranks train a speaker model with the AAM loss and rank 0 writes its EER report", "[trainer][dist]") {
+  const fs::path root = shared().dir.path() / "speakers";
+  const fs::path data = test::build_tone_dataset(root, 12, 4, "data", [](builder::BuildConfig& c) {
+    c.build.split_by = builder::SplitBy::class_;
+  });
+  const int port = free_port();
+  const auto args = [&](const fs::path& out, int rank) {
+    std::vector<std::string> a = {train_exe().string(), "train", "--data", data.string(), "--out", out.string(),
+                                  "--epochs", "1", "--task", "verification", "--model", "resnet-se", "--width",
+                                  "quarter", "--embedding-dim", "16", "--batch-size", "8", "--prefetch", "0",
+                                  "--threads", "1", "--trial-count", "40", "--log-level", "warn"};
+    return with(a, rank_flags(rank, 2, port));
+  };
+  const auto results = run_ranks({args(root / "run", 0), args(root / "rank1-out", 1)}, root);
+  for (const auto& r : results) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  CHECK_FALSE(fs::exists(root / "rank1-out"));
+  std::ifstream report_file(root / "run" / "report.json");
+  const auto report = nlohmann::json::parse(report_file);
+  CHECK(report["task"] == "verification");
+  CHECK(report["test"]["verification"]["EER"].is_number());
+  CHECK(trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt").state.value("world_size", 0) == 2);
+}
+
 }  // namespace melforge_test_trainer_ddp
