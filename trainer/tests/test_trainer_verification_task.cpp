@@ -9,6 +9,7 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/GradMode.h>
+#include <torch/cuda.h>
 
 #include "catch_torch.h"
 
@@ -223,6 +224,28 @@ TEST_CASE("a speaker run trains with bf16 autocast, gradient accumulation and cl
   const nlohmann::json config = read_json(d / "run" / "config.json");
   CHECK(config["optim"]["accumulate"] == 2);
   CHECK(config["train"]["amp"] == "bf16");
+}
+
+TEST_CASE("CUDA: a speaker run with bf16, a resident split and its AAM step captured in a CUDA graph",
+          "[trainer][verification][cuda]") {
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
+  TempDir d;
+  const fs::path data = build_speakers(d.path());
+  trainer::TrainConfig c = speaker_config(data, d / "run", 4);
+  c.runtime.device = "cuda";
+  c.runtime.log_level = "info";
+  c.train.amp = "bf16";
+  c.train.cuda_graph = true;
+  c.loader.gpu_mem = 64;
+  std::ostringstream log;
+  const trainer::TrainResult r = trainer::train(c, log);
+  INFO(log.str());
+  REQUIRE(r.test.has_value());
+  CHECK(std::isfinite(r.test->verification.eer));
+  CHECK_THAT(log.str(), Catch::Contains("captured the training step in a CUDA Graph"));
+  const auto lines = test::epoch_lines(d / "run" / "metrics.jsonl");
+  REQUIRE(lines.size() == 4);
+  CHECK(lines.back()["train_loss"].get<double>() < lines.front()["train_loss"].get<double>());
 }
 
 TEST_CASE("eval scores a speaker checkpoint on generated or listed trials, with AS-norm, and names the EER",
