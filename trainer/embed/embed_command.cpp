@@ -132,7 +132,8 @@ Embedded embed_audio(Classifier& model, const MelInfo& info, const EmbedOptions&
 
 void write_embeddings(const EmbedOptions& opts, const Checkpoint& ck, const Classifier& model, const Embedded& e) {
   const fs::path partial = opts.out.string() + ".partial";
-  {
+  std::error_code ec;
+  try {
     h5::File file = h5::create_file(partial);
     write_matrix(file, "embedding", e.embedding);
     h5::write_strings(file, "path", e.paths);
@@ -150,8 +151,10 @@ void write_embeddings(const EmbedOptions& opts, const Checkpoint& ck, const Clas
       h5::write_attribute_string(file, "data", fs::absolute(opts.data).string());
     }
     file.close();
+  } catch (...) {
+    fs::remove(partial, ec);
+    throw;
   }
-  std::error_code ec;
   fs::rename(partial, opts.out, ec);
   if (ec) {
     fs::remove(partial, ec);
