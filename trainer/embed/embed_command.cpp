@@ -84,8 +84,7 @@ Embedded embed_dataset(Classifier& model, const EmbedOptions& opts, at::Device d
   Embedded e;
   e.embedding = embed_split(model, split, opts.batch_size, device);
   e.paths = split.paths;
-  const at::Tensor l = split.label.to(at::kCPU, at::kInt).contiguous();
-  e.labels.assign(l.data_ptr<int32_t>(), l.data_ptr<int32_t>() + l.numel());
+  e.labels = split_labels(split);
   return e;
 }
 

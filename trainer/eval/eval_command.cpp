@@ -74,10 +74,8 @@ nlohmann::json run_verification_eval(const Checkpoint& c, Classifier& model, con
                                      std::ostream& out) {
   const Split split = load_split(data.data / (eval.split + ".h5"), eval.split, data.stream);
   std::string said;
-  const at::Tensor labels = split.label.to(at::kCPU, at::kInt).contiguous();
   const std::vector<verification::Trial> trials =
-      split_trials({labels.data_ptr<int32_t>(), labels.data_ptr<int32_t>() + labels.numel()}, split.paths,
-                   opts.verify, /*use_list=*/true, split.name, &said);
+      split_trials(split_labels(split), split.paths, opts.verify, /*use_list=*/true, split.name, &said);
   if (!said.empty()) out << said << "\n";
   const at::Tensor emb = embed_split(model, split, eval.batch_size, device);
   if (const int64_t bad = first_non_finite_row(emb); bad >= 0)

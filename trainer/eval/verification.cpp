@@ -128,6 +128,11 @@ at::Tensor embed_split(Classifier& model, const Split& split, int64_t batch_size
   return mean / mean.norm(2, 1, true).clamp_min(1e-12);
 }
 
+std::vector<int32_t> split_labels(const Split& split) {
+  const at::Tensor l = split.label.to(at::kCPU, at::kInt).contiguous();
+  return {l.data_ptr<int32_t>(), l.data_ptr<int32_t>() + l.numel()};
+}
+
 int64_t first_non_finite_row(const at::Tensor& embeddings) {
   const at::Tensor bad = embeddings.isfinite().all(1).logical_not().nonzero();
   return bad.size(0) > 0 ? bad[0][0].item<int64_t>() : -1;

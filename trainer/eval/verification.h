@@ -63,6 +63,9 @@ at::Tensor embed_split(Classifier& model, const Split& split, int64_t batch_size
 /// The first row of `embeddings` [N, E] holding a NaN or an infinity, or -1.
 int64_t first_non_finite_row(const at::Tensor& embeddings);
 
+/// The class of each file of `split` as int32 (the form the trial functions take), [files].
+std::vector<int32_t> split_labels(const Split& split);
+
 /// {target pairs, non-target pairs} of distinct files that `labels` (one class per file) allow.
 std::pair<int64_t, int64_t> trial_pairs(const std::vector<int32_t>& labels);
 

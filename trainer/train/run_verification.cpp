@@ -12,18 +12,9 @@ namespace fs = std::filesystem;
 
 namespace melforge::trainer {
 
-namespace {
-
-std::vector<int32_t> int_labels(const Split& split) {
-  const at::Tensor l = split.label.to(at::kCPU, at::kInt).contiguous();
-  return {l.data_ptr<int32_t>(), l.data_ptr<int32_t>() + l.numel()};
-}
-
-}  // namespace
-
 void Run::check_verification_splits(const Dataset& meta) const {
   for (const Split* split : {&meta.val, &meta.test})
-    split_trials(int_labels(*split), split->paths, cfg_.verify, split == &meta.test, split->name);
+    split_trials(split_labels(*split), split->paths, cfg_.verify, split == &meta.test, split->name);
 }
 
 double Run::aam_margin() const {
@@ -44,7 +35,7 @@ EvalResult Run::evaluate_verification(const Split& split, bool use_list, const a
   auto it = trials_.find(key);
   if (it == trials_.end()) {
     std::string said;
-    it = trials_.emplace(key, split_trials(int_labels(split), split.paths, cfg_.verify, use_list, split.name, &said))
+    it = trials_.emplace(key, split_trials(split_labels(split), split.paths, cfg_.verify, use_list, split.name, &said))
              .first;
     if (!said.empty()) log_.info(said);
   }
