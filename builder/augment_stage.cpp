@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "augment/augment_cuda.h"
 #include "batch_runner.h"
 #include "build_state.h"
 #include "melforge/common/errors.h"
@@ -69,10 +70,6 @@ void AugmentStage::load_banks(const std::vector<std::string>& extensions, int th
   cpu_ = augment::make_cpu_augmenter(noise_, rir_, sample_rate_);
 }
 
-void AugmentStage::use_device(int device, int64_t max_batch_samples) {
-  device_ = augment::make_cuda_augmenter(noise_, rir_, sample_rate_, device, max_batch_samples);
-}
-
 void init_augment(BuildState& state) {
   if (!state.augment) return;
   const BuildConfig& c = state.config;
@@ -95,14 +92,44 @@ void init_augment(BuildState& state) {
                         "; raise --max-ram or give --noise/--rir fewer or shorter clips");
 }
 
-void init_augment_device(BuildState& state) {
-  if (!state.augment || !state.engine_plan.cuda || state.engine_plan.devices.empty()) return;
-  const int64_t budget = batch_budget(state.config.build.max_ram_bytes(), state.threads,
-                                      largest_worker_bytes(state.audio_stages, state.usable), state.held_bytes());
+int64_t augment_capacity(int64_t largest_slice, const std::function<int64_t(int64_t)>& budget) {
+  if (largest_slice < 1) throw InvalidArgument("augment_capacity: largest slice " + std::to_string(largest_slice));
+  const auto fits = [&](int64_t c) { return c >= budget(c) / static_cast<int64_t>(sizeof(float)); };
+  int64_t lo = largest_slice;
+  int64_t hi = std::max(largest_slice, kPipelineBatchBytes / static_cast<int64_t>(sizeof(float)));
+  if (fits(lo)) return lo;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+int64_t device_augment_capacity(const BuildState& state) {
+  const AugmentStage& stage = *state.augment;
+  AudioStages others;
+  for (const auto& s : state.audio_stages)
+    if (s.get() != &stage) others.push_back(s);
+  const int64_t worker = largest_worker_bytes(others, state.usable);
+  const int64_t held = state.engine->host_bytes() + stage.bank_bytes();
+  std::vector<int64_t> noise, rir;
+  for (const augment::Clip& c : stage.noise().clips) noise.push_back(static_cast<int64_t>(c.samples.size()));
+  for (const augment::Clip& c : stage.rir().clips) rir.push_back(static_cast<int64_t>(c.samples.size()));
+  const int64_t max_ram = state.config.build.max_ram_bytes();
   int64_t largest = 1;
   for (const PlannedFile& f : state.usable) largest = std::max(largest, f.plan.arena_samples);
-  state.augment->use_device(state.engine_plan.devices.front(),
-                            std::max(budget / static_cast<int64_t>(sizeof(float)), largest));
+  return augment_capacity(largest, [&](int64_t c) {
+    const int64_t pinned = augment::cuda::augment_buffer_sizes(noise, rir, state.sample_rate, c).pinned_bytes();
+    return batch_budget(max_ram, state.threads, worker, held + pinned);
+  });
+}
+
+void init_augment_device(BuildState& state) {
+  if (!state.augment || !state.engine_plan.cuda || state.engine_plan.devices.empty()) return;
+  const AugmentStage& stage = *state.augment;
+  state.augment->use_device(augment::make_cuda_augmenter(stage.noise(), stage.rir(), state.sample_rate,
+                                                         state.engine_plan.devices.front(),
+                                                         device_augment_capacity(state)));
 }
 
 std::vector<PlannedCopy> split_copies(const BuildState& state, std::size_t split) {

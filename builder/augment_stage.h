@@ -5,6 +5,7 @@
 /// augmenters, kernels/augment/augment.h), and what the rows, attributes and report record of it.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -45,17 +46,25 @@ class AugmentStage final : public AudioStage {
   /// Loads the --noise and --rir banks (augment::load_bank with `extensions` on `threads` threads) and makes the
   /// CPU augmenter. Throws InvalidArgument naming the flag and the file that cannot be decoded.
   void load_banks(const std::vector<std::string>& extensions, int threads);
-  /// Makes the CUDA augmenter on `device` for batches of up to `max_batch_samples` samples; apply then goes through
-  /// it. Throws CudaError.
-  void use_device(int device, int64_t max_batch_samples);
+  /// Applies the recipes through `device` (the CUDA augmenter, made by init_augment_device) once per batch from now
+  /// on; its host bytes count in held_bytes().
+  void use_device(std::unique_ptr<augment::Augmenter> device) { device_ = std::move(device); }
+  /// Frees the device augmenter, if any: the CPU augmenter applies the recipes from now on (the engine check's
+  /// fallback).
+  void use_cpu() { device_.reset(); }
   /// The noise bank (empty without --noise).
   const augment::Bank& noise() const { return noise_; }
   /// The impulse-response bank (empty without --rir).
   const augment::Bank& rir() const { return rir_; }
   /// Bytes of both banks in RAM.
   int64_t bank_bytes() const { return noise_.bytes() + rir_.bytes(); }
+  /// Host bytes held for the whole build: bank_bytes() and the device augmenter's host bytes
+  /// (Augmenter::host_bytes: the CUDA augmenter's pinned staging buffers).
+  int64_t held_bytes() const { return bank_bytes() + (device_ ? device_->host_bytes() : 0); }
   /// The augmenter in use: the CUDA one after use_device(), else the CPU one; null before load_banks().
   const augment::Augmenter* augmenter() const { return device_ ? device_.get() : cpu_.get(); }
+  /// The CPU augmenter (also after use_device(): the engine check's twin); null before load_banks().
+  augment::Augmenter* cpu_augmenter() const { return cpu_.get(); }
   /// The options.
   const augment::AugmentArgs& args() const { return args_; }
 
@@ -74,9 +83,21 @@ class AugmentStage final : public AudioStage {
 /// (AugmentStage::load_banks). Runs before probe, so that a bad bank fails before any input is read.
 void init_augment(BuildState& state);
 
+/// The smallest capacity C >= `largest_slice` (samples) with C >= budget(C) / 4 (integer division): `budget` is the
+/// batch budget the batch runner uses once a device augmenter of capacity C holds its host bytes (so non-increasing
+/// in C). A batch of two rows or more holds at most budget / 4 samples (batch_file_bytes counts 4 bytes a sample), a
+/// batch of one row at most the largest slice, so every batch fits C. Throws InvalidArgument when largest_slice < 1.
+int64_t augment_capacity(int64_t largest_slice, const std::function<int64_t(int64_t)>& budget);
+
+/// augment_capacity for `state` after init_engine, with the budget of runner_batch_budget (batch_runner.h) as it will
+/// be once the CUDA augmenter is in place: the audio stages' worker bytes without the CPU augmenter's scratch (the
+/// device augmenter has none per thread), and the held bytes with the augmenter's pinned buffers for capacity C
+/// (cuda::augment_buffer_sizes(...).pinned_bytes(), what CudaAugmenter::host_bytes reports) in place of none.
+int64_t device_augment_capacity(const BuildState& state);
+
 /// After init_engine, with a CUDA mel engine (state.engine_plan.cuda) and augmentation: moves the stage to the CUDA
-/// augmenter on the plan's first device, for batches of the --max-ram batch budget (at least the largest file's
-/// slice). Nothing otherwise. Throws CudaError.
+/// augmenter on the plan's first device, of capacity device_augment_capacity(state). Nothing otherwise. Throws
+/// CudaError.
 void init_augment_device(BuildState& state);
 
 /// The rows of split `split` (0 train, 1 val, 2 test) of state.usable in scan order: each file's clean copy, then,

@@ -38,8 +38,9 @@ struct KeptFiles {
 /// One run of the batches of a build: the arena, the spectrogram buffers, the writers and the write queue.
 class BatchRunner {
  public:
-  /// Plans the --max-ram budget and starts the write queue; nothing is written until run().
-  BatchRunner(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+  /// Plans the --max-ram budget, sets up the engine check (RunOptions::engine_check) and starts the write queue;
+  /// nothing is written until run().
+  BatchRunner(BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
               StageTimes& times);
   /// Runs every split and waits for the last write.
   BatchTotals run();
@@ -47,25 +48,36 @@ class BatchRunner {
  private:
   /// Opens the split's writers, runs its batches and posts its finish().
   void run_split(std::size_t split);
-  /// The end of the batch that starts at rows[begin]: that row, then as many as fit in the budget.
+  /// The end of the batch that starts at rows[begin]: that row, then as many as fit in the budget (the check's
+  /// budget when the engine check would compare the batch).
   std::size_t batch_end(const std::vector<PlannedCopy>& rows, std::size_t begin) const;
-  /// Load, keep, compute_mel and write one batch.
+  /// The end of the batch that starts at rows[begin] within `budget` bytes of batch_file_bytes (at least one row).
+  std::size_t batch_end_within(const std::vector<PlannedCopy>& rows, std::size_t begin, int64_t budget) const;
+  /// Load, keep, compute_mel, the engine check when it compares the batch, and write one batch.
   void run_batch(std::size_t split, std::span<const PlannedCopy> rows, SplitOutputs& out, Progress& progress);
-  /// The batch's slices of the arena, filled by the audio stages.
-  std::vector<BatchFile> load(std::span<const PlannedCopy> rows, Progress& progress);
+  /// The batch's slices of the arena, filled by `stages`.
+  std::vector<BatchFile> load(std::span<const PlannedCopy> rows, Progress& progress, const AudioStages& stages);
   /// Lists the files a stage skipped and counts the others into the totals.
   KeptFiles keep(std::size_t split, const std::vector<BatchFile>& batch);
   /// Stage "mel": the spectrograms of the kept files, in the output buffer the writer is not using.
-  const std::vector<uint8_t>& compute_mel(const KeptFiles& kept);
+  std::vector<uint8_t>& compute_mel(const KeptFiles& kept);
+  /// Stage "engine_check": compares the batch, whose spectrograms `mel` holds, with the CPU twin; after a fallback
+  /// the budget is that of the CPU engine.
+  void check(std::vector<BatchFile>& batch, const KeptFiles& kept, std::vector<uint8_t>& mel);
+  /// The engines that computed the spectrograms (BatchTotals::engines).
+  std::string engines() const;
   /// Stage "write_wait": waits for the previous write, then posts this batch's to the write queue.
   void write(SplitOutputs& out, const std::vector<uint8_t>& mel, std::vector<FileRecord> records);
 
-  const BuildState& state_;
+  BuildState& state_;
   const std::vector<WriteTarget>& targets_;
   const RunOptions options_;
   StageTimes& times_;
   const int64_t out_bytes_per_file_;
-  const int64_t budget_;
+  int64_t budget_;
+  EngineCheckSummary initial_check_;
+  std::unique_ptr<EngineCheck> check_;
+  int64_t check_budget_ = 0;
   const float silence_;
   const featurize::BatchLayout layout_;
   const std::vector<Attribute> attributes_;
@@ -79,15 +91,15 @@ class BatchRunner {
   WriteQueue queue_;
 };
 
-BatchRunner::BatchRunner(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+BatchRunner::BatchRunner(BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
                          StageTimes& times)
     : state_(state),
       targets_(targets),
       options_(options),
       times_(times),
       out_bytes_per_file_(state.out_bytes_per_file()),
-      budget_(batch_budget(state.config.build.max_ram_bytes(), state.threads,
-                           largest_worker_bytes(state.audio_stages, state.usable), state.held_bytes())),
+      budget_(runner_batch_budget(state)),
+      initial_check_(initial_engine_check(state)),
       silence_(mel::silence_value(state.config.mel)),
       layout_(state.batch_layout()),
       attributes_(dataset_attributes(state)),
@@ -100,6 +112,16 @@ BatchRunner::BatchRunner(const BuildState& state, const std::vector<WriteTarget>
       totals_.copies[s][name] = {0, 0};
     }
   totals_.writes.resize(targets.size());
+  if (initial_check_.result != "passed") return;
+  if (!options.engine_check) {
+    initial_check_.result = "skipped";
+    initial_check_.reason = "this run of the batches does not check (the bench's stage runs)";
+    return;
+  }
+  check_ = std::make_unique<EngineCheck>(state);
+  check_budget_ = check_batch_budget(state.config.build.max_ram_bytes(), state.threads,
+                                     largest_worker_bytes(state.audio_stages, state.usable), state.held_bytes(),
+                                     check_->held_bytes());
 }
 
 BatchTotals BatchRunner::run() {
@@ -109,6 +131,12 @@ BatchTotals BatchRunner::run() {
     queue_.wait();
   }
   for (const auto& out : outputs_) out->add_to(totals_.writes);
+  totals_.engine_check = check_ ? check_->summary() : initial_check_;
+  totals_.engines = engines();
+  if (check_) {
+    totals_.replaced_times = check_->replaced_times();
+    totals_.replaced_device_bytes = check_->replaced_device_bytes();
+  }
   return std::move(totals_);
 }
 
@@ -129,6 +157,13 @@ void BatchRunner::run_split(std::size_t split) {
 }
 
 std::size_t BatchRunner::batch_end(const std::vector<PlannedCopy>& rows, std::size_t begin) const {
+  const std::size_t end = batch_end_within(rows, begin, budget_);
+  if (!check_ || !check_->wants(std::span(rows).subspan(begin, end - begin))) return end;
+  return batch_end_within(rows, begin, check_budget_);
+}
+
+std::size_t BatchRunner::batch_end_within(const std::vector<PlannedCopy>& rows, std::size_t begin,
+                                          int64_t budget) const {
   const auto bytes_of = [&](std::size_t i) {
     return batch_file_bytes(state_.audio_stages, *rows[i].file, out_bytes_per_file_);
   };
@@ -136,7 +171,7 @@ std::size_t BatchRunner::batch_end(const std::vector<PlannedCopy>& rows, std::si
   std::size_t end = begin + 1;
   for (; end < rows.size(); ++end) {
     const int64_t next = bytes_of(end);
-    if (bytes + next > budget_) break;
+    if (bytes + next > budget) break;
     bytes += next;
   }
   return end;
@@ -145,15 +180,19 @@ std::size_t BatchRunner::batch_end(const std::vector<PlannedCopy>& rows, std::si
 void BatchRunner::run_batch(std::size_t split, std::span<const PlannedCopy> rows, SplitOutputs& out,
                             Progress& progress) {
   totals_.stats.batches++;
-  const std::vector<BatchFile> batch = load(rows, progress);
+  const bool compare = check_ && check_->wants(rows);
+  std::vector<BatchFile> batch =
+      load(rows, progress, compare ? check_->stages(totals_.stats.batches, split) : state_.audio_stages);
   KeptFiles kept = keep(split, batch);
-  const std::vector<uint8_t>& mel = compute_mel(kept);
+  std::vector<uint8_t>& mel = compute_mel(kept);
+  if (compare) check(batch, kept, mel);
   totals_.stats.segments +=
       std::accumulate(kept.valid_long.begin(), kept.valid_long.end(), int64_t{0}) * state_.num_short;
   write(out, mel, std::move(kept.records));
 }
 
-std::vector<BatchFile> BatchRunner::load(std::span<const PlannedCopy> rows, Progress& progress) {
+std::vector<BatchFile> BatchRunner::load(std::span<const PlannedCopy> rows, Progress& progress,
+                                         const AudioStages& stages) {
   int64_t samples = 0;
   for (const PlannedCopy& r : rows) samples += r.file->plan.arena_samples;
   resize_buffer(arena_, static_cast<std::size_t>(samples));
@@ -166,7 +205,7 @@ std::vector<BatchFile> BatchRunner::load(std::span<const PlannedCopy> rows, Prog
                                                  static_cast<std::size_t>(rows[i].file->plan.arena_samples));
     offset += rows[i].file->plan.arena_samples;
   }
-  run_audio_stages(state_.audio_stages, batch, state_.threads, times_, progress);
+  run_audio_stages(stages, batch, state_.threads, times_, progress);
   return batch;
 }
 
@@ -193,7 +232,7 @@ KeptFiles BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& bat
   return kept;
 }
 
-const std::vector<uint8_t>& BatchRunner::compute_mel(const KeptFiles& kept) {
+std::vector<uint8_t>& BatchRunner::compute_mel(const KeptFiles& kept) {
   std::vector<uint8_t>& out = out_buffers_[out_slot_];
   out_slot_ ^= 1;
   resize_buffer(out, static_cast<std::size_t>(static_cast<int64_t>(kept.records.size()) * out_bytes_per_file_));
@@ -202,6 +241,19 @@ const std::vector<uint8_t>& BatchRunner::compute_mel(const KeptFiles& kept) {
   featurize::compute_files(*state_.engine, arena_.data(), kept.offsets, kept.valid_long, layout_,
                            state_.config.build.dtype, silence_, out.data(), compact_);
   return out;
+}
+
+void BatchRunner::check(std::vector<BatchFile>& batch, const KeptFiles& kept, std::vector<uint8_t>& mel) {
+  ScopedStage stage(times_, "engine_check");
+  check_->compare({batch, kept.records, kept.offsets, kept.valid_long, arena_.data()}, mel);
+  if (check_->fell_back()) budget_ = runner_batch_budget(state_);
+}
+
+std::string BatchRunner::engines() const {
+  const std::string now = state_.engine->name();
+  if (!check_ || !check_->fell_back()) return now;
+  const EngineCheckSummary s = check_->summary();
+  return s.fallback_batch > 1 && s.engine != now ? s.engine + " + " + now : now;
 }
 
 void BatchRunner::write(SplitOutputs& out, const std::vector<uint8_t>& mel, std::vector<FileRecord> records) {
@@ -222,6 +274,17 @@ int64_t largest_worker_bytes(const AudioStages& stages, const std::vector<Planne
   for (const auto& f : files)
     for (const auto& stage : stages) largest = std::max(largest, stage->worker_bytes(f));
   return largest;
+}
+
+int64_t runner_batch_budget(const BuildState& state) {
+  return batch_budget(state.config.build.max_ram_bytes(), state.threads,
+                      largest_worker_bytes(state.audio_stages, state.usable), state.held_bytes());
+}
+
+int64_t check_batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes,
+                           int64_t check_bytes) {
+  const int64_t room = max_ram - batch_reserve(threads, worker_bytes, engine_bytes) - check_bytes;
+  return std::clamp<int64_t>(room / 2, 1, kPipelineBatchBytes);
 }
 
 int64_t batch_reserve(int threads, int64_t worker_bytes, int64_t engine_bytes) {
@@ -270,20 +333,24 @@ void fit_num_long(BuildState& state) {
   for (PlannedFile& f : state.usable) f.plan = segment::plan_file(f.frames, c.segment, state.sample_rate, cap);
 }
 
-void init_engine(BuildState& state) {
+mel::EngineConfig engine_config(const BuildState& state) {
   const BuildConfig& c = state.config;
-  mel::EngineConfig engine_config;
-  engine_config.mel = c.mel;
-  engine_config.segment_samples = c.segment.short_samples(state.sample_rate);
-  engine_config.dtype = c.build.dtype;
-  engine_config.threads = state.threads;
-  engine_config.device_batch = c.build.device_batch;
+  mel::EngineConfig config;
+  config.mel = c.mel;
+  config.segment_samples = c.segment.short_samples(state.sample_rate);
+  config.dtype = c.build.dtype;
+  config.threads = state.threads;
+  config.device_batch = c.build.device_batch;
+  return config;
+}
+
+void init_engine(BuildState& state) {
   state.engine.reset();
-  state.engine = mel::make_engine(c.build.device, engine_config, &state.engine_plan);
+  state.engine = mel::make_engine(state.config.build.device, engine_config(state), &state.engine_plan);
   fit_num_long(state);
 }
 
-BatchTotals run_batches(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+BatchTotals run_batches(BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
                         StageTimes& times) {
   return BatchRunner(state, targets, options, times).run();
 }

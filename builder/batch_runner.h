@@ -10,6 +10,7 @@
 #include "audio_stage.h"
 #include "augment_stage.h"
 #include "build_state.h"
+#include "engine_check.h"
 #include "melforge/common/timing.h"
 #include "report.h"
 #include "write_stage.h"
@@ -45,6 +46,18 @@ int64_t batch_reserve(int threads, int64_t worker_bytes, int64_t engine_bytes);
 /// one file), at most kPipelineBatchBytes.
 int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes);
 
+/// The batch budget the batch runner of `state` uses: batch_budget(--max-ram, threads, largest_worker_bytes of the
+/// audio stages over state.usable, state.held_bytes()). Recomputed by the runner when the engine check falls back
+/// to the CPU. Needs state.engine.
+int64_t runner_batch_budget(const BuildState& state);
+
+/// Bytes of batch_file_bytes() the batch an engine check compares may hold: half of what `max_ram` leaves after
+/// batch_reserve() and `check_bytes` (what the check holds besides its copies of the batch: the CPU twin's host
+/// bytes and its augmenter's scratch per thread), since the check holds a second copy of the batch's spectrograms
+/// and of its augmented rows' samples, each at most the batch's own; at least 1, at most kPipelineBatchBytes.
+int64_t check_batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes,
+                           int64_t check_bytes);
+
 /// The most long segments per file that fit `file_budget` bytes at `long_segment_bytes` each: file_budget /
 /// long_segment_bytes, at least 1.
 int num_long_cap(int64_t file_budget, int64_t long_segment_bytes);
@@ -65,6 +78,10 @@ int64_t long_segment_bytes(const BuildState& state);
 /// state.engine.
 void fit_num_long(BuildState& state);
 
+/// The configuration of the build's mel engine (and of the engine check's CPU twin): --device's engine for short
+/// segments of `state`, on state.threads threads.
+mel::EngineConfig engine_config(const BuildState& state);
+
 /// Stage "engine_init": makes the mel engine of --device for short segments on state.threads threads (state.engine,
 /// state.engine_plan; a previous engine is freed first), then fits num_long to --max-ram (fit_num_long), which needs
 /// the engine's host bytes and spectrogram size. Throws CudaError or InvalidArgument.
@@ -76,6 +93,8 @@ struct RunOptions {
   bool background_writes = true;
   /// Print a progress bar per split (unless --quiet).
   bool show_progress = true;
+  /// Run the engine check (engine_check.h) where it applies; run_build does, the bench's stage runs do not.
+  bool engine_check = false;
 };
 
 /// What one run of the batches produced.
@@ -90,16 +109,28 @@ struct BatchTotals {
   std::vector<SkippedFile> skipped;
   /// [target]: what its writers did.
   std::vector<WriteTotals> writes;
+  /// The engine check's outcome (result "skipped" when RunOptions::engine_check is false).
+  EngineCheckSummary engine_check;
+  /// The engines that computed the spectrograms, distinct, in the order used, joined by " + ": state.engine's name,
+  /// or after a fallback of the engine check "cuda-cufft + cpu-fftw" (or the CPU engine's alone when the device's
+  /// result of no batch was written).
+  std::string engines;
+  /// Times and device bytes of an engine the check's fallback replaced (zero otherwise), for the report.
+  mel::EngineTimes replaced_times;
+  /// Device bytes the replaced engine held.
+  int64_t replaced_device_bytes = 0;
 };
 
 /// Runs the batches of every split in order (train, val, test) over the rows of state.usable (split_copies: each file,
 /// then its augmented copies), whose plan and engine are set: rows are taken in order into batches of at most
-/// batch_budget(--max-ram, threads, largest_worker_bytes) bytes of batch_file_bytes (at least one row); each batch runs
-/// the audio stages (times under their names), mel ("mel"), then is posted to the writers of every target
-/// ("write_wait": the wait for the previous batch's write). A row an audio stage skips is listed, an augmented copy
-/// with its copy index (StrictError under --strict). Each target's folder must exist; it receives <split>.h5 for every
-/// split. Throws Interrupted at file and batch boundaries, IoError, CudaError.
-BatchTotals run_batches(const BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
+/// runner_batch_budget bytes of batch_file_bytes (at least one row; check_batch_budget for a batch the engine check
+/// compares); each batch runs the audio stages (times under their names), mel ("mel"), the engine check when it
+/// compares the batch ("engine_check"), then is posted to the writers of every target ("write_wait": the wait for
+/// the previous batch's write). A row an audio stage skips is listed, an augmented copy with its copy index
+/// (StrictError under --strict). Each target's folder must exist; it receives <split>.h5 for every split. `state` is
+/// changed only by a fallback of the engine check (state.engine becomes the CPU engine, the augment stage the CPU
+/// augmenter). Throws Interrupted at file and batch boundaries, IoError, CudaError, EngineCheckError.
+BatchTotals run_batches(BuildState& state, const std::vector<WriteTarget>& targets, const RunOptions& options,
                         StageTimes& times);
 
 }  // namespace melforge::builder

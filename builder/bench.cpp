@@ -128,7 +128,7 @@ void count_planned(const BuildState& state, BenchFigures& figures) {
 /// into `scratch`/write, removed after: the audio stages and mel are timed under their names, compress and write
 /// are the compressing writers' own seconds, write_raw those of a second target without compression (only when the
 /// build compresses). Returns the run's totals.
-BatchTotals bench_batches(const BuildState& state, const fs::path& scratch, int r, RepeatTimes& times) {
+BatchTotals bench_batches(BuildState& state, const fs::path& scratch, int r, RepeatTimes& times) {
   check_stop();
   const int level = state.config.build.compression_level;
   const fs::path dir = scratch / "write";
@@ -166,7 +166,7 @@ BuildConfig end_to_end_config(const BuildConfig& config, const fs::path& parent)
 }
 
 /// The repeats of the batch runner (bench_batches), the first one's totals and skipped files kept in `figures`.
-void bench_batch_runs(const BuildState& state, const fs::path& scratch, RepeatTimes& times, BenchFigures& figures) {
+void bench_batch_runs(BuildState& state, const fs::path& scratch, RepeatTimes& times, BenchFigures& figures) {
   for (int r = 0; r < times.repeats(); ++r) {
     BatchTotals run = bench_batches(state, scratch, r, times);
     if (r == 0) figures.run = std::move(run);

@@ -19,6 +19,7 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
       "read options from an INI-style FILE (`n-fft = 512`); command-line flags override it");
   po::options_description build("Input, output and running");
   add_options(build, config.build);
+  add_options(build, config.engine_check);
   audio::add_options(build, config.decode);
   po::options_description mel("Mel spectrogram (torchaudio.transforms.MelSpectrogram semantics)");
   mel::add_options(mel, config.mel);

@@ -172,6 +172,22 @@ void add_options(po::options_description& desc, BuildOptions& o) {
      "`melforge-build merge`");
 }
 
+void EngineCheckOptions::validate(mel::Device device) const {
+  const EngineCheckFault& f = fault;
+  if (f.cpu_acts_as != mel::Device::cpu && device != mel::Device::cpu)
+    throw InvalidArgument("engine check hook: cpu_acts_as needs --device cpu, got --device " + mel::to_string(device));
+  if (!std::isfinite(f.mel_offset) || !std::isfinite(f.augment_offset))
+    throw InvalidArgument("engine check hook: the offsets must be finite");
+  if (f.mel_element < 0 || f.augment_sample < 0)
+    throw InvalidArgument("engine check hook: mel_element and augment_sample must be >= 0");
+}
+
+void add_options(po::options_description& desc, EngineCheckOptions& o) {
+  desc.add_options()("no-engine-check", po::bool_switch(&o.skip),
+                     "CUDA engine: do not compare the first batch (and the first augmented batch) with the CPU "
+                     "engine (recorded in build_report.json's engine_check as skipped)");
+}
+
 void BuildConfig::validate() const {
   build.validate();
   mel.validate();
@@ -183,6 +199,7 @@ void BuildConfig::validate() const {
                           "none with --dtype float32, or keep float16 with --log db or --log ln");
   if (decode.channel < -1) throw InvalidArgument("--channel must be -1 (mix down) or a channel index >= 0");
   augment.validate();
+  engine_check.validate(build.device);
 }
 
 }  // namespace melforge::builder

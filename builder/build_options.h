@@ -110,6 +110,40 @@ struct BuildOptions {
 /// --quiet --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
+/// A deliberate error in the device side of the engine check (EngineCheckOptions::fault), for tests: no flag sets
+/// it. With it a machine without a GPU runs the check as a CUDA build does, the CPU engine and the CPU augmenter
+/// acting as the device, and the offsets make the device's result wrong on purpose, so that the tests see the check
+/// fail.
+struct EngineCheckFault {
+  /// mel::Device::cpu (the default): off. auto or cuda: a --device cpu build runs the engine check with its CPU
+  /// engine (and CPU augmenter) in the device's place, and treats a mismatch as `--device <cpu_acts_as>` does
+  /// (cuda: EngineCheckError; auto: the fallback to the CPU twin).
+  mel::Device cpu_acts_as = mel::Device::cpu;
+  /// Added to one element of the device's spectrograms of the first batch compared (0: none).
+  float mel_offset = 0;
+  /// Which element: flat index into that batch's spectrograms [rows][L][S][n_mels][n_frames], modulo their count.
+  int64_t mel_element = 0;
+  /// Added to one sample of the device's waveform of the first augmented row compared (0: none).
+  float augment_offset = 0;
+  /// Which sample of that row's arena slice, modulo the slice's length.
+  int64_t augment_sample = 0;
+};
+
+/// Options of the engine check (builder/engine_check.h): a build with the CUDA engine computes its first batch, and
+/// its first augmented batch, with the CPU engine too and compares them.
+struct EngineCheckOptions {
+  /// --no-engine-check: skip the comparison (the report records it as skipped).
+  bool skip = false;
+  /// Test hook; see EngineCheckFault.
+  EngineCheckFault fault;
+  /// Checks the hook against the build's `device`: cpu_acts_as only with --device cpu, offsets finite, indices
+  /// >= 0. Throws InvalidArgument.
+  void validate(mel::Device device) const;
+};
+
+/// Registers --no-engine-check.
+void add_options(boost::program_options::options_description& desc, EngineCheckOptions& opts);
+
 /// Everything melforge-build is configured with.
 struct BuildConfig {
   /// Output and running options.
@@ -122,6 +156,8 @@ struct BuildConfig {
   audio::DecodeOptions decode;
   /// Waveform augmentation (--augment-copies and its flags; off by default).
   augment::AugmentArgs augment;
+  /// The engine check of a CUDA build (--no-engine-check).
+  EngineCheckOptions engine_check;
   /// Validates every part, in the order a user would fix them, then the combinations (--log none with
   /// --dtype float16 is refused: linear power above 65504 would be stored as +Inf). Throws InvalidArgument.
   void validate() const;

@@ -12,7 +12,7 @@ BuildState::BuildState(const BuildConfig& c, const AudioStages& extra_stages)
       augment(c.augment.enabled() ? std::make_shared<AugmentStage>(c.augment, c.mel.sample_rate) : nullptr),
       audio_stages(make_audio_stages(c, extra_stages, augment)) {}
 
-int64_t BuildState::held_bytes() const { return engine->host_bytes() + (augment ? augment->bank_bytes() : 0); }
+int64_t BuildState::held_bytes() const { return engine->host_bytes() + (augment ? augment->held_bytes() : 0); }
 
 int64_t BuildState::out_bytes_per_file() const {
   return int64_t{num_long} * num_short * engine->layout().out_bytes_per_segment();

@@ -80,8 +80,8 @@ struct BuildState {
   /// The plan make_engine followed (auto's fallback reason).
   mel::EnginePlan engine_plan;
 
-  /// Bytes held for the whole build besides the batches: the mel engine's host bytes (MelEngine::host_bytes) and
-  /// the augmentation banks. Needs the engine.
+  /// Bytes held for the whole build besides the batches: the mel engine's host bytes (MelEngine::host_bytes), the
+  /// augmentation banks and the device augmenter's pinned buffers (AugmentStage::held_bytes). Needs the engine.
   int64_t held_bytes() const;
   /// Bytes of one file's spectrograms: [num_long][num_short][n_mels][n_frames] elements of the engine's dtype.
   int64_t out_bytes_per_file() const;

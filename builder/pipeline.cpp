@@ -25,14 +25,26 @@ void require_cuda_if_asked(const BuildConfig& config) {
     throw CudaError(plan.error);
 }
 
+/// Adds the engine check to `report`: engine_check, and after a fallback the engines that computed the build
+/// (`engine`, engine_choice.engine), the reason (engine_choice.fallback_reason) and the replaced engine's device
+/// bytes.
+void add_engine_check(nlohmann::json& report, const BatchTotals& run) {
+  report["engine_check"] = run.engine_check.to_json();
+  if (!run.engine_check.fallback) return;
+  report["engine"] = run.engines;
+  report["engine_choice"]["engine"] = run.engines;
+  report["engine_choice"]["fallback_reason"] = "engine check failed: " + run.engine_check.reason;
+  report["device_buffer_bytes"] = std::max(report["device_buffer_bytes"].get<int64_t>(), run.replaced_device_bytes);
+}
+
 /// The report of a finished build and its timing table: the plan and engine of `state`, what the batches `run`
 /// produced, the stage times and the total wall time.
 BuildResult build_result(const BuildState& state, const BatchTotals& run, StageTimes& times, double total_s) {
   const BuildConfig& config = state.config;
   const mel::EngineTimes et = state.engine->times();
-  times.add("mel.h2d", et.h2d_s);
-  times.add("mel.compute", et.compute_s);
-  times.add("mel.d2h", et.d2h_s);
+  times.add("mel.h2d", et.h2d_s + run.replaced_times.h2d_s);
+  times.add("mel.compute", et.compute_s + run.replaced_times.compute_s);
+  times.add("mel.d2h", et.d2h_s + run.replaced_times.d2h_s);
   times.add("compress", run.writes[0].compress_s);
   times.add("write", run.writes[0].write_s);
 
@@ -43,6 +55,7 @@ BuildResult build_result(const BuildState& state, const BatchTotals& run, StageT
                   state.num_short, state.engine->layout(), run.writes[0].bytes, state.engine_plan};
   BuildResult result;
   result.report = make_report(ri);
+  add_engine_check(result.report, run);
   add_scan_notes(result.report, state);
   if (state.augment) {
     const auto copies = std::count_if(run.skipped.begin(), run.skipped.end(), [](const auto& f) { return f.copy > 0; });
@@ -96,7 +109,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
       !line.empty())
     std::fprintf(stderr, "melforge-build: %s\n", line.c_str());
   const std::vector<WriteTarget> targets = {{output.fresh_staging(), config.build.compression_level}};
-  const BatchTotals run = run_batches(state, targets, {state.threads > 1, true}, times);
+  const BatchTotals run = run_batches(state, targets, {state.threads > 1, true, true}, times);
   check_stop();
   check_written_splits(state, run.skipped);
   BuildResult result = build_result(state, run, times, total.seconds());

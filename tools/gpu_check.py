@@ -283,7 +283,10 @@ class Check:
         d = {"engine": report["engine"], "files": report["files"]["written"], "segments": report["segments"],
              "wall_s": round(seconds, 2), "files_per_s": report["throughput"]["files_per_s"],
              "mel_times_s": report.get("times_s", {}), "device_buffer_bytes": report.get("device_buffer_bytes"),
-             "engine_choice": report.get("engine_choice")}
+             "engine_choice": report.get("engine_choice"), "engine_check": report.get("engine_check")}
+        check = report.get("engine_check") or {}
+        if check.get("result") != "passed":
+            raise StepError("the build's engine check did not pass: " + json.dumps(check))
         d["comparison"] = {s: compare_split(os.path.join(self.cpu_dataset, f"{s}.h5"),
                                             os.path.join(out, f"{s}.h5")) for s in ("train", "val", "test")}
         bad = {s: c for s, c in d["comparison"].items() if c["outside_tolerance"] or c["metadata_differs"]}

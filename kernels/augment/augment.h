@@ -124,6 +124,9 @@ struct Recipe {
   double gain_db = 0.0;
   /// True for the identity (copy 0, or a copy whose draws changed nothing).
   bool identity() const { return speed == 1.0 && rir < 0 && noise < 0 && gain_db == 0.0; }
+  /// True when an augmenter changes the waveform: an impulse response, a noise or a gain (the speed is the
+  /// decode's).
+  bool augments() const { return rir >= 0 || noise >= 0 || gain_db != 0.0; }
 };
 
 /// Draws copy `copy` of the file at `path` (its path as the dataset records it). Deterministic in (seed, path, copy,
@@ -189,6 +192,10 @@ class Augmenter {
   virtual int64_t item_bytes(int64_t frames) const = 0;
   /// Bytes of device memory held (0 for the CPU augmenter): the banks and the batch buffers.
   virtual int64_t device_bytes() const = 0;
+  /// Bytes of host memory held for as long as the augmenter lives, beyond the banks and the items (0 for the CPU
+  /// augmenter, whose scratch is item_bytes per call; the CUDA augmenter's pinned staging buffers,
+  /// cuda::AugmentBufferSizes::pinned_bytes()). The builder's --max-ram planner reserves it.
+  virtual int64_t host_bytes() const = 0;
 };
 
 /// The CPU augmenter over `noise` and `rir`, which must outlive it. apply() may be called from several threads.

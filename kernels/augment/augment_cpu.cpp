@@ -120,6 +120,8 @@ class CpuAugmenter final : public Augmenter {
 
   int64_t device_bytes() const override { return 0; }
 
+  int64_t host_bytes() const override { return 0; }
+
  private:
   void apply_one(Item& item) const {
     const Recipe& r = item.recipe;

@@ -139,6 +139,7 @@ class CudaAugmenter final : public Augmenter {
   std::string name() const override { return "cuda-cufft"; }
   int64_t item_bytes(int64_t frames) const override;
   int64_t device_bytes() const override { return device_bytes_; }
+  int64_t host_bytes() const override { return sizes_.pinned_bytes(); }
 
  private:
   void init(int device, int64_t max_batch_samples);
@@ -206,7 +207,7 @@ void CudaAugmenter::init(int device, int64_t max_batch_samples) {
   layout_ = bank_layout(noise_, rir_);
   sizes_ = augment_buffer_sizes(layout_.noise_lengths, layout_.rir_lengths, sample_rate_, max_batch_samples);
   check_launch_limits(sizes_);
-  for (const RirInfo& r : layout_.rirs) min_hop_ = min_hop_ == 0 ? r.hop : std::min(min_hop_, r.hop);
+  min_hop_ = smallest_hop(layout_.rir_lengths);
 
   const mel::CudaDeviceQuery query = mel::query_cuda_devices();
   if (!query.usable()) throw CudaError("CUDA augmenter: no usable CUDA device: " + query.describe());
@@ -433,10 +434,7 @@ void CudaAugmenter::apply(std::span<Item> items) {
   }
 }
 
-int64_t CudaAugmenter::item_bytes(int64_t frames) const {
-  const int64_t blocks = min_hop_ > 0 ? frames / min_hop_ + 1 : 0;
-  return static_cast<int64_t>(sizeof(ItemParams) + sizeof(int64_t)) + blocks * static_cast<int64_t>(sizeof(OlaBlock));
-}
+int64_t CudaAugmenter::item_bytes(int64_t frames) const { return device_item_bytes(frames, min_hop_); }
 
 void CudaAugmenter::release() noexcept {
   if (!runtime_ok_) return;

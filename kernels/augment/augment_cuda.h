@@ -146,6 +146,14 @@ AugmentBufferSizes augment_buffer_sizes(std::span<const int64_t> noise_lengths, 
                                         int sample_rate, int64_t max_batch_samples,
                                         int64_t chunk_floats = kOlaChunkFloats);
 
+/// Smallest overlap-add hop (ola_hop) over impulse responses of `rir_lengths` taps; 0 without impulse responses.
+int64_t smallest_hop(std::span<const int64_t> rir_lengths);
+
+/// Host bytes one apply() call of the CUDA augmenter holds per item of `frames` frames beyond the item itself
+/// (Augmenter::item_bytes): its ItemParams, its index, and its overlap-add block entries (frames / `min_hop` + 1,
+/// none when min_hop is 0: no impulse responses).
+int64_t device_item_bytes(int64_t frames, int64_t min_hop);
+
 /// Blocks of a one-dimensional launch of `elements` threads: ceil(elements / kThreads).
 inline int64_t grid_for(int64_t elements) { return (elements + kThreads - 1) / kThreads; }
 

@@ -91,6 +91,17 @@ AugmentBufferSizes augment_buffer_sizes(std::span<const int64_t> noise_lengths, 
   return s;
 }
 
+int64_t smallest_hop(std::span<const int64_t> rir_lengths) {
+  int64_t hop = 0;
+  for (const int64_t taps : rir_lengths) hop = hop == 0 ? ola_hop(taps) : std::min(hop, ola_hop(taps));
+  return hop;
+}
+
+int64_t device_item_bytes(int64_t frames, int64_t min_hop) {
+  const int64_t blocks = min_hop > 0 ? frames / min_hop + 1 : 0;
+  return static_cast<int64_t>(sizeof(ItemParams) + sizeof(int64_t)) + blocks * static_cast<int64_t>(sizeof(OlaBlock));
+}
+
 void check_launch_limits(const AugmentBufferSizes& sizes) {
   if (grid_for(sizes.block_floats) > kMaxGridX) {
     throw InvalidArgument("CUDA augmenter: an overlap-add chunk of " + std::to_string(sizes.block_floats) +
