@@ -3,6 +3,7 @@
 // manifests. Every input ends in a split or on the skipped list, hidden entries are counted and ignored, and the
 // build's peak RSS stays under --max-ram plus the documented overhead.
 #include <catch2/catch.hpp>
+#include "melforge_test_paths.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,7 +36,7 @@ struct HostileCorpus {
   bool unreadable_works = false;
 
   HostileCorpus() {
-    const std::string cmd = "/usr/bin/python3 " MELFORGE_TOOLS_DIR "/make_hostile_corpus.py --out '" +
+    const std::string cmd = std::string("/usr/bin/python3 ") + MELFORGE_TOOLS_DIR + "/make_hostile_corpus.py --out '" +
                             dir.path().string() + "' > '" + (dir / "gen.log").string() + "' 2>&1";
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make_hostile_corpus.py failed: " + cmd);
     expected = nlohmann::json::parse(test::read_file_bytes(dir / "expected.json"));

@@ -1,6 +1,7 @@
 // Hostile and odd audio (issue 5): every file tools/make_bad_inputs.py --set full writes is accounted for by
 // melforge-build, in a split or on the skipped list with the expected reason, and the valid odd files are processed.
 #include <catch2/catch.hpp>
+#include "melforge_test_paths.h"
 
 #include <nlohmann/json.hpp>
 
@@ -65,7 +66,7 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
   TempDir d;
   const fs::path in = d / "in";
   const fs::path manifest = d / "bad.json";
-  REQUIRE(std::system(("/usr/bin/python3 " MELFORGE_TOOLS_DIR "/make_bad_inputs.py --out '" + in.string() +
+  REQUIRE(std::system((std::string("/usr/bin/python3 ") + MELFORGE_TOOLS_DIR + "/make_bad_inputs.py --out '" + in.string() +
                        "' --class odd --set full --rate 8000 --long-seconds 1 --short-seconds 0.25 --manifest '" +
                        manifest.string() + "' > '" + (d / "gen.log").string() + "' 2>&1")
                           .c_str()) == 0);

@@ -7,7 +7,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="${MELFORGE_DEMO_DIR:-$here/demo}"
 epochs="${MELFORGE_DEMO_EPOCHS:-8}"
-bash "$here/tools/build.sh"
+# Only the two programs: tools/test.sh, run before or after, builds the tests in the same build folder with the same
+# configuration, so nothing is compiled twice.
+MELFORGE_BUILD_TARGETS="melforge-build melforge-train" bash "$here/tools/build.sh"
 build="$here/build/builder/melforge-build"
 train="$here/build/trainer/melforge-train"
 mkdir -p "$work"

@@ -4,9 +4,10 @@
 #
 #   tools/sanitize.sh             builder, kernels and common (no LibTorch, no CUDA) in build-san/, with the fuzz
 #                                 targets configured (MELFORGE_FUZZ=ON) so that tools/fuzz.sh reuses the same build
-#   tools/sanitize.sh --trainer   everything, the trainer and its tests included (LibTorch's CPU backend), in the
-#                                 same build-san/ (after the first form only the trainer's targets compile; slow:
-#                                 see the docs for measured times; CI runs it after the first form, .ci/run)
+#   tools/sanitize.sh --trainer   the trainer too, in the same build-san/ (after the first form only the trainer's
+#                                 targets compile), with the trainer's tests of melforge's own memory handling only
+#                                 (trainer/CMakeLists.txt, MELFORGE_TRAINER_SANITIZER_TESTS; docs/RELIABILITY.md says
+#                                 which and why); CI runs it after the first form, .ci/run
 #
 # MELFORGE_SAN_BUILD_DIR overrides the build folder; MELFORGE_JOBS the build and test parallelism (default: nproc).
 # Extra arguments go to ctest (e.g. -R decode).
@@ -48,14 +49,16 @@ if bash "$here/tools/setup_torch.sh" --venv >/dev/null 2>&1 &&
   fuzz_trainer=ON
 fi
 
+source "$here/tools/ccache_env.sh"
 start=$SECONDS
 # -O1 -g1 (asserts on): full line tables for the sanitizers' stack traces at a fraction of -O2 -g's compile time.
 cmake -S "$here" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DMELFORGE_SANITIZE=ON -DMELFORGE_CUDA=OFF -DMELFORGE_TRAINER="$trainer" \
   -DMELFORGE_FUZZ="$fuzz" -DMELFORGE_FUZZ_TRAINER="$fuzz_trainer" -DMELFORGE_WERROR="$werror" \
-  -DMELFORGE_WERROR_TRAINER=OFF >/dev/null
+  -DMELFORGE_WERROR_TRAINER=OFF "${melforge_launchers[@]}" >/dev/null
 cmake --build "$build_dir" -j"$jobs"
 echo "[sanitize] build: $((SECONDS - start)) s"
+melforge_ccache_summary
 
 start=$SECONDS
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"

