@@ -25,8 +25,8 @@
 # `git ls-files`). The cap is computed before building, the build fails there when the tree alone exceeds the
 # carry limit, and the assembled folder is checked against it; both fail naming the bundle's and the tree's sizes.
 #
-# Idempotent: OUT_DIR is replaced as a whole (assembled beside it, then renamed into place). Extra arguments go to
-# tools/build.sh (CMake).
+# Idempotent: OUT_DIR is replaced as a whole (assembled beside it, then renamed into place). Builds only the targets
+# it bundles (MELFORGE_BUILD_TARGETS overrides). Extra arguments go to tools/build.sh (CMake).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() {
@@ -35,7 +35,8 @@ usage() {
 }
 [[ $# -ge 1 ]] || usage
 carry_mib="${MELFORGE_CARRY_MIB:-64}"
-[[ "$carry_mib" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bundle: MELFORGE_CARRY_MIB must be a positive integer (MiB), not '$carry_mib'" >&2; exit 2; }
+[[ "$carry_mib" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "gpu_bundle: MELFORGE_CARRY_MIB must be a positive integer (MiB), not '$carry_mib'" >&2; exit 2; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.2f", b / 1048576}'; }
 folder_bytes() { find "$1" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
 # Bytes of the files a device call carries besides the bundle: the tracked ones and the untracked ones not ignored.
@@ -83,7 +84,14 @@ log() { echo "[gpu_bundle] $*"; }
 start=$SECONDS
 log "size cap: $(mib "$cap") MiB (${carry_mib} MiB a device call carries, less the working tree's $(mib "$tree") MiB)"
 
-MELFORGE_BUILD_DIR="$build" bash "$here/tools/build.sh" "$@"
+binaries=("$build/builder/melforge-build" "$build/tools/bench/melforge-bench-mel" "$build/trainer/melforge-train")
+tests=()
+for src in "$here"/tests/test_*_cuda.cpp; do tests+=("$build/tests/$(basename "$src" .cpp)"); done
+tests+=("$build/trainer/test_trainer")
+targets=""
+for f in "${binaries[@]}" "${tests[@]}"; do targets+="${targets:+ }$(basename "$f")"; done
+MELFORGE_BUILD_DIR="$build" MELFORGE_BUILD_TARGETS="${MELFORGE_BUILD_TARGETS:-$targets}" \
+  bash "$here/tools/build.sh" "$@"
 grep -q '^MELFORGE_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
   { echo "gpu_bundle: $build was configured without CUDA (MELFORGE_CUDA=OFF): nothing to verify on a GPU" >&2; exit 1; }
 grep -q '^MELFORGE_TRAINER:BOOL=ON' "$build/CMakeCache.txt" ||
@@ -95,10 +103,6 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,tests,lib,lib-compat,lib-cudart,data}
 
 # --- binaries ----------------------------------------------------------------------------------------------------
-binaries=("$build/builder/melforge-build" "$build/tools/bench/melforge-bench-mel" "$build/trainer/melforge-train")
-tests=()
-for src in "$here"/tests/test_*_cuda.cpp; do tests+=("$build/tests/$(basename "$src" .cpp)"); done
-tests+=("$build/trainer/test_trainer")
 for f in "${binaries[@]}" "${tests[@]}"; do
   [[ -x "$f" ]] || { echo "gpu_bundle: $f was not built" >&2; exit 1; }
 done
@@ -111,7 +115,8 @@ for f in "$stage"/bin/* "$stage"/tests/*; do
 done
 
 # --- shared libraries ----------------------------------------------------------------------------------------------
-# Provided by the GPU machine: glibc, LibTorch, the CUDA libraries and the driver.
+# Provided by the GPU machine: glibc, LibTorch, the CUDA libraries and the driver (libcuda; libcudart, which the
+# pattern would match too, is taken first, for lib-cudart/).
 glibc='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libresolv|libutil|libmvec)[.-]'
 provided='^(libtorch|libc10|libcaffe2|libshm|libcuda|libcufft|libcublas|libcudnn|libcusparse|libcurand|libcusolver|libcufile|libcupti|libnccl|libnvrtc|libnvJitLink|libnvToolsExt|libnvtx|libnvshmem)'
 compat='^(libstdc\+\+|libgcc_s)\.'
@@ -122,9 +127,9 @@ for f in "${binaries[@]}" "${tests[@]}"; do
     [[ "$path" == /* && -f "$path" ]] || continue
     [[ -n "${seen[$name]:-}" ]] && continue
     seen[$name]=1
+    if [[ "$name" =~ $cudart ]]; then cp -L "$path" "$stage/lib-cudart/$name"; continue; fi
     if [[ "$name" =~ $glibc || "$name" =~ $provided ]]; then continue; fi
     if [[ "$name" =~ $compat ]]; then cp -L "$path" "$stage/lib-compat/$name"; continue; fi
-    if [[ "$name" =~ $cudart ]]; then cp -L "$path" "$stage/lib-cudart/$name"; continue; fi
     cp -L "$path" "$stage/lib/$name"
   done < <(ldd "$f" | awk '$2 == "=>" {print $1, $2, $3, $4}')
 done
@@ -145,7 +150,8 @@ torch_dir="$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")"
 torch_pkg="$(realpath "$torch_dir/../../..")"
 torch_version="$(sed -n "s/^__version__ = '\(.*\)'$/\1/p" "$torch_pkg/version.py" 2>/dev/null || true)"
 [[ -n "$torch_version" ]] ||
-  { echo "gpu_bundle: no __version__ in $torch_pkg/version.py (Torch_DIR $torch_dir): not a torch wheel's LibTorch" >&2; exit 1; }
+  { echo "gpu_bundle: no __version__ in $torch_pkg/version.py (Torch_DIR $torch_dir): not a torch wheel's LibTorch" >&2
+    exit 1; }
 torch_lib="$torch_pkg/lib"
 # The architectures nvcc compiled the mel kernels for, as its flags name them (sm_XY: machine code; compute_XY: PTX).
 archs="$(grep -rho 'code=\[[a-z_0-9,]*\]' "$build/kernels" | grep -o '[a-z]*_[0-9]*[a-z]*' | sort -u -V | paste -sd' ')"

@@ -53,7 +53,10 @@ TRAIN_VARIANTS = [
     ("channels-last", ["--channels-last"]),
     ("gpu-mem", ["--gpu-mem", "1024"]),
 ]
-EPOCHS = 1  # per trainer variant, by default: a first run and a rerun must fit one 15-minute device lease
+# A first run and a rerun must fit one 15-minute device lease with its 2 to 4 minutes of start-up: one epoch per
+# trainer variant by default, and a time budget (MELFORGE_GPU_CHECK_SECONDS) after which steps are stopped.
+EPOCHS = 1
+BUDGET_S = 300
 CORPUS_COPIES = 20  # the bundled 100-file corpus, hard-linked 20 times: 2,000 files, 8,000 segments
 # The augmented builds: the bundled corpus once, every split, two copies per file with noise and reverberation.
 AUGMENT_FLAGS = ["--augment-copies", "2", "--augment-splits", "train,val,test", "--snr-db", "5,20",
@@ -82,7 +85,7 @@ STEPS = {
 class Check:
     """Runs the steps, records them and writes the report."""
 
-    def __init__(self, bundle, report, selected, epochs, chosen):
+    def __init__(self, bundle, report, selected, epochs, chosen, budget_s):
         self.bundle = os.path.abspath(bundle)
         self.report = os.path.abspath(report)
         self.logs = os.path.join(self.report, "logs")
@@ -100,8 +103,7 @@ class Check:
         self.env = dict(os.environ)
         self.torch = {}
         self.cudart = {}
-        budget = float(os.environ.get("MELFORGE_GPU_CHECK_SECONDS", "300"))
-        self.deadline = time.time() + budget
+        self.deadline = time.time() + budget_s
 
     # --- running things ---------------------------------------------------------------------------------------
     def run(self, name, argv, timeout=240, check=True, env=None):
@@ -172,14 +174,9 @@ class Check:
             dirs += sorted(d for d in glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch_lib)), "nvidia",
                                                              "*", "lib")) if os.path.isdir(d))
         dirs += [d for d in ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib") if os.path.isdir(d)]
-        bundled = sorted(glob.glob(os.path.join(self.bundle, "lib-cudart", "libcudart.so*")))
-        names = [os.path.basename(f) for f in bundled]
-        machine = next((os.path.join(d, n) for d in dirs for n in names if os.path.exists(os.path.join(d, n))), None)
-        if machine:
-            self.cudart = {"used": machine, "source": "this machine"}
-        elif bundled:
-            dirs.append(os.path.join(self.bundle, "lib-cudart"))
-            self.cudart = {"used": bundled[0], "source": "the bundle (this machine has no " + ", ".join(names) + ")"}
+        self.cudart = pick_cudart(dirs, os.path.join(self.bundle, "lib-cudart"))
+        if self.cudart.get("add"):
+            dirs.append(self.cudart["add"])
         old = os.environ.get("LD_LIBRARY_PATH", "")
         self.env["LD_LIBRARY_PATH"] = ":".join(dirs + ([old] if old else []))
         rc, out = self.run("probe", [os.path.join(self.bundle, "bin", "melforge-build"), "--help"], check=False)
@@ -752,6 +749,22 @@ print({PROBE_MARKER!r} + json.dumps(r))
 """
 
 
+def pick_cudart(dirs, bundled_dir):
+    """The libcudart the programs load: the first of `dirs` that holds one of the sonames in bundled_dir (the bundle's
+    lib-cudart/), so that LibTorch and melforge share this machine's CUDA runtime; else the bundle's, with "add": the
+    folder to append to LD_LIBRARY_PATH. {"used": path, "source": where from[, "add": folder]}; {} when the bundle
+    carries none."""
+    bundled = sorted(glob.glob(os.path.join(bundled_dir, "libcudart.so*")))
+    names = [os.path.basename(f) for f in bundled]
+    machine = next((os.path.join(d, n) for d in dirs for n in names if os.path.exists(os.path.join(d, n))), None)
+    if machine:
+        return {"used": machine, "source": "this machine"}
+    if bundled:
+        return {"used": bundled[0], "source": "the bundle (this machine has no " + ", ".join(names) + ")",
+                "add": bundled_dir}
+    return {}
+
+
 def read_bundle_meta(bundle):
     """BUNDLE/bundle.json (written by tools/gpu_bundle.sh)."""
     with open(os.path.join(bundle, "bundle.json")) as f:
@@ -777,15 +790,15 @@ def query_gpus():
 
 def python_candidates(environ):
     """The interpreters to consider, in order: MELFORGE_PYTHON (':'-separated) when set; else every python3 on PATH
-    in PATH's order, then /usr/bin/python3 and /usr/local/bin/python3. Each once: two names are the same interpreter
-    when their folders resolve to one folder (/bin and /usr/bin); a venv's python3 is a link to the system's binary,
-    yet another interpreter, so the file itself is not resolved."""
+    in PATH's order, then /usr/bin/python3 and /usr/local/bin/python3 where they exist. Each once: two names are the
+    same interpreter when their folders resolve to one folder (/bin and /usr/bin); a venv's python3 is a link to the
+    system's binary, yet another interpreter, so the file itself is not resolved."""
     if environ.get("MELFORGE_PYTHON"):
         names = [p for p in environ["MELFORGE_PYTHON"].split(":") if p]
     else:
         names = [os.path.join(d or ".", "python3") for d in environ.get("PATH", "").split(":")]
         names = [p for p in names if os.path.isfile(p) and os.access(p, os.X_OK)]
-        names += ["/usr/bin/python3", "/usr/local/bin/python3"]
+        names += [p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.isfile(p)]
     out, seen = [], set()
     for p in names:
         full = shutil.which(p) if os.sep not in p else os.path.abspath(p)
@@ -888,6 +901,13 @@ def parse_args(argv):
         ap.error(str(e))
     if a.epochs < 1:
         ap.error(f"--epochs must be at least 1, not {a.epochs}")
+    budget = os.environ.get("MELFORGE_GPU_CHECK_SECONDS", str(BUDGET_S))
+    try:
+        a.budget_s = float(budget)
+    except ValueError:
+        a.budget_s = -1.0
+    if not a.budget_s > 0:
+        ap.error(f"MELFORGE_GPU_CHECK_SECONDS must be a number of seconds above 0, not {budget!r}")
     if not a.report:
         ap.error("REPORT_DIR is required")
     if not a.bundle or not os.path.isfile(os.path.join(a.bundle, "bundle.json")):
@@ -915,7 +935,7 @@ def main(argv=None):
               + (" (the bundle's LibTorch version)" if chosen["matches"] else f": {chosen['note']}"), flush=True)
         env = dict(os.environ, **{CHOSEN_ENV: json.dumps(chosen)})
         os.execve(chosen["python"], [chosen["python"], os.path.abspath(__file__), *argv], env)
-    c = Check(a.bundle, a.report, a.selected, a.epochs, json.loads(os.environ[CHOSEN_ENV]))
+    c = Check(a.bundle, a.report, a.selected, a.epochs, json.loads(os.environ[CHOSEN_ENV]), a.budget_s)
     c.find_libraries()
     c.find_gpu()
     added = [n for n in a.selected if a.steps and n not in [x.strip() for x in a.steps.split(",")]]

@@ -282,6 +282,8 @@ def test_an_unknown_step_is_refused_before_anything_runs(bundle, tmp_path):
     assert not os.path.exists(log) and not (tmp_path / "report").exists()
     r = run_check(bundle, tmp_path, str(tmp_path / "report"), "--epochs", "0", MELFORGE_PYTHON=right)
     assert r.returncode == 2 and "--epochs must be at least 1" in r.stderr and not os.path.exists(log)
+    r = run_check(bundle, tmp_path, str(tmp_path / "report"), MELFORGE_PYTHON=right, MELFORGE_GPU_CHECK_SECONDS="5m")
+    assert r.returncode == 2 and "MELFORGE_GPU_CHECK_SECONDS must be a number" in r.stderr and not os.path.exists(log)
 
 
 def test_list_steps_names_every_step_and_what_it_needs(bundle, tmp_path):
@@ -299,5 +301,22 @@ def test_python_candidates_come_from_path_in_order_each_once(tmp_path):
     env = {"PATH": f"{tmp_path}/a:{tmp_path}/nothing:{tmp_path}/link:{tmp_path}/b"}
     found = gpu_check.python_candidates(env)
     assert found[:2] == [a, b]
-    assert found[2:] == [p for p in ("/usr/bin/python3", "/usr/local/bin/python3")]
+    assert found[2:] == [p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.isfile(p)]
     assert gpu_check.python_candidates({"MELFORGE_PYTHON": f"{b}:{a}", "PATH": env["PATH"]}) == [b, a]
+
+
+def test_libcudart_is_the_machines_where_it_has_one_else_the_bundles(tmp_path):
+    bundled = tmp_path / "bundle" / "lib-cudart"
+    wheel = tmp_path / "site-packages" / "nvidia" / "cu13" / "lib"
+    other = tmp_path / "other"
+    for d in (bundled, wheel, other):
+        d.mkdir(parents=True)
+    (bundled / "libcudart.so.13").write_bytes(b"bundle")
+    (other / "libcudart.so.12").write_bytes(b"old")
+    r = gpu_check.pick_cudart([str(other), str(wheel)], str(bundled))
+    assert r == {"used": str(bundled / "libcudart.so.13"), "source": "the bundle (this machine has no libcudart.so.13)",
+                 "add": str(bundled)}
+    (wheel / "libcudart.so.13").write_bytes(b"wheel")
+    assert gpu_check.pick_cudart([str(other), str(wheel)], str(bundled)) == {
+        "used": str(wheel / "libcudart.so.13"), "source": "this machine"}
+    assert gpu_check.pick_cudart([str(wheel)], str(tmp_path / "none")) == {}
