@@ -2,7 +2,7 @@
 /// Loader for the torchaudio fixtures in tests/data/mel (made by tools/gen_mel_fixtures.py): manifest.json plus raw
 /// little-endian float32 files.
 #include <bit>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <cstdint>
 #include <cstring>
 #include <filesystem>

@@ -1,7 +1,7 @@
 // melforge-build bench: every stage timed on a small generated corpus, its counts and compressed bytes against a
 // normal build of the same corpus, bad parameters, skipped files, the scratch folder, and the binary.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <hdf5.h>
 

@@ -1,6 +1,6 @@
 // End-to-end builds of small generated corpora through the library and through the melforge-build binary.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // Tests for melforge::audio (kernels/audio/decode.h). Every input file is written here, with libsndfile's writer or
 // by hand, into a fresh temporary folder: there are no binary fixtures.
 #include <fcntl.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <grp.h>
 #include <sndfile.h>
 #include <sys/stat.h>

@@ -2,7 +2,7 @@
 // read as the registered flag, on the command line and in a --config file; an unknown flag or key names the nearest
 // one ("did you mean --n-fft?") and fails with exit 2 before any work; value names are read in any letter case.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // Tests of the split writer (builder/h5_writer.h): round trips through our reader, through HDF5's own filter
 // pipeline and through h5py; chunk layout; attributes and strings; failure handling.
 #include <signal.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // manifests. Every input ends in a split or on the skipped list, hidden entries are counted and ignored, and the
 // build's peak RSS stays under --max-ram plus the documented overhead.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <nlohmann/json.hpp>
 

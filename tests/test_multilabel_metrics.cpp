@@ -1,7 +1,7 @@
 // Multi-label metrics (kernels/metrics/multilabel.h) against scikit-learn: tests/data/multilabel/cases.json, written
 // by tools/gen_multilabel_fixtures.py.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <cmath>
 #include <fstream>

@@ -1,7 +1,7 @@
 // Hostile and odd audio (issue 5): every file tools/make_bad_inputs.py --set full writes is accounted for by
 // melforge-build, in a split or on the skipped list with the expected reason, and the valid odd files are processed.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <nlohmann/json.hpp>
 

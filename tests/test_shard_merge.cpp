@@ -1,7 +1,7 @@
 // Sharded builds (--shard K/N) and melforge-build merge: the merged dataset equals an unsharded build, the shard
 // assignment is disjoint and complete, and merge refuses shards that do not belong together.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <fstream>
 #include <functional>

@@ -2,7 +2,7 @@
 // cases run them in child processes of this very executable, directly and through a real CTest with the
 // SKIP_REGULAR_EXPRESSION that CMake gives every discovered test, and check what CTest reports.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <filesystem>
 #include <fstream>

@@ -2,7 +2,7 @@
 // (tests/data/verification/cases.json, written by tools/gen_verification_fixtures.py) and against brute-force loops;
 // trial generation and trial lists; cosine and AS-norm scores against naive loops; the DET picture.
 #include <catch2/catch.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <algorithm>
 #include <array>

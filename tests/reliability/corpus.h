@@ -2,7 +2,7 @@
 // Shared pieces of the reliability tests: a corpus that takes about a second to build, the CLI arguments for it,
 // and byte comparison of outputs.
 #include <fcntl.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <sys/stat.h>
 #include <unistd.h>
 

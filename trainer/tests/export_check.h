@@ -1,7 +1,7 @@
 #pragma once
 // Runs tools/check_export.py on an export: Python's torch and python/melforge/models.py reproduce the C++ outputs.
 #include <ATen/core/Dict.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>

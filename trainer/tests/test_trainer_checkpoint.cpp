@@ -3,7 +3,7 @@
 // the default) reads the file.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <ATen/core/Dict.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 

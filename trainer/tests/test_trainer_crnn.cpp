@@ -1,13 +1,17 @@
 // `--model crnn`: shapes and parameters, the forward pass against a hand-written recurrence, the reused initial
-// state, the JSON round trip through the factory, gradients and invalid configurations.
+// state, the JSON round trip through the factory, gradients and invalid configurations; on CUDA, the CPU's outputs
+// without TF32 at float32 tolerances and with melforge-train's TF32 settings within a bound that an emulation of TF32
+// on the CPU checks.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <torch/torch.h>
 
 #include "catch_torch.h"
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "cuda_float32.h"
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
 #include "models/crnn.h"
@@ -56,15 +60,30 @@ std::map<std::string, std::vector<int64_t>> expected_shapes(const CrnnConfig& c)
           {"detect_head.bias", {1}}};
 }
 
+/// An operand of a product as TF32 tensor cores read it when the conversion truncates: the 13 low mantissa bits of
+/// every float32 cleared, 10 kept (rounding to nearest errs half as much).
+at::Tensor tf32_truncate(const at::Tensor& t) {
+  return at::bitwise_and(t.contiguous().view(at::kInt), static_cast<int64_t>(~int32_t{0x1FFF})).view(at::kFloat);
+}
+
 /// The forward pass (eval mode) with functional ops on the module's weights and the recurrence written step by step
-/// from the GRU (r, z, n) and LSTM (i, f, g, o) equations.
-std::pair<at::Tensor, at::Tensor> reference_forward(CrnnNet& net, const at::Tensor& x) {
+/// from the GRU (r, z, n) and LSTM (i, f, g, o) equations. `operand` is applied to both operands of every product
+/// (convolutions and linear maps; biases are added in float32, as the GPU's accumulators do).
+std::pair<at::Tensor, at::Tensor> reference_forward(
+    CrnnNet& net, const at::Tensor& x,
+    const std::function<at::Tensor(const at::Tensor&)>& operand = [](const at::Tensor& t) { return t; }) {
   auto p = net->named_parameters();
   const CrnnConfig& c = net->config();
   auto buffers = net->named_buffers();
+  const auto conv = [&](const at::Tensor& in, const std::string& name) {
+    return at::conv2d(operand(in), operand(p[name + ".weight"]), p[name + ".bias"], 1, 1);
+  };
+  const auto linear = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& b) {
+    return at::linear(operand(in), operand(w), b);
+  };
   at::Tensor h = (x.unsqueeze(1) - buffers["input_mean"]) / buffers["input_std"];
-  h = at::max_pool2d(at::relu(at::conv2d(h, p["conv1.weight"], p["conv1.bias"], 1, 1)), {2, 2});
-  h = at::max_pool2d(at::relu(at::conv2d(h, p["conv2.weight"], p["conv2.bias"], 1, 1)), {2, 1});
+  h = at::max_pool2d(at::relu(conv(h, "conv1")), {2, 2});
+  h = at::max_pool2d(at::relu(conv(h, "conv2")), {2, 1});
   const int64_t batch = h.size(0), channels = h.size(1), rows = h.size(2), steps = h.size(3);
   const int64_t hid = c.rnn_hidden;
   const at::Tensor w_ih = p["rnn.weight_ih_l0"], w_hh = p["rnn.weight_hh_l0"];
@@ -76,8 +95,8 @@ std::pair<at::Tensor, at::Tensor> reference_forward(CrnnNet& net, const at::Tens
     at::Tensor in = torch::empty({batch, channels * rows});
     for (int64_t ch = 0; ch < channels; ++ch)
       for (int64_t m = 0; m < rows; ++m) in.select(1, ch * rows + m).copy_(h.select(3, t).select(2, m).select(1, ch));
-    const at::Tensor gi = at::linear(in, w_ih, b_ih);
-    const at::Tensor gh = at::linear(state, w_hh, b_hh);
+    const at::Tensor gi = linear(in, w_ih, b_ih);
+    const at::Tensor gh = linear(state, w_hh, b_hh);
     if (c.rnn == "gru") {
       const at::Tensor r = at::sigmoid(gi.narrow(1, 0, hid) + gh.narrow(1, 0, hid));
       const at::Tensor z = at::sigmoid(gi.narrow(1, hid, hid) + gh.narrow(1, hid, hid));
@@ -95,10 +114,33 @@ std::pair<at::Tensor, at::Tensor> reference_forward(CrnnNet& net, const at::Tens
     sum = sum + state;
   }
   const at::Tensor pooled = sum / static_cast<double>(steps);
-  const at::Tensor hidden = at::relu(at::linear(pooled, p["fc.weight"], p["fc.bias"]));
-  return {at::linear(hidden, p["class_head.weight"], p["class_head.bias"]),
-          at::linear(hidden, p["detect_head.weight"], p["detect_head.bias"]).squeeze(1)};
+  const at::Tensor hidden = at::relu(linear(pooled, p["fc.weight"], p["fc.bias"]));
+  return {linear(hidden, p["class_head.weight"], p["class_head.bias"]),
+          linear(hidden, p["detect_head.weight"], p["detect_head.bias"]).squeeze(1)};
 }
+
+/// The network and input of the CUDA comparison: config(32, 24, 4, rnn), seed 13, in eval mode; x [5, 32, 24].
+std::pair<CrnnNet, at::Tensor> cuda_case(const std::string& rnn) {
+  torch::manual_seed(13);
+  CrnnNet net(config(32, 24, 4, rnn));
+  net->eval();
+  return {net, torch::randn({5, 32, 24})};
+}
+
+/// The largest |a - b|.
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+/// How far an output computed on CUDA with TF32 may be from the float32 `cpu` one. TF32 keeps 10 of float32's 23
+/// mantissa bits: each operand of a product is off by up to 2^-10 of itself (truncated; 2^-11 rounded), a product by
+/// up to 2^-9 ~ 2e-3, and a dot product by up to 2e-3 of the sum of its terms' magnitudes (accumulation stays
+/// float32). That bounds an error by the scale of a layer's terms, not of its result, which cancellation can make far
+/// smaller, so the bound is on the outputs' scale, not per element: the crnn chains 5 such products to an output
+/// (conv1, conv2, the recurrent input and hidden products, fc, the head; the gates' sigmoid and tanh and the time mean
+/// do not amplify an error), each adding up to 2e-3 of its terms' scale, about 1e-2 in all; the terms are of order 1
+/// (a normalized input, weights of PyTorch's default initialization), or of the outputs' order when those are larger:
+/// |cuda - cpu| <= 1e-2 * (max |cpu| + 1). The emulation of TF32 on the CPU (a test below) checks that the bound holds
+/// with room to spare.
+double tf32_bound(const at::Tensor& cpu) { return 1e-2 * (cpu.abs().max().item<double>() + 1.0); }
 
 }  // namespace
 
@@ -293,11 +335,54 @@ TEST_CASE("crnn refuses bad configurations, JSON and inputs", "[trainer][crnn]")
   }
 }
 
+TEST_CASE("ScopedTf32 turns TF32 off or applies melforge-train's settings, and restores what it found",
+          "[trainer][crnn]") {
+  at::Context& ctx = at::globalContext();
+  const test::ScopedTf32 outer(false);
+  CHECK(ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST);
+  CHECK_FALSE(ctx.allowTF32CuDNN(at::Float32Op::CONV));
+  CHECK_FALSE(ctx.allowTF32CuDNN(at::Float32Op::RNN));
+  const bool benchmark = ctx.benchmarkCuDNN();
+  {
+    const test::ScopedTf32 production(true);
+    CHECK(ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGH);
+    CHECK(ctx.allowTF32CuDNN(at::Float32Op::CONV));
+    CHECK(ctx.allowTF32CuDNN(at::Float32Op::RNN));
+    CHECK(ctx.benchmarkCuDNN());
+    {
+      const test::ScopedTf32 off(false);
+      CHECK(ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST);
+      CHECK_FALSE(ctx.allowTF32CuDNN(at::Float32Op::CONV));
+      CHECK_FALSE(ctx.allowTF32CuDNN(at::Float32Op::RNN));
+    }
+    CHECK(ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGH);
+    CHECK(ctx.allowTF32CuDNN(at::Float32Op::CONV));
+    CHECK(ctx.allowTF32CuDNN(at::Float32Op::RNN));
+    CHECK(ctx.benchmarkCuDNN());
+  }
+  CHECK(ctx.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST);
+  CHECK_FALSE(ctx.allowTF32CuDNN());
+  CHECK(ctx.benchmarkCuDNN() == benchmark);
+}
+
+TEST_CASE("TF32 rounding moves the crnn's outputs beyond float32 tolerances, within a quarter of the CUDA bound",
+          "[trainer][crnn]") {
+  const std::string rnn = GENERATE("gru", "lstm");
+  CAPTURE(rnn);
+  auto [net, x] = cuda_case(rnn);
+  torch::NoGradGuard no_grad;
+  const auto [logits, detection] = reference_forward(net, x);
+  const auto [logits_tf32, detection_tf32] = reference_forward(net, x, tf32_truncate);
+  CHECK_FALSE(torch::allclose(logits_tf32, logits, 1e-4, 1e-5));
+  CHECK(max_abs_diff(logits_tf32, logits) <= 0.25 * tf32_bound(logits));
+  CHECK(max_abs_diff(detection_tf32, detection) <= 0.25 * tf32_bound(detection));
+}
+
 TEST_CASE("crnn runs on CUDA and matches the CPU", "[trainer][crnn][cuda]") {
   if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   const std::string rnn = GENERATE("gru", "lstm");
-  torch::manual_seed(13);
-  CrnnNet cpu(config(32, 24, 4, rnn));
+  CAPTURE(rnn);
+  auto [cpu, x] = cuda_case(rnn);
   CrnnNet gpu(config(32, 24, 4, rnn));
   {
     torch::NoGradGuard no_grad;
@@ -305,14 +390,22 @@ TEST_CASE("crnn runs on CUDA and matches the CPU", "[trainer][crnn][cuda]") {
     for (const auto& item : cpu->named_parameters()) dst[item.key()].copy_(item.value());
   }
   gpu->to(torch::kCUDA);
-  cpu->eval();
   gpu->eval();
   torch::NoGradGuard no_grad;
-  const at::Tensor x = torch::randn({5, 32, 24});
   const auto yc = cpu->forward(x);
-  const auto yg = gpu->forward(x.to(torch::kCUDA));
-  CHECK(gpu->initial_state().device().is_cuda());
-  CHECK(torch::allclose(yg.logits.cpu(), yc.logits, 1e-4, 1e-5));
+  {
+    const test::ScopedTf32 float32(false);
+    const auto yg = gpu->forward(x.to(torch::kCUDA));
+    CHECK(gpu->initial_state().device().is_cuda());
+    CHECK(torch::allclose(yg.logits.cpu(), yc.logits, 1e-4, 1e-5));
+    CHECK(torch::allclose(yg.detection.cpu(), yc.detection, 1e-4, 1e-5));
+  }
+  {
+    const test::ScopedTf32 production(true);
+    const auto yg = gpu->forward(x.to(torch::kCUDA));
+    CHECK(max_abs_diff(yg.logits.cpu(), yc.logits) <= tf32_bound(yc.logits));
+    CHECK(max_abs_diff(yg.detection.cpu(), yc.detection) <= tf32_bound(yc.detection));
+  }
   const void* storage = gpu->initial_state().data_ptr();
   gpu->forward(x.narrow(0, 0, 3).to(torch::kCUDA));
   CHECK(gpu->initial_state().data_ptr() == storage);

@@ -2,7 +2,7 @@
 // process with the same global batch; a rank killed mid-epoch; resume in a job of the same size; the options.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ops/equal.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <ATen/ops/sub.h>
 
 #include "catch_torch.h"

@@ -3,7 +3,7 @@
 // non-finite validation metrics, corrupt checkpoints (zip CRC, NaN weights) and a folder given as a checkpoint.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 #include <caffe2/serialize/inline_container.h>
 
 #include "catch_torch.h"

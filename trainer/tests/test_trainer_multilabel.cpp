@@ -281,8 +281,10 @@ TEST_CASE("positive class none trains without the detection head, the default na
   }
 }
 
-TEST_CASE("multilabel training with --mixup learns on mixed target rows, deterministically",
-          "[trainer][multilabel][mixup]") {
+// Determinism with --mixup is proven by test_trainer_mixup.cpp ("a run with --mixup stopped after 2 epochs and resumed
+// ends with the weights of an uninterrupted run", bit-exact); this test keeps what only it shows: the multi-label
+// loop trains on mixed target rows and learns.
+TEST_CASE("multilabel training with --mixup learns on mixed target rows", "[trainer][multilabel][mixup]") {
   TempDir d;
   const fs::path data = build_mix_dataset(d.path(), 5);
   const auto run = [&](const std::string& name, double alpha) {
@@ -294,16 +296,13 @@ TEST_CASE("multilabel training with --mixup learns on mixed target rows, determi
     REQUIRE(r.test.has_value());
     return r.test->multilabel.map_macro;
   };
-  const double a = run("a", 0.4), b = run("b", 0.4);
+  const double a = run("a", 0.4);
   run("plain", 0.0);
   const double chance = chance_map(trainer::read_split(data / "test.h5", "test", /*load_mel=*/false));
   CAPTURE(a, chance);
-  CHECK(a == b);
   CHECK(a >= chance + 0.15);
   const auto ca = trainer::load_checkpoint(d / "a" / "checkpoints/last.pt");
-  const auto cb = trainer::load_checkpoint(d / "b" / "checkpoints/last.pt");
   const auto cp = trainer::load_checkpoint(d / "plain" / "checkpoints/last.pt");
-  test::require_same_tensors(ca.model, cb.model, "model");
   bool differs = false;
   for (const auto& [name, t] : ca.model) differs = differs || !at::equal(t, cp.model.at(name));
   CHECK(differs);

@@ -3,7 +3,7 @@
 // --strict, and a 1-hour file runs in the memory of a short one (streamed decode, fixed-size batches).
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include "catch_torch.h"
 

@@ -3,7 +3,7 @@
 // corrupt and foreign inputs; host memory over 10 epochs, thread counts and idle CPU.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ops/equal.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include "catch_torch.h"
 

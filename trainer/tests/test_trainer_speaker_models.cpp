@@ -495,15 +495,10 @@ TEST_CASE("train takes a speaker model for --task verification only, before any 
   CHECK_THROWS_WITH(cfg.validate(), Catch::Contains("--model resnet-se or ecapa"));
 }
 
-TEST_CASE("Python loads an exported resnet-se into python/melforge/models.py and reproduces its embeddings",
-          "[trainer][verification][export][python]") {
-  const std::string python = venv_python();
-  if (python.empty()) {
-    MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
-  }
-  check_python_reproduces(python, {"resnet-se", 16, 20, 12, "quarter", 512});
-}
-
+// resnet-se's Python twin is checked on a trained checkpoint (trained batch-norm statistics, the run's input
+// normalisation) by "Python reproduces a trained speaker checkpoint's exported embeddings"
+// (test_trainer_verification_task.cpp), with the same tools/check_export.py; a random-weight copy of that check here
+// re-proved it at 25 s of CI.
 TEST_CASE("Python loads an exported ecapa into python/melforge/models.py and reproduces its embeddings",
           "[trainer][verification][export][python]") {
   const std::string python = venv_python();

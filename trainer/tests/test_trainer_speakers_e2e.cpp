@@ -4,7 +4,7 @@
 // small resnet-se trains for a few epochs on the CPU with the AAM-softmax loss, and the test split's EER on
 // generated trials must be far below chance (50 %).
 #include <boost/program_options.hpp>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include "catch_torch.h"
 

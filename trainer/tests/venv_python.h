@@ -1,7 +1,7 @@
 #pragma once
 // The Python of tools/setup_torch.sh's environment, for tests that check files in Python's torch.
 #include <sys/wait.h>
-#include "test_paths.h"
+#include "melforge_test_paths.h"
 
 #include <cstdio>
 #include <filesystem>

@@ -1,7 +1,7 @@
 #pragma once
-// The absolute paths a test needs, compiled into tests/test_paths.cpp alone (cmake/MelforgeTestPaths.cmake says why
-// they are not compile definitions of every test file). The macros keep the names the tests have always used; each
-// is a `const char*` (not a string literal: concatenate with std::string).
+// The absolute paths a test needs, compiled into tests/melforge_test_paths.cpp alone (cmake/MelforgeTestPaths.cmake
+// says why they are not compile definitions of every test file). The macros keep the names the tests have always
+// used; each is a `const char*` (not a string literal: concatenate with std::string).
 
 namespace melforge::test_paths {
 /// The source tree's root (the folder of the top-level CMakeLists.txt).

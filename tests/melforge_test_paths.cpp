@@ -1,5 +1,6 @@
-// The absolute paths of tests/test_paths.h, from the definitions cmake/MelforgeTestPaths.cmake gives this file alone.
-#include "test_paths.h"
+// The absolute paths of tests/melforge_test_paths.h, from the definitions that cmake/MelforgeTestPaths.cmake gives
+// this file alone.
+#include "melforge_test_paths.h"
 
 #ifndef MELFORGE_PATH_BUILD_EXE
 #define MELFORGE_PATH_BUILD_EXE ""
