@@ -419,8 +419,9 @@ print(json.dumps({"device_bytes_per_s": 2 * n / dd, "h2d_bytes_per_s": (n // 4) 
                 m = [j for j in (json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip())
                      if j.get("type", "epoch") == "epoch"]
                 rep = json.load(open(os.path.join(out, "report.json")))
+                check = json.load(open(os.path.join(out, "config.json"))).get("device_check")
                 sps = [e["samples_per_s"] for e in m]
-                runs[name] = {"flags": " ".join(flags), "samples_per_s_each_epoch": sps,
+                runs[name] = {"flags": " ".join(flags), "device_check": check, "samples_per_s_each_epoch": sps,
                               "samples_per_s": float(statistics.median(sps[1:] if len(sps) > 1 else sps)),
                               "data_wait_fraction": m[-1].get("data_wait_fraction"),
                               "test_file_accuracy": pick(rep, "test", "file", "accuracy")}

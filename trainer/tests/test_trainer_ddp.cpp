@@ -26,6 +26,7 @@
 #include "reliability/child_process.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/device_check.h"
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 #include "venv_python.h"
@@ -459,6 +460,25 @@ TEST_CASE("one process joins through c10d when --dist-backend or --world-size 1 
   CHECK(config["dist_backend"] == "gloo");
   CHECK(config["world_size"] == 1);
   CHECK(trainer::load_checkpoint(root / "run" / "checkpoints" / "last.pt").epoch == 1);
+}
+
+TEST_CASE("every rank runs the device check on its own first batch: a perturbed device side stops each with exit 1",
+          "[trainer][dist][device_check]") {
+  const fs::path root = shared().dir.path() / "device-check";
+  fs::create_directories(root);
+  const int port = free_port();
+  ::setenv(trainer::kDeviceCheckFaultVariable, "0.5", 1);
+  const auto results = run_ranks({with(train_args(root / "run", 1, kBatch), rank_flags(0, 2, port)),
+                                  with(train_args(root / "rank1-out", 1, kBatch), rank_flags(1, 2, port))},
+                                 root);
+  ::unsetenv(trainer::kDeviceCheckFaultVariable);
+  for (int r = 0; r < 2; ++r) {
+    const auto& result = results[static_cast<std::size_t>(r)];
+    INFO(result.output);
+    CHECK(result.exit_code == 1);
+    CHECK_THAT(result.output,
+               Catch::Contains("error: rank " + std::to_string(r) + ": device check failed on cpu (fp32"));
+  }
 }
 
 TEST_CASE("2 Gloo ranks train a speaker model with the AAM loss and rank 0 writes its EER report", "[trainer][dist]") {

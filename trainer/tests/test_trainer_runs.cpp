@@ -90,6 +90,8 @@ TEST_CASE("config.json records the resolved device, threads, world size and stre
   CHECK(j["requested"]["pos_weight"] == "auto");
   CHECK(j["requested"]["adamw"] == "auto");
   CHECK(j["requested"]["world_size"] == 0);
+  CHECK(j["device_check"] == nlohmann::json({{"result", "not_applicable"},
+                                             {"reason", "the device is the CPU, the check's reference"}}));
 }
 
 TEST_CASE("every saved field of a run maps to a flag of train, and the resume lists name registered flags",

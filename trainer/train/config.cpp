@@ -7,6 +7,7 @@
 
 #include "melforge/common/errors.h"
 #include "models/model.h"
+#include "train/device_check.h"
 #include "util.h"
 
 namespace po = boost::program_options;
@@ -223,7 +224,9 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "init-from", po::value(&o.init_from)->value_name("CKPT|WEIGHTS"),
       "start a new run from trained weights: a checkpoint (best.pt) or an `export`ed state dict")(
       "reset-heads", po::bool_switch(&o.reset_heads),
-      "with --init-from: re-initialise the class and detection heads (allows another class set)");
+      "with --init-from: re-initialise the class and detection heads (allows another class set)")(
+      "no-device-check", po::bool_switch(&o.no_device_check),
+      "CUDA: skip the check of the first batch's forward pass against a CPU copy of the model");
 }
 
 void check_model_task(const std::string& model, const std::string& task) {
@@ -269,6 +272,9 @@ void TrainConfig::validate() const {
     throw InvalidArgument("--cuda-graph captures one optimizer step per batch: it needs --accumulate 1");
   if (train.cuda_graph && mixup.enabled())
     throw InvalidArgument("--cuda-graph captures the unmixed loss: it cannot be combined with --mixup (drop one)");
+  if (device_check_fault() && train.no_device_check)
+    throw InvalidArgument(std::string(kDeviceCheckFaultVariable) + " injects a fault into the device check, which "
+                          "--no-device-check skips (unset one)");
 }
 
 nlohmann::json TrainConfig::to_json() const {

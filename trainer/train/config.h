@@ -77,6 +77,9 @@ struct TrainOptions {
   /// With init_from: re-initialise the classification and detection heads (from --seed) instead of loading them, so
   /// that the new dataset may have another class set.
   bool reset_heads = false;
+  /// --no-device-check: skip the device check (train/device_check.h: on CUDA, the first batch's forward pass
+  /// compared with a CPU copy of the model). Not saved (it changes no result): always from the command line.
+  bool no_device_check = false;
 
   /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
   void validate() const;
@@ -97,7 +100,7 @@ struct TrainOptions {
 
 /// Registers --out --resume --overwrite --epochs --amp --positive-class --task --bce-weight --pos-weight --patience
 /// --best-metric --cuda-graph --channels-last --profile-steps --config --init-from --reset-heads --margin --scale
-/// --margin-warmup.
+/// --margin-warmup --no-device-check.
 void add_options(boost::program_options::options_description& desc, TrainOptions& opts);
 
 /// Everything `train` is configured by.
@@ -132,6 +135,8 @@ struct TrainConfig {
   std::set<std::string> given;
 
   /// Validates every group (before any data is read). --data and --out are required unless --resume is given.
+  /// Also the device check's test hook: MELFORGE_DEVICE_CHECK_FAULT must be a number >= 0 (device_check_fault), and
+  /// is refused with --no-device-check, which would ignore it.
   void validate() const;
   /// {"data", "model", "optim", "loader", "augment" (with "mixup"), "eval", "train"}: what the run folder's config.json and the
   /// checkpoints record (the runtime group is not part of it: it does not change the result on the CPU).

@@ -26,7 +26,8 @@ void collect_fields(const nlohmann::json& j, const std::string& prefix, std::vec
 nlohmann::json normalised(const nlohmann::json& j) { return TrainConfig::from_json(j).to_json(); }
 
 /// The configuration `merged` (a TrainConfig::to_json() document) with what it does not record taken from `cli`:
-/// the runtime and dist groups, the given flags, --out, --resume, --overwrite, --profile-steps and --config.
+/// the runtime and dist groups, the given flags, --out, --resume, --overwrite, --profile-steps, --config and
+/// --no-device-check.
 TrainConfig with_unsaved(const nlohmann::json& merged, const TrainConfig& cli) {
   TrainConfig out = TrainConfig::from_json(merged);
   out.runtime = cli.runtime;
@@ -37,6 +38,7 @@ TrainConfig with_unsaved(const nlohmann::json& merged, const TrainConfig& cli) {
   out.train.resume = cli.train.resume;
   out.train.overwrite = cli.train.overwrite;
   out.train.profile_steps = cli.train.profile_steps;
+  out.train.no_device_check = cli.train.no_device_check;
   out.train.config = cli.train.config;
   return out;
 }
@@ -101,7 +103,7 @@ const std::set<std::string>& unsaved_flags() {
     add_options(desc, runtime);
     add_options(desc, dist);
     add_options(desc, monitor);
-    std::set<std::string> names = {"profile-steps", "config"};
+    std::set<std::string> names = {"profile-steps", "config", "no-device-check"};
     for (const auto& o : desc.options()) names.insert(o->long_name());
     return names;
   }();

@@ -31,23 +31,24 @@ std::vector<std::string> config_fields(const nlohmann::json& config);
 const std::set<std::string>& resume_honoured_flags();
 
 /// The flags of `train` that are not part of the saved configuration and are always taken from the command line:
-/// the runtime and dist groups, --profile-steps and --config; --out, --resume and --overwrite are checked apart.
+/// the runtime and dist groups, --profile-steps, --config and --no-device-check; --out, --resume and --overwrite are
+/// checked apart.
 const std::set<std::string>& unsaved_flags();
 
 /// The canonical names of the flags in `vm` that were given (not left at their defaults), "help" aside.
 std::set<std::string> given_flags(const boost::program_options::variables_map& vm);
 
 /// --resume: the checkpoint's configuration `saved` with the honoured flags of cli.given taking the command line's
-/// values (cli's runtime, dist, profile_steps, resume and given are kept). A given saved flag that is not honoured
-/// is accepted only when its value equals the saved one; otherwise, and for --overwrite or a flag that is neither
-/// saved nor in unsaved_flags(), throws InvalidArgument naming the flag, both values and `checkpoint`. --stream
-/// auto keeps the saved mode; another mode than the saved one is taken with a warning on `log`.
+/// values (cli's runtime, dist, profile_steps, no_device_check, resume and given are kept). A given saved flag that
+/// is not honoured is accepted only when its value equals the saved one; otherwise, and for --overwrite or a flag
+/// that is neither saved nor in unsaved_flags(), throws InvalidArgument naming the flag, both values and
+/// `checkpoint`. --stream auto keeps the saved mode; another mode than the saved one is taken with a warning on `log`.
 TrainConfig resume_config(const nlohmann::json& saved, const TrainConfig& cli, const std::string& checkpoint,
                           const Logger& log);
 
 /// --config RUN/config.json: the file's configuration (TrainConfig::from_json) with every given saved flag of `cli`
-/// replacing its value, and cli's runtime, dist, out, overwrite, profile_steps, config and given. Throws
-/// FormatError naming `source` for a malformed document.
+/// replacing its value, and cli's runtime, dist, out, overwrite, profile_steps, no_device_check, config and given.
+/// Throws FormatError naming `source` for a malformed document.
 TrainConfig config_from_run_json(const nlohmann::json& file, const TrainConfig& cli, const std::string& source);
 
 /// `train`'s side of the command line, between po::store and po::notify: an INI --config file is stored into `vm`

@@ -63,6 +63,8 @@ TrainResult Run::run_stages() {
     }
   }
   loader_->stop();
+  if (device_check_.result == "pending")
+    record_device_check(DeviceCheckResult::not_run("not_run", "this process trained no batch"));
   profiler_.reset();
   if (monitor_) monitor_->close();
   result.epochs_done = epoch_;
@@ -94,6 +96,7 @@ void Run::set_up_job() {
   cfg_.runtime.apply_threads();
   if (world_ > 1 || cfg_.dist.forces_process_group()) join_job(dist);
   configure_cuda(s_.device.is_cuda());
+  plan_device_check();
 }
 
 void Run::check_dataset() {
@@ -195,7 +198,7 @@ void Run::set_up_model() {
   if (group_) sync_model();
 }
 
-void Run::write_config() const {
+void Run::write_config() {
   nlohmann::json config = cfg_.to_json();
   config["mel"] = data_.info.to_json();
   config["classes"] = data_.class_names;
@@ -220,6 +223,8 @@ void Run::write_config() const {
                          {"pos_weight", cfg_.train.pos_weight},
                          {"dist_backend", cfg_.dist.backend},
                          {"world_size", cfg_.dist.world_size}};
+  config["device_check"] = device_check_.to_json();
+  config_json_ = config;
   if (writer()) write_json_atomically(run_dir_ / "config.json", config);
 }
 

@@ -2,8 +2,8 @@
 /// The training run behind train() (trainer.h): one object holding the model, optimizer, schedule, scaler, loader
 /// and bookkeeping of a run, from set-up through the epochs to the final evaluation. Internal to the trainer; its
 /// methods are defined by stage in run.cpp (set-up), run_epoch.cpp (epochs and final evaluation), run_state.cpp
-/// (resume and checkpoint contents), run_dist.cpp (the data-parallel job), run_task.cpp (multiclass vs multilabel)
-/// and run_verification.cpp (the verification task).
+/// (resume and checkpoint contents), run_dist.cpp (the data-parallel job), run_task.cpp (multiclass vs multilabel),
+/// run_verification.cpp (the verification task) and run_device_check.cpp (the device check, train/device_check.h).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include "models/model.h"
 #include "options.h"
 #include "train/checkpoint.h"
+#include "train/device_check.h"
 #include "train/init_weights.h"
 #include "train/run_folder.h"
 #include "train/setup.h"
@@ -79,8 +80,9 @@ class Run {
   /// Builds model, optimizer, schedule, scaler (and the CUDA Graph step), seeds the ranks > 0, restores a resumed
   /// checkpoint and broadcasts rank 0's model to the job.
   void set_up_model();
-  /// RUN/config.json (rank 0): the configuration, dataset parameters, classes and what was resolved at set-up.
-  void write_config() const;
+  /// RUN/config.json (rank 0): the configuration, dataset parameters, classes, what was resolved at set-up and the
+  /// device check as it stands (kept in config_json_ for record_device_check).
+  void write_config();
 
   // Epochs and the final evaluation (run_epoch.cpp).
   /// Trains, validates and checkpoints epoch epoch_ + 1. Returns false when TrainHooks::on_epoch_end stops the run.
@@ -130,10 +132,10 @@ class Run {
   const Split& loader_split();
   /// The training loss of a batch: combined_loss, or multilabel_loss against the batch's target rows; with `mix`
   /// (--mixup) the lambda-weighted sum of the losses against the own and the partners' labels (multiclass) or the
-  /// loss against the mixed target rows (multilabel).
+  /// loss against the mixed target rows (multilabel). Computed on out's device (the device check's CPU side too).
   at::Tensor training_loss(const ModelOutput& out, const Batch& batch, const MixupDraw* mix = nullptr) const;
-  /// The single-label loss against `labels` [B]: combined_loss, or for verification the AAM-softmax loss at the
-  /// step's margin (aam_margin). What the CUDA Graph step captures.
+  /// The single-label loss against `labels` [B] (on out's device): combined_loss, or for verification the AAM-softmax
+  /// loss at the step's margin (aam_margin). What the CUDA Graph step captures.
   at::Tensor labels_loss(const ModelOutput& out, const at::Tensor& labels) const;
   /// --task verification: the AAM margin of the current optimizer step (--margin, warmed up over --margin-warmup
   /// epochs).
@@ -159,6 +161,16 @@ class Run {
   /// finish() for multilabel: best.pt on val (threshold tuned there) and test; report.json and
   /// scores_{val,test}.csv (per-file class scores).
   void finish_multilabel(TrainResult& result);
+
+  // The device check (run_device_check.cpp).
+  /// What the device check will do: skipped (--no-device-check), not_applicable (the CPU, unless the test hook
+  /// MELFORGE_DEVICE_CHECK_FAULT is set) or pending until the first training batch.
+  void plan_device_check();
+  /// The check on the first training batch of this process (every rank checks its own): the result is logged and
+  /// recorded in config.json (rank 0); throws Error with the figures when it failed.
+  void check_device(const Batch& batch);
+  /// Makes `result` the run's device check and rewrites config.json's `device_check` (rank 0).
+  void record_device_check(DeviceCheckResult result);
 
   // Resume and checkpoint contents (run_state.cpp).
   /// Fresh run: checks --out. --resume: loads the checkpoint and replaces the configuration by the saved one with
@@ -235,6 +247,11 @@ class Run {
   /// --task verification; the generated trials of each evaluated split, by split name (filled on first use).
   bool verification_ = false;
   mutable std::map<std::string, std::vector<verification::Trial>> trials_;
+  /// The device check's state (pending until the first batch); the test hook's fault (MELFORGE_DEVICE_CHECK_FAULT);
+  /// the config.json document write_config wrote, which record_device_check rewrites.
+  DeviceCheckResult device_check_;
+  std::optional<double> check_fault_;
+  nlohmann::json config_json_;
   /// --task multilabel; and then the training split's targets, float32 [files, C] on the device.
   bool multilabel_ = false;
   at::Tensor train_targets_;

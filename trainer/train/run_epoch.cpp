@@ -70,6 +70,7 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
     }
     if (!batch) break;
     if (hooks_.on_batch) hooks_.on_batch(epoch, *batch);
+    if (device_check_.result == "pending") check_device(*batch);
     const bool last_micro = (micro + 1) % cfg_.optim.accumulate == 0 || batch->index == batches - 1;
     at::Tensor loss;
     const ModelOutput out = forward_backward(*batch, last_micro, r.lr, loss);

@@ -61,18 +61,20 @@ const Split& Run::loader_split() {
 }
 
 at::Tensor Run::training_loss(const ModelOutput& out, const Batch& batch, const MixupDraw* mix) const {
+  const at::Device device = out.logits.device();
   if (multilabel_) {
-    const at::Tensor targets = train_targets_.index_select(0, batch.y.to(s_.device));
+    const at::Tensor targets = train_targets_.index_select(0, batch.y.to(s_.device)).to(device);
     return multilabel_loss(out, mix ? mix_targets(targets, *mix) : targets);
   }
   const auto loss = [&](const at::Tensor& y) { return labels_loss(out, y); };
-  if (!mix) return loss(batch.y);
+  if (!mix) return loss(batch.y.to(device));
   return mix_losses(loss(batch.y), loss(batch.y.index_select(0, mix->perm.to(batch.y.device()))), *mix);
 }
 
 at::Tensor Run::labels_loss(const ModelOutput& out, const at::Tensor& labels) const {
   if (verification_) return aam_softmax_loss(out.logits, labels, aam_margin(), cfg_.train.scale);
-  return combined_loss(out, labels, s_.positive_index, cfg_.train.bce_weight, s_.pos_weight_tensor);
+  return combined_loss(out, labels, s_.positive_index, cfg_.train.bce_weight,
+                       s_.pos_weight_tensor.to(out.logits.device()));
 }
 
 EvalResult Run::evaluate_split(const Split& split, double tuned) const {
