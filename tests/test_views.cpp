@@ -176,7 +176,7 @@ TEST_CASE("a crop lies in its clip, or pads or repeats a short clip", "[views]")
   }
 }
 
-TEST_CASE("crops: same seed and epoch, same crops; other epochs and seeds, other crops", "[views]") {
+TEST_CASE("crops: same seed and epoch give the same crops, other epochs and seeds other crops", "[views]") {
   const std::vector<int64_t> lengths(64, 3 * kT);
   const auto view = make_view(options_for("crops"), kRate);
   const auto again = make_view(options_for("crops"), kRate);
@@ -248,7 +248,7 @@ TEST_CASE("crops of epoch e are the same fresh or after epochs 0..e-1 (exact res
   CHECK(resumed->examples(lengths, 21, resume_epoch) == uninterrupted);
 }
 
-TEST_CASE("clips are whole clips; their batches hold each once, by length, under the budget", "[views]") {
+TEST_CASE("clips are whole clips, and their batches hold each once, by length, under the budget", "[views]") {
   const auto view = make_view(options_for("clips"), kRate);
   std::vector<int64_t> lengths;
   for (int64_t c = 0; c < 300; ++c) lengths.push_back(1 + (c * 7919) % 450);
