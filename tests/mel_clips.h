@@ -1,18 +1,23 @@
 #pragma once
 /// Helpers of the whole-clip (ragged) mel tests, shared by the CPU, kernel-body and `[cuda]` test files: test shapes
-/// and clip lengths, clip batches to compute, a clip's frames as torchaudio's [n_mels][n_frames], and the naive
-/// reference of one clip under compute_clips' edge rule (kClipZeroEdges: zeros instead of reflection;
-/// kClipPaddedToFrame: zero-padded to one frame), written from the flags, not from the engine's code.
+/// and clip lengths, clip batches to compute, a clip's frames as torchaudio's [n_mels][n_frames], the torchaudio
+/// whole-clip fixtures, and the naive reference of one clip under compute_clips' edge rule (kClipZeroEdges: zeros
+/// instead of reflection; kClipPaddedToFrame: zero-padded to one frame), written from the flags, not from the
+/// engine's code.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mel/mel_args.h"
 #include "mel/mel_engine.h"
+#include "mel_fixtures.h"
 #include "mel_reference.h"
 
 namespace melforge::test {
@@ -159,6 +164,59 @@ inline void check_clips_close(const std::vector<unsigned char>& got, const std::
       INFO("element " << i << ": " << x[i] << ", want " << y[i]);
       REQUIRE(std::abs(x[i] - y[i]) <= 2e-3 * std::abs(y[i]) + 5e-3);
     }
+  }
+}
+
+/// The whole-clip torchaudio fixtures (tests/data/mel/manifest_clips.json): the clips laid end to end.
+struct ClipFixtures {
+  /// The parsed manifest: "clips" and "sets".
+  nlohmann::json manifest;
+  /// Every clip's samples, one after another.
+  std::vector<float> signal;
+  /// [C + 1] sample offsets of the clips in `signal`.
+  std::vector<int64_t> offsets;
+};
+
+/// Loads manifest_clips.json and its clips.
+inline ClipFixtures load_clip_fixtures() {
+  std::ifstream in(mel_fixture_dir() / "manifest_clips.json");
+  REQUIRE(in);
+  ClipFixtures f;
+  f.manifest = nlohmann::json::parse(in);
+  f.offsets = {0};
+  for (const auto& clip : f.manifest.at("clips")) {
+    const auto x = load_f32(clip.at("file"), clip.at("samples").get<int64_t>());
+    f.signal.insert(f.signal.end(), x.begin(), x.end());
+    f.offsets.push_back(static_cast<int64_t>(f.signal.size()));
+  }
+  REQUIRE(f.manifest.at("sets").size() >= 2);
+  return f;
+}
+
+/// Checks a float32 compute_clips output of the fixtures' clips (`batch`, planned with the set's params) against
+/// torchaudio's set `set`, clip by clip within compare_log_mel's tolerance; as a positive control, the log floor
+/// (silence_value) must fail every clip.
+inline void check_clip_fixture(const std::vector<unsigned char>& out, const mel::ClipBatch& batch,
+                               const nlohmann::json& set) {
+  const mel::MelArgs a = mel_args_from_json(set.at("params"));
+  const auto frames = set.at("n_frames").get<std::vector<int64_t>>();
+  const int n_mels = set.at("n_mels");
+  const std::string name = set.at("name");
+  REQUIRE(batch.clips() == static_cast<int64_t>(frames.size()));
+  const auto want = load_f32(set.at("file"), batch.total_frames() * n_mels);
+  int64_t at = 0;
+  for (int64_t c = 0; c < batch.clips(); ++c) {
+    CAPTURE(name, c, batch.samples(c));
+    REQUIRE(batch.frames(c) == frames[static_cast<size_t>(c)]);
+    REQUIRE(batch.flags[static_cast<size_t>(c)] == 0);
+    const std::vector<float> got = clip_view(out, batch, c);
+    const int n_frames = static_cast<int>(batch.frames(c));
+    const auto cmp = compare_log_mel(got.data(), want.data() + at, n_mels, n_frames, a);
+    INFO("worst error / tolerance " << cmp.worst_ratio << " at " << cmp.worst_index);
+    CHECK(cmp.failures == 0);
+    const std::vector<float> floor(got.size(), mel::silence_value(a));
+    CHECK(compare_log_mel(floor.data(), want.data() + at, n_mels, n_frames, a).failures > 0);
+    at += batch.frames(c) * n_mels;
   }
 }
 

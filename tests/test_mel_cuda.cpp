@@ -345,4 +345,14 @@ TEST_CASE("make_engine(cuda) over every device deals whole clips and matches the
   test::check_clips_close(run_clips(*engine, signal, batch), run_clips(*cpu_engine, signal, batch), batch, p.mel);
 }
 
+TEST_CASE("CUDA compute_clips matches torchaudio's MelSpectrogram of whole clips", "[cuda]") {
+  const test::ClipFixtures f = test::load_clip_fixtures();
+  for (const auto& set : f.manifest.at("sets")) {
+    const Params p{set.at("name"), test::mel_args_from_json(set.at("params")), 4000, 8};
+    const ClipBatch batch = plan_clips(p.mel, DType::float32, f.offsets);
+    auto engine = make_cuda_engine(config_of(p, DType::float32));
+    test::check_clip_fixture(run_clips(*engine, f.signal, batch), batch, set);
+  }
+}
+
 }  // namespace melforge_test_mel_cuda

@@ -1,6 +1,6 @@
 // Whole clips of any lengths (MelEngine::compute_clips) on the CPU engine: the frame-count rule against an independent
 // count, plan_clips, each clip of a ragged batch against the naive reference and against the segment path, the
-// frames of a clip independent of its neighbours.
+// frames of a clip independent of its neighbours, and torchaudio's MelSpectrogram of whole clips (fixtures).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -254,6 +254,15 @@ TEST_CASE("CPU compute_clips: float16 is float32 rounded, threads change nothing
   const std::vector<float> zeros(static_cast<size_t>(offsets.back()), 0.0f);
   const std::vector<unsigned char> silent = run_clips(config_of(s), zeros, f32);
   for (int64_t i = 0; i < f32.out_elems(); ++i) REQUIRE(test::element(silent, i, 4) == silence_value(s.mel));
+}
+
+TEST_CASE("CPU compute_clips matches torchaudio's MelSpectrogram of whole clips", "[mel][mel_ragged]") {
+  const test::ClipFixtures f = test::load_clip_fixtures();
+  for (const auto& set : f.manifest.at("sets")) {
+    ClipShape s{set.at("name"), test::mel_args_from_json(set.at("params")), 4000, 1};
+    const ClipBatch batch = plan_clips(s.mel, DType::float32, f.offsets);
+    test::check_clip_fixture(run_clips(config_of(s), f.signal, batch), batch, set);
+  }
 }
 
 }  // namespace melforge_test_mel_ragged
