@@ -1,10 +1,11 @@
 #pragma once
 /// Naive log-mel reference for the tests: the formulas written out directly in double precision, with a direct
 /// O(N^2) DFT and a dense filterbank, sharing no code with the engines. Also the tolerance used to compare a float32
-/// spectrogram with a reference one.
+/// spectrogram with a reference one, the test signals, and the decoding of an engine's output bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -179,6 +180,29 @@ Comparison compare_log_mel(const A* actual, const B* expected, int n_mels, int n
   return c;
 }
 
+/// A test signal: two sines plus seeded uniform noise, a1*sin(w1*t) + a2*sin(w2*t + phase2) + U(-noise, noise).
+struct ToneMix {
+  /// Amplitude and angular frequency (radians per sample) of the first sine.
+  double a1 = 0.5, w1 = 0.013;
+  /// Amplitude, angular frequency and phase of the second sine.
+  double a2 = 0.25, w2 = 0.71, phase2 = 0.3;
+  /// Half-width of the uniform noise.
+  float noise = 0.2f;
+};
+
+/// `n` samples of `mix`, the noise seeded with `seed`.
+inline std::vector<float> tone_signal(int64_t n, unsigned seed, const ToneMix& mix) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> noise(-mix.noise, mix.noise);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = static_cast<double>(i);
+    x[static_cast<size_t>(i)] =
+        static_cast<float>(mix.a1 * std::sin(mix.w1 * t) + mix.a2 * std::sin(mix.w2 * t + mix.phase2)) + noise(rng);
+  }
+  return x;
+}
+
 /// `count` random segment starts in [0, signal_len - segment_samples], seeded.
 inline std::vector<int64_t> make_offsets(int64_t count, int64_t signal_len, int64_t segment_samples, unsigned seed) {
   std::mt19937 rng(seed);
@@ -201,6 +225,18 @@ inline float half_to_float(uint16_t h) {
     v = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
   }
   return (h & 0x8000) != 0 ? -v : v;
+}
+
+/// Output element i of a buffer of float32 or IEEE half bits (elem_bytes 4 or 2) as float.
+inline float element(const std::vector<unsigned char>& out, int64_t i, int elem_bytes) {
+  if (elem_bytes == 2) {
+    uint16_t h = 0;
+    std::memcpy(&h, out.data() + i * 2, 2);
+    return half_to_float(h);
+  }
+  float f = 0.0f;
+  std::memcpy(&f, out.data() + i * 4, 4);
+  return f;
 }
 
 }  // namespace melforge::test

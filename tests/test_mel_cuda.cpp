@@ -1,4 +1,5 @@
-// [cuda] tests: the CUDA engine against the CPU engine. Linked with the main that exits 77 (skipped) without a device.
+// [cuda] tests: the CUDA engine against the CPU engine, for segments (compute) and whole clips (compute_clips).
+// Linked with the main that exits 77 (skipped) without a device.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "mel/filterbank.h"
+#include "mel/mel_cuda.h"
 #include "mel/mel_engine.h"
-#include "melforge/common/errors.h"
+#include "mel_clips.h"
 #include "mel_reference.h"
+#include "melforge/common/errors.h"
 
 namespace melforge_test_mel_cuda {
 
@@ -72,6 +76,25 @@ Params params_log_none() {
   return p;
 }
 
+Params params_default_big_batch() {
+  Params p = params_default();
+  p.name = "defaults, device batch 4096: one clip launch of 65536 rows";
+  p.device_batch = 4096;
+  return p;
+}
+
+/// Clip lengths around n_fft 256..512 and their halves, hop-sized clips, 0.3 s / 1.37 s / 4.01 s at 16 kHz, empty
+/// clips.
+const std::vector<int64_t> kClipLengths512 = {1,   0,   2,   99,  100, 128,  199, 200,   255,   256, 257,
+                                              399, 400, 511, 512, 513, 4800, 3,   21920, 64160, 160, 0};
+
+/// compute_clips of `engine`; every output byte preset to 0xff (a NaN for either dtype).
+std::vector<unsigned char> run_clips(MelEngine& engine, const std::vector<float>& signal, const ClipBatch& batch) {
+  std::vector<unsigned char> out(static_cast<size_t>(batch.out_bytes()), 0xff);
+  engine.compute_clips(signal.data(), batch, out.data());
+  return out;
+}
+
 EngineConfig config_of(const Params& p, DType dtype) {
   EngineConfig c;
   c.mel = p.mel;
@@ -83,17 +106,8 @@ EngineConfig config_of(const Params& p, DType dtype) {
 }
 
 std::vector<float> make_signal(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> noise(-0.2f, 0.2f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const double t = static_cast<double>(i);
-    x[static_cast<size_t>(i)] =
-        static_cast<float>(0.5 * std::sin(0.013 * t) + 0.25 * std::sin(0.71 * t + 0.3)) + noise(rng);
-  }
-  return x;
+  return test::tone_signal(n, seed, {0.5, 0.013, 0.25, 0.71, 0.3, 0.2f});
 }
-
 
 std::vector<float> decode(const std::vector<unsigned char>& out, DType dtype) {
   const size_t elem = dtype == DType::float16 ? 2 : 4;
@@ -193,7 +207,12 @@ TEST_CASE("CUDA engine holds device memory and reports it", "[cuda]") {
   CHECK(engine->device_bytes() > 0);
   CHECK(engine->device_bytes() >= 2 * frames_and_spectra);
   const int64_t staging = p.device_batch * (layout.segment_samples * 4 + layout.out_bytes_per_segment());
-  CHECK(engine->host_bytes() == 2 * staging);
+  const cuda::CudaBufferSizes sizes =
+      cuda::cuda_buffer_sizes(layout, p.mel.n_fft, p.device_batch, cached_filterbank(p.mel)->nnz());
+  const cuda::CudaClipSizes clip = cuda::cuda_clip_sizes(sizes, p.mel.n_fft, p.mel.hop());
+  CHECK(sizes.slot_pinned_bytes() == staging);
+  CHECK(engine->host_bytes() == 2 * (staging + clip.extra_slot_bytes(sizes)));
+  CHECK(engine->device_bytes() >= 2 * (sizes.slot_device_bytes() + clip.extra_slot_bytes(sizes)));
   CHECK(cuda_available());
 }
 
@@ -267,6 +286,73 @@ TEST_CASE("CUDA and CPU float16 bytes: how many differ and by how many half ulps
   WARN(p.name << ": " << differ << " of " << a.size() / 2 << " float16 values differ, by at most " << max_ulps
                << " half ulps");
   require_close(a, b, DType::float16, p.mel.log, cuda_engine->layout().out_elems_per_segment());
+}
+
+TEST_CASE("CUDA compute_clips matches the CPU engine on ragged batches", "[cuda]") {
+  const Params p =
+      GENERATE(params_default(), params_constant_hamming(), params_no_center(), params_default_big_batch());
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  const bool many_short = GENERATE(false, true);
+  INFO(p.name << ", " << to_string(dtype) << (many_short ? ", 500 clips of 1 frame" : ", edge lengths"));
+  const EngineConfig config = config_of(p, dtype);
+  std::vector<int64_t> lengths = kClipLengths512;
+  if (many_short) lengths.assign(500, p.mel.center ? p.mel.hop() - 1 : p.mel.n_fft - 1);
+  const std::vector<int64_t> offsets = test::clip_offsets(lengths, 3);
+  const std::vector<float> signal = test::clip_signal(offsets.back() + 7, 11);
+  const ClipBatch batch = plan_clips(p.mel, dtype, offsets);
+  auto cuda_engine = make_cuda_engine(config);
+  auto cpu_engine = make_cpu_engine(config);
+  test::check_clips_close(run_clips(*cuda_engine, signal, batch), run_clips(*cpu_engine, signal, batch), batch, p.mel);
+}
+
+TEST_CASE("one CUDA engine alternates compute() and compute_clips() calls", "[cuda]") {
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  const Params p = params_constant_hamming();
+  const EngineConfig config = config_of(p, dtype);
+  auto cuda_engine = make_cuda_engine(config);
+  auto cpu_engine = make_cpu_engine(config);
+  const std::vector<float> signal = test::clip_signal(100000, 17);
+  const std::vector<int64_t> segments = test::make_offsets(11, 100000, p.segment_samples, 3);
+  const auto segment_bytes =
+      static_cast<size_t>(segments.size()) * static_cast<size_t>(cuda_engine->layout().out_bytes_per_segment());
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const ClipBatch batch =
+        plan_clips(p.mel, dtype, test::clip_offsets({777, int64_t{5} + round, 30000, 12}, 100 * round));
+    test::check_clips_close(run_clips(*cuda_engine, signal, batch), run_clips(*cpu_engine, signal, batch), batch,
+                            p.mel);
+    std::vector<unsigned char> a(segment_bytes), b(segment_bytes);
+    cuda_engine->compute(signal.data(), segments, a.data());
+    cpu_engine->compute(signal.data(), segments, b.data());
+    require_close(a, b, dtype, p.mel.log, cuda_engine->layout().out_elems_per_segment());
+  }
+  const ClipBatch none = plan_clips(p.mel, dtype, std::vector<int64_t>{0});
+  cuda_engine->compute_clips(nullptr, none, nullptr);
+  const EngineTimes t = cuda_engine->times();
+  CHECK(t.h2d_s >= 0.0);
+  CHECK(t.compute_s > 0.0);
+  CHECK(t.d2h_s >= 0.0);
+}
+
+TEST_CASE("make_engine(cuda) over every device deals whole clips and matches the CPU engine", "[cuda]") {
+  const Params p = params_default();
+  const EngineConfig config = config_of(p, DType::float16);
+  auto engine = make_engine(Device::cuda, config);
+  auto cpu_engine = make_cpu_engine(config);
+  const std::vector<int64_t> offsets = test::clip_offsets(kClipLengths512, 0);
+  const std::vector<float> signal = test::clip_signal(offsets.back(), 5);
+  const ClipBatch batch = plan_clips(p.mel, DType::float16, offsets);
+  test::check_clips_close(run_clips(*engine, signal, batch), run_clips(*cpu_engine, signal, batch), batch, p.mel);
+}
+
+TEST_CASE("CUDA compute_clips matches torchaudio's MelSpectrogram of whole clips", "[cuda]") {
+  const test::ClipFixtures f = test::load_clip_fixtures();
+  for (const auto& set : f.manifest.at("sets")) {
+    const Params p{set.at("name"), test::mel_args_from_json(set.at("params")), 4000, 8};
+    const ClipBatch batch = plan_clips(p.mel, DType::float32, f.offsets);
+    auto engine = make_cuda_engine(config_of(p, DType::float32));
+    test::check_clip_fixture(run_clips(*engine, f.signal, batch), batch, set);
+  }
 }
 
 }  // namespace melforge_test_mel_cuda

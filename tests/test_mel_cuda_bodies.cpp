@@ -20,6 +20,7 @@
 #include "mel/mel_cuda.h"
 #include "mel/mel_cuda_kernels.h"
 #include "mel/mel_math.h"
+#include "mel_cuda_reference.h"
 #include "mel_reference.h"
 
 namespace melforge_test_mel_cuda_bodies {
@@ -28,6 +29,7 @@ using namespace melforge;
 using namespace melforge::mel;
 using melforge::test::half_to_float;
 using melforge::test::make_offsets;
+using melforge::test::naive_rfft;
 using namespace melforge::mel::cuda;
 
 namespace {
@@ -111,53 +113,13 @@ EngineConfig config_of(const Shape& s) {
 
 /// A noisy two-tone signal of `n` samples in about [-1, 1].
 std::vector<float> make_signal(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> noise(-0.3f, 0.3f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const double t = static_cast<double>(i);
-    x[static_cast<size_t>(i)] =
-        static_cast<float>(0.4 * std::sin(0.05 * t) + 0.2 * std::sin(0.9 * t + 1.0)) + noise(rng);
-  }
-  return x;
+  return test::tone_signal(n, seed, {0.4, 0.05, 0.2, 0.9, 1.0, 0.3f});
 }
 
 
 /// Output element i of a buffer of `dtype` as float.
 float output_value(const std::vector<unsigned char>& out, int64_t i, DType dtype) {
-  if (dtype == DType::float16) {
-    uint16_t h = 0;
-    std::memcpy(&h, out.data() + i * 2, 2);
-    return half_to_float(h);
-  }
-  float f = 0.0f;
-  std::memcpy(&f, out.data() + i * 4, 4);
-  return f;
-}
-
-/// Naive double DFT of each [n_fft] row of `frames` into [n_freqs] complex bins, stored as cuFFT's R2C output.
-void naive_rfft(const std::vector<float>& frames, int n_fft, int64_t rows, std::vector<float2>& spectrum) {
-  const int n_freqs = n_fft / 2 + 1;
-  const double pi = 3.14159265358979323846;
-  std::vector<double> c(static_cast<size_t>(n_fft));
-  std::vector<double> s(static_cast<size_t>(n_fft));
-  for (int j = 0; j < n_fft; ++j) {
-    c[static_cast<size_t>(j)] = std::cos(2.0 * pi * j / n_fft);
-    s[static_cast<size_t>(j)] = std::sin(2.0 * pi * j / n_fft);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = frames.data() + r * n_fft;
-    for (int k = 0; k < n_freqs; ++k) {
-      double re = 0.0;
-      double im = 0.0;
-      for (int n = 0; n < n_fft; ++n) {
-        const auto j = static_cast<size_t>((static_cast<int64_t>(k) * n) % n_fft);
-        re += x[n] * c[j];
-        im -= x[n] * s[j];
-      }
-      spectrum[static_cast<size_t>(r * n_freqs + k)] = float2{static_cast<float>(re), static_cast<float>(im)};
-    }
-  }
+  return test::element(out, i, dtype == DType::float16 ? 2 : 4);
 }
 
 /// The engine's host flow with the kernel bodies in place of the kernels: batches of device_batch (the last one

@@ -49,18 +49,26 @@ class FakeEngine final : public MelEngine {
     segments_ += static_cast<int64_t>(offsets.size());
     std::memset(out, 1, static_cast<size_t>(offsets.size()) * static_cast<size_t>(layout_.out_bytes_per_segment()));
   }
+  void compute_clips(const float*, const ClipBatch& batch, void* out) override {
+    if (fail_) throw CudaError("fake device failed");
+    threads_.push_back(std::this_thread::get_id());
+    clips_ += batch.clips();
+    std::memset(out, 1, static_cast<size_t>(batch.out_bytes()));
+  }
   std::string name() const override { return "fake"; }
   EngineTimes times() const override { return {1, 2, 3}; }
   int64_t device_bytes() const override { return 100; }
   int64_t host_bytes() const override { return 10; }
   const MelLayout& layout() const override { return layout_; }
   int64_t segments() const { return segments_; }
+  int64_t clips() const { return clips_; }
   const std::vector<std::thread::id>& threads() const { return threads_; }
 
  private:
   MelLayout layout_;
   bool fail_;
   int64_t segments_ = 0;
+  int64_t clips_ = 0;
   std::vector<std::thread::id> threads_;
 };
 
@@ -258,6 +266,53 @@ TEST_CASE("a multi-engine over CPU engines computes exactly what one engine comp
   CHECK(got[bytes] == 0xCD);
 }
 
+TEST_CASE("deal_clips splits clips into contiguous ranges of about equal frames", "[multi_engine]") {
+  MelArgs a = small_config(DType::float32).mel;
+  const std::vector<int64_t> offsets = {0, 6400, 6400 + 64, 6400 + 128, 6400 + 192, 12800 + 192, 12800 + 256};
+  const ClipBatch batch = plan_clips(a, DType::float32, offsets);
+  for (const int engines : {1, 2, 3, 4, 9}) {
+    CAPTURE(engines);
+    const auto ranges = deal_clips(batch, engines);
+    REQUIRE(!ranges.empty());
+    CHECK(static_cast<int>(ranges.size()) <= engines);
+    int64_t next = 0;
+    for (const auto& [first, last] : ranges) {
+      CHECK(first == next);
+      CHECK(last > first);
+      next = last;
+    }
+    CHECK(next == batch.clips());
+  }
+  const auto two = deal_clips(batch, 2);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0] == std::pair<int64_t, int64_t>{0, 3});  // frames 101, 2, 2 of 210: the first boundary at 105
+  CHECK(two[1] == std::pair<int64_t, int64_t>{3, 6});
+  CHECK(deal_clips(plan_clips(a, DType::float32, std::vector<int64_t>{5}), 3).empty());
+}
+
+TEST_CASE("a multi-engine over CPU engines computes exactly what one engine computes for whole clips",
+          "[multi_engine]") {
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  const int engines = GENERATE(1, 2, 3);
+  const int64_t clips = GENERATE(0, 1, 2, 23);
+  CAPTURE(engines, clips);
+  const EngineConfig config = small_config(dtype);
+  auto single = make_cpu_engine(config);
+  std::vector<std::unique_ptr<MelEngine>> parts;
+  for (int e = 0; e < engines; ++e) parts.push_back(make_cpu_engine(config));
+  auto multi = make_multi_engine(std::move(parts), 4);
+  const std::vector<float> base = signal(40000);
+  std::vector<int64_t> offsets = {3};
+  for (int64_t i = 0; i < clips; ++i) offsets.push_back(offsets.back() + (i * 977) % 1700);
+  const ClipBatch batch = plan_clips(config.mel, dtype, offsets);
+  const auto bytes = static_cast<size_t>(batch.out_bytes());
+  std::vector<unsigned char> want(bytes + 1, 0xAB), got(bytes + 1, 0xCD);
+  single->compute_clips(base.data(), batch, want.data());
+  multi->compute_clips(base.data(), batch, got.data());
+  CHECK(std::memcmp(want.data(), got.data(), bytes) == 0);
+  CHECK(got[bytes] == 0xCD);
+}
+
 TEST_CASE("a multi-engine runs its engines on separate threads, sums their figures and rethrows an error",
           "[multi_engine]") {
   const MelLayout layout = make_layout(small_config(DType::float16));
@@ -280,12 +335,21 @@ TEST_CASE("a multi-engine runs its engines on separate threads, sums their figur
   CHECK(multi->device_bytes() == 300);
   CHECK(multi->host_bytes() == 30);
   CHECK(multi->times().d2h_s == 9.0);
+  std::vector<int64_t> clip_offsets(31);
+  std::iota(clip_offsets.begin(), clip_offsets.end(), int64_t{0});
+  for (auto& o : clip_offsets) o *= 2000;
+  const ClipBatch clips = plan_clips(small_config(DType::float16).mel, DType::float16, clip_offsets);
+  std::vector<unsigned char> clip_out(static_cast<size_t>(clips.out_bytes()));
+  multi->compute_clips(nullptr, clips, clip_out.data());
+  CHECK(fakes[0]->clips() + fakes[1]->clips() + fakes[2]->clips() == 30);
+  CHECK(fakes[2]->clips() > 0);
 
   std::vector<std::unique_ptr<MelEngine>> failing;
   failing.push_back(std::make_unique<FakeEngine>(layout, false));
   failing.push_back(std::make_unique<FakeEngine>(layout, true));
   auto bad = make_multi_engine(std::move(failing), 4);
   CHECK_THROWS_WITH(bad->compute(nullptr, offsets, out.data()), Catch::Contains("fake device failed"));
+  CHECK_THROWS_WITH(bad->compute_clips(nullptr, clips, clip_out.data()), Catch::Contains("fake device failed"));
 
   std::vector<std::unique_ptr<MelEngine>> mixed;
   mixed.push_back(make_cpu_engine(small_config(DType::float16)));

@@ -12,6 +12,12 @@ torchaudio 2.11 from PyPI and leaves every other file as it is:
     MELFORGE_BUILD_DIR=$PWD/build MELFORGE_PY_EXTRAS="torchaudio==2.11.0" bash tools/setup_python.sh
     build/python-venv/bin/python tools/gen_mel_fixtures.py --extra tests/data/mel
 
+The whole-clip set (`--clips`: manifest_clips.json, clip_*.f32 and mel_clips_*.f32, what the ragged engine
+(MelEngine::compute_clips) is compared with) was made with torch 2.11.0 and torchaudio 2.11.0 from PyPI and leaves
+every other file as it is (see tests/data/mel/README.md for the venv):
+
+    python tools/gen_mel_fixtures.py --clips tests/data/mel
+
 Writes manifest.json and raw little-endian float32 files:
 - signal_<rate>.f32: deterministic test signals (seeded chirp + sines + noise, with a quiet stretch);
 - fb_<name>.f32: torchaudio.functional.melscale_fbanks, [n_freqs][n_mels] row-major;
@@ -20,6 +26,9 @@ Writes manifest.json and raw little-endian float32 files:
   none: x), [segments][n_mels][n_frames].
 - manifest_extra.json, mel_extra_<name>.f32 (--extra): the same for EXTRA_SPECTROGRAMS, whose params add torchaudio's
   `pad` (int) and `normalized` (false, true, "window" or "frame_length"); they read the committed signal files.
+- manifest_clips.json, clip_<name>.f32, mel_clips_<set>.f32 (--clips): whole clips of odd lengths (CLIPS, made like
+  the signals) and, for each of CLIP_SETS, torchaudio's MelSpectrogram + log of each whole clip, the clips'
+  [n_mels][n_frames] arrays one after another.
 Everything is computed in float32 on one CPU thread, as users call torchaudio.
 """
 import argparse
@@ -43,21 +52,22 @@ def f32(x):
     return float(np.float32(x))
 
 
-def make_signal(sample_rate, seed):
-    """A deterministic float32 test signal of SIGNAL_SECONDS: a logarithmic chirp, three sines, white noise, a
-    slow amplitude envelope and a stretch 60 dB down, so that spectrograms span a wide dynamic range."""
+def make_signal(sample_rate, seed, seconds=SIGNAL_SECONDS):
+    """A deterministic float32 test signal of `seconds` (round(seconds * sample_rate) samples): a logarithmic chirp,
+    three sines, white noise, a slow amplitude envelope and a stretch 60 dB down, so that spectrograms span a wide
+    dynamic range."""
     rng = np.random.default_rng(seed)
-    n = int(SIGNAL_SECONDS * sample_rate)
+    n = int(round(seconds * sample_rate))
     t = np.arange(n, dtype=np.float64) / sample_rate
     f0, f1 = 40.0, 0.45 * sample_rate
-    k = math.log(f1 / f0) / SIGNAL_SECONDS
+    k = math.log(f1 / f0) / seconds
     chirp = np.sin(2 * np.pi * f0 * (np.exp(k * t) - 1.0) / k)
     sines = sum(a * np.sin(2 * np.pi * f * t + p) for a, f, p in
                 [(0.3, 220.0, 0.1), (0.2, 1234.5, 1.0), (0.1, 0.31 * sample_rate, 2.0)])
     noise = 0.05 * rng.standard_normal(n)
     envelope = 0.6 + 0.4 * np.sin(2 * np.pi * 0.7 * t)
     x = 0.4 * envelope * chirp + sines + noise
-    quiet = (t > 0.55 * SIGNAL_SECONDS) & (t < 0.65 * SIGNAL_SECONDS)
+    quiet = (t > 0.55 * seconds) & (t < 0.65 * seconds)
     x[quiet] *= 1e-3
     return (0.5 * x / np.max(np.abs(x))).astype(np.float32)
 
@@ -112,6 +122,21 @@ EXTRA_SPECTROGRAMS = [
     ("pad_center_off_ln", dict(pad=37, center=False, hop_length=256, log="ln"), 4000, [100, 36000]),
     ("slaney_slaney_16k", dict(n_mels=80, mel_scale="slaney", mel_norm="slaney", normalized="window", log="none"),
      12000, [0, 28000]),
+]
+
+
+CLIPS = [
+    # name, seconds, sample_rate, seed: whole clips of lengths that no hop divides
+    ("0.3s", 0.3, 16000, 3),
+    ("1.37s", 1.37, 16000, 137),
+    ("4.01s", 4.01, 16000, 401),
+]
+
+CLIP_SETS = [
+    # name, parameters that differ from DEFAULTS (every clip of CLIPS, whole)
+    ("whole_reflect_db", {}),
+    ("whole_center_off_ln", dict(center=False, n_fft=400, hop_length=160, n_mels=80, f_min=20.0, f_max=7600.0,
+                                 log="ln")),
 ]
 
 
@@ -179,6 +204,26 @@ def spectrogram_set(cases, defaults, prefix, out_dir, manifest, write_signals):
                                              n_mels=int(out.shape[1]), n_frames=int(out.shape[2])))
 
 
+def clip_sets(out_dir, manifest):
+    """Writes the CLIPS and, for each of CLIP_SETS, the spectrograms of every whole clip; lists them in `manifest`."""
+    clips = []
+    for name, seconds, sr, seed in CLIPS:
+        x = make_signal(sr, seed, seconds)
+        file = f"clip_{name}.f32"
+        write_f32(os.path.join(out_dir, file), x)
+        manifest["clips"].append(dict(name=name, file=file, sample_rate=sr, samples=len(x)))
+        clips.append(x)
+    for name, overrides in CLIP_SETS:
+        p = dict(DEFAULTS, **overrides)
+        p["f_min"], p["f_max"] = f32(p["f_min"]), f32(p["f_max"])
+        outputs = [reference_spectrogram(torch.from_numpy(x.copy()), p).numpy() for x in clips]
+        assert all(o.shape[0] == p["n_mels"] and np.isfinite(o).all() for o in outputs), name
+        file = f"mel_clips_{name}.f32"
+        write_f32(os.path.join(out_dir, file), np.concatenate([o.reshape(-1) for o in outputs]))
+        manifest["sets"].append(dict(name=name, file=file, params=p, clips=[c[0] for c in CLIPS],
+                                     n_mels=p["n_mels"], n_frames=[int(o.shape[1]) for o in outputs]))
+
+
 def write_manifest(path, manifest):
     with open(path, "w") as f:
         json.dump(manifest, f, indent=1)
@@ -190,12 +235,21 @@ def main():
     parser.add_argument("out_dir", help="output folder, normally tests/data/mel")
     parser.add_argument("--extra", action="store_true",
                         help="write only the extra set (manifest_extra.json, mel_extra_*.f32), reading the signals")
+    parser.add_argument("--clips", action="store_true",
+                        help="write only the whole-clip set (manifest_clips.json, clip_*.f32, mel_clips_*.f32)")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     torch.set_num_threads(1)
 
     versions = {"_comment": HEADER, "torch": torch.__version__, "torchaudio": torchaudio.__version__,
                 "numpy": np.__version__}
+    if args.clips:
+        manifest = dict(versions, clips=[], sets=[])
+        clip_sets(args.out_dir, manifest)
+        write_manifest(os.path.join(args.out_dir, "manifest_clips.json"), manifest)
+        print(f"wrote {len(manifest['clips'])} clips and {len(manifest['sets'])} whole-clip sets to {args.out_dir}",
+              file=sys.stderr)
+        return
     if args.extra:
         manifest = dict(versions, signals={}, spectrograms=[])
         spectrogram_set(EXTRA_SPECTROGRAMS, EXTRA_DEFAULTS, "extra_", args.out_dir, manifest, write_signals=False)

@@ -4,6 +4,9 @@
 // written as [n_mels][n_frames] columns of the segment. Frames that reach into the padding are windowed from a
 // per-thread copy of the padded samples they cover, so that every frame is windowed by the same vector loop.
 // Work items are (segment, block) pairs, split in contiguous ranges over the threads, each with its own scratch.
+// compute_clips cuts the batch's concatenated frames (clip after clip) into blocks of the same size instead: a block
+// holds the frames of one or more clips, each framed with its own length and edges, and its mel rows are stored
+// frame-major ([F][n_mels]); the last block is padded with zero frames so that one plan serves every block.
 //
 // Plans use FFTW_ESTIMATE: the algorithm FFTW picks does not depend on timings, so a configuration gives bitwise the
 // same spectrograms in every run and process (FFTW_MEASURE may pick another algorithm, and rounding, per run), and
@@ -272,6 +275,23 @@ MELFORGE_SIMD_CLONES void store_row(const float* __restrict values, int count, u
   for (int i = 0; i < count; ++i) out[i] = float_to_half_bits(values[i]);
 }
 
+/// Stores `count` frames of mel rows [n_mels][stride] frame-major: out[f * n_mels + m] = mel[m * stride + f], as
+/// float or as half bits.
+void store_frames(const float* mel, int stride, int count, int n_mels, float* out) {
+  for (int f = 0; f < count; ++f) {
+    for (int m = 0; m < n_mels; ++m) {
+      out[static_cast<std::size_t>(f) * n_mels + m] = mel[static_cast<std::size_t>(m) * stride + f];
+    }
+  }
+}
+void store_frames(const float* mel, int stride, int count, int n_mels, uint16_t* out) {
+  for (int f = 0; f < count; ++f) {
+    for (int m = 0; m < n_mels; ++m) {
+      out[static_cast<std::size_t>(f) * n_mels + m] = float_to_half_bits(mel[static_cast<std::size_t>(m) * stride + f]);
+    }
+  }
+}
+
 /// `config` after checking its mel parameters for its segment length.
 const EngineConfig& validated(const EngineConfig& config) {
   config.mel.validate(config.segment_samples);
@@ -338,6 +358,29 @@ class CpuMelEngine final : public MelEngine {
     compute_s_.fetch_add(watch.seconds());
   }
 
+  void compute_clips(const float* samples, const ClipBatch& batch, void* out) override {
+    check_clip_batch(batch, config_.mel, config_.dtype);
+    if (batch.clips() == 0) return;
+    if (out == nullptr) throw InvalidArgument("cpu mel engine: null output buffer");
+    if (samples == nullptr && batch.sample_offsets.back() > batch.sample_offsets.front()) {
+      throw InvalidArgument("cpu mel engine: null input buffer");
+    }
+    std::lock_guard lock(compute_mutex_);
+    Stopwatch watch;
+    const int64_t blocks = (batch.total_frames() + block_ - 1) / block_;
+    parallel_ranges(blocks, threads_, [&](int thread, int64_t begin, int64_t end) {
+      Scratch& s = scratch_[static_cast<std::size_t>(thread)];
+      for (int64_t block = begin; block < end; ++block) {
+        if (config_.dtype == DType::float16) {
+          run_clip_block(samples, batch, block, s, static_cast<uint16_t*>(out));
+        } else {
+          run_clip_block(samples, batch, block, s, static_cast<float*>(out));
+        }
+      }
+    });
+    compute_s_.fetch_add(watch.seconds());
+  }
+
   std::string name() const override { return "cpu-fftw"; }
   EngineTimes times() const override {
     EngineTimes t;
@@ -349,35 +392,36 @@ class CpuMelEngine final : public MelEngine {
   const MelLayout& layout() const override { return layout_; }
 
  private:
-  /// Frames `count` frames starting at frame `t0` of segment `x` into s.frames. Frames inside [0, len) read `x`;
-  /// frames that reach into the padding read s.padded, filled with padded_sample's values over just their samples.
-  void frame_block(const float* x, int t0, int count, Scratch& s) const {
-    const int64_t len = layout_.segment_samples;
-    const int64_t first = static_cast<int64_t>(t0) * hop_ - pad_;
+  /// Frames `count` frames starting at frame `t0` of the `len` samples at `x` (a segment or a clip; edges reflected
+  /// when `reflect`, else zeros) into dst[count][n_fft]. Frames inside [0, len) read `x`; frames that reach into the
+  /// padding read s.padded, filled with padded_sample's values over just their samples.
+  void frame_block(const float* x, int64_t len, bool reflect, int64_t t0, int count, float* dst, Scratch& s) const {
+    const int64_t first = t0 * hop_ - pad_;
     const auto start = [&](int f) { return first + static_cast<int64_t>(f) * hop_; };
     const auto inside = [&](int f) { return start(f) >= 0 && start(f) + n_fft_ <= len; };
     int head = 0;
     while (head < count && !inside(head)) ++head;
     int tail = count;
     while (tail > head && !inside(tail - 1)) --tail;
-    if (head > 0) fill_padded(x, first, start(0), start(head - 1) + n_fft_, s);
-    if (tail < count) fill_padded(x, first, start(tail), start(count - 1) + n_fft_, s);
+    if (head > 0) fill_padded(x, len, reflect, first, start(0), start(head - 1) + n_fft_, s);
+    if (tail < count) fill_padded(x, len, reflect, first, start(tail), start(count - 1) + n_fft_, s);
     for (int f = 0; f < count; ++f) {
       const float* src = inside(f) ? x + start(f) : s.padded.data() + (start(f) - first);
-      window_copy(src, window_.data(), s.frames.data + static_cast<std::size_t>(f) * n_fft_, n_fft_);
+      window_copy(src, window_.data(), dst + static_cast<std::size_t>(f) * n_fft_, n_fft_);
     }
   }
 
-  /// Writes the padded sample at each segment position p in [p0, p1) (padded_sample's value: x[p] inside [0, len),
-  /// the reflection or zero outside) to s.padded[p - first], where `first` is the block's first sample position.
-  void fill_padded(const float* x, int64_t first, int64_t p0, int64_t p1, Scratch& s) const {
-    const int64_t len = layout_.segment_samples;
+  /// Writes the padded sample at each position p in [p0, p1) of the `len` samples at `x` (padded_sample's value: x[p]
+  /// inside [0, len), the reflection (`reflect`) or zero outside) to s.padded[p - first], where `first` is the block's
+  /// first sample position.
+  void fill_padded(const float* x, int64_t len, bool reflect, int64_t first, int64_t p0, int64_t p1,
+                   Scratch& s) const {
     const int64_t lo = std::clamp<int64_t>(p0, 0, len);
     const int64_t hi = std::clamp<int64_t>(p1, lo, len);
     float* d = s.padded.data();
-    for (int64_t p = p0; p < std::min(lo, p1); ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect_);
+    for (int64_t p = p0; p < std::min(lo, p1); ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect);
     std::copy(x + lo, x + hi, d + (lo - first));
-    for (int64_t p = std::max(hi, p0); p < p1; ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect_);
+    for (int64_t p = std::max(hi, p0); p < p1; ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect);
   }
 
   /// Mel energies [n_mels][block] of the `count` spectra in s.spectrum: |X|^power transposed to [n_freqs][block],
@@ -388,21 +432,26 @@ class CpuMelEngine final : public MelEngine {
     apply_filterbank(*fb_, s.power.data, static_cast<std::size_t>(block_), count, s.mel.data);
   }
 
+  /// Replaces the mel energies of the first `count` frames of s.mel ([n_mels][block]) by their logs.
+  void log_block(int count, Scratch& s) const {
+    if (count == block_) {
+      log_.apply(s.mel.data, static_cast<int64_t>(layout_.n_mels) * count);
+      return;
+    }
+    for (int m = 0; m < layout_.n_mels; ++m) log_.apply(s.mel.data + static_cast<std::size_t>(m) * block_, count);
+  }
+
   /// Computes block `block` of segment `x` into the segment's output `out` ([n_mels][n_frames]).
   template <class Out>
   void run_block(const float* x, int block, Scratch& s, Out* out) const {
     const int t0 = block * block_;
     const int count = std::min(block_, layout_.n_frames - t0);
-    frame_block(x, t0, count, s);
+    frame_block(x, layout_.segment_samples, reflect_, t0, count, s.frames.data, s);
     (count == block_ ? plan_block_ : plan_tail_).execute(s.frames.data, s.spectrum.data);
     mel_block(count, s);
+    log_block(count, s);
     const int n_mels = layout_.n_mels;
     const auto row = [&](int m) { return s.mel.data + static_cast<std::size_t>(m) * block_; };
-    if (count == block_) {
-      log_.apply(s.mel.data, static_cast<int64_t>(n_mels) * count);
-    } else {
-      for (int m = 0; m < n_mels; ++m) log_.apply(row(m), count);
-    }
     if (count == layout_.n_frames) {
       store_row(s.mel.data, n_mels * count, out);
     } else {
@@ -410,6 +459,30 @@ class CpuMelEngine final : public MelEngine {
         store_row(row(m), count, out + static_cast<std::size_t>(m) * layout_.n_frames + t0);
       }
     }
+  }
+
+  /// Computes rows [block * block_, block * block_ + count) of a clip batch's output `out` ([F][n_mels]): frames of
+  /// one or more clips, framed clip by clip into one FFT batch (padded with zero frames when count < block_).
+  template <class Out>
+  void run_clip_block(const float* samples, const ClipBatch& batch, int64_t block, Scratch& s, Out* out) const {
+    const int64_t g0 = block * block_;
+    const int count = static_cast<int>(std::min<int64_t>(block_, batch.total_frames() - g0));
+    const auto& fo = batch.frame_offsets;
+    auto c = static_cast<int64_t>(std::upper_bound(fo.begin(), fo.end(), g0) - fo.begin()) - 1;
+    for (int row = 0; row < count; ++c) {
+      const int64_t t0 = g0 + row - fo[static_cast<std::size_t>(c)];
+      const int k = static_cast<int>(std::min<int64_t>(count - row, batch.frames(c) - t0));
+      const int64_t len = batch.samples(c);
+      frame_block(samples + batch.sample_offsets[static_cast<std::size_t>(c)], len, clip_reflects(len, pad_, reflect_),
+                  t0, k, s.frames.data + static_cast<std::size_t>(row) * n_fft_, s);
+      row += k;
+    }
+    float* unused = s.frames.data + static_cast<std::size_t>(count) * n_fft_;
+    std::fill(unused, unused + static_cast<std::size_t>(block_ - count) * n_fft_, 0.0f);
+    plan_block_.execute(s.frames.data, s.spectrum.data);
+    mel_block(count, s);
+    log_block(count, s);
+    store_frames(s.mel.data, block_, count, layout_.n_mels, out + g0 * layout_.n_mels);
   }
 
   EngineConfig config_;

@@ -1,5 +1,8 @@
 // The CUDA log-mel engine: gather kernel -> batched cuFFT R2C -> power/mel/log kernel, captured once per slot into
 // a CUDA graph together with its host<->device copies, and replayed for every device batch.
+// compute_clips has a second graph per slot on the same plan and buffers: clip gather kernel -> the same cuFFT plan ->
+// frame-major mel kernel. Its launches carry variable amounts (pieces, samples, rows), so its copies are issued on the
+// slot's stream around the graph, each of exactly the bytes the launch holds.
 // The library links libcudart and libcufft dynamically: machines without the CUDA toolkit need a build configured
 // with -DMELFORGE_CUDA=OFF (mel_cuda_stub.cpp), where cuda_available() is false.
 // Compiled with --fmad=false (kernels/CMakeLists.txt): no a * b + c is contracted into an FMA, so the window, power,
@@ -104,6 +107,14 @@ __global__ void __launch_bounds__(kMelBlock) mel_kernel(MelParams p) {
   mel_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
+__global__ void __launch_bounds__(kGatherBlock) gather_clips_kernel(ClipGatherParams p) {
+  gather_clip_frame(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+__global__ void __launch_bounds__(kMelBlock) mel_frames_kernel(MelParams p) {
+  mel_frame_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
 /// NVTX range for the lifetime of the scope.
 class NvtxRange {
  public:
@@ -147,8 +158,20 @@ void count_nodes(cudaGraph_t graph, int depth, GraphNodeSummary& summary) {
   }
 }
 
-/// Set once the first accepted graph's counts have been printed (once per process).
+/// Set once the first accepted segment graph's counts have been printed (once per process).
 std::atomic<bool> g_graph_counts_printed{false};
+/// Set once the first accepted clip graph's counts have been printed (once per process).
+std::atomic<bool> g_clip_graph_counts_printed{false};
+
+/// What capture() checks and reports of one kind of graph.
+struct GraphKind {
+  /// "graph" or "clip graph", for the message.
+  const char* name;
+  /// Empty when a captured graph of this kind is complete, else why not (graph_problem, clip_graph_problem).
+  std::string (*problem)(const GraphNodeSummary&);
+  /// Set once a graph of this kind has had its counts printed.
+  std::atomic<bool>* printed;
+};
 
 /// Everything one in-flight device batch needs. Slots alternate so that one batch's copies and kernels overlap the
 /// host gather of the next.
@@ -163,7 +186,8 @@ struct Slot {
   void* work = nullptr;
   /// Size of the cuFFT work area.
   size_t work_bytes = 0;
-  /// Device [batch][segment_samples] input.
+  /// Device input: [batch][segment_samples] for compute(), a clip launch's samples for compute_clips
+  /// (CudaClipSizes::staging_input_floats floats).
   float* d_input = nullptr;
   /// Device [batch * n_frames][n_fft] frames.
   float* d_frames = nullptr;
@@ -171,8 +195,14 @@ struct Slot {
   cufftComplex* d_spectrum = nullptr;
   /// Device [batch][n_mels][n_frames] output.
   void* d_output = nullptr;
-  /// Pinned [batch][segment_samples] input, read by the graph's H2D copy at replay time.
+  /// Pinned input, as d_input; read by the graph's H2D copy at replay time (compute) or by the clip launch's copy.
   float* h_input = nullptr;
+  /// Device and pinned header of the current clip launch.
+  ClipLaunchHeader* d_clip_header = nullptr;
+  ClipLaunchHeader* h_clip_header = nullptr;
+  /// Device and pinned piece tables of the current clip launch, CudaClipSizes::pieces entries.
+  ClipPiece* d_clip_pieces = nullptr;
+  ClipPiece* h_clip_pieces = nullptr;
   /// Pinned [batch][n_mels][n_frames] output, written by the graph's D2H copy.
   void* h_output = nullptr;
   /// Timing events recorded inside the graph: before H2D, after H2D, after the mel kernel, after D2H.
@@ -181,16 +211,22 @@ struct Slot {
   cudaEvent_t done = nullptr;
   /// The captured pipeline.
   cudaGraphExec_t exec = nullptr;
+  /// The captured clip pipeline (kernels only).
+  cudaGraphExec_t clip_exec = nullptr;
   /// Gather kernel arguments, fixed for the slot's buffers.
   GatherParams gather{};
   /// Mel kernel arguments, fixed for the slot's buffers.
   MelParams mel{};
+  /// Clip gather kernel arguments, fixed for the slot's buffers.
+  ClipGatherParams clip_gather{};
+  /// Frame-major mel kernel arguments, fixed for the slot's buffers.
+  MelParams clip_mel{};
   /// A replay was launched and its output not yet copied out.
   bool pending = false;
-  /// First segment index of the pending batch.
-  int64_t first = 0;
-  /// Valid segments of the pending batch.
-  int64_t count = 0;
+  /// Where the pending launch's output goes: byte offset into the caller's output.
+  int64_t out_offset = 0;
+  /// Bytes of the pending launch's output (from the start of h_output).
+  int64_t out_bytes = 0;
 };
 
 /// The CUDA engine. Everything is allocated, planned, warmed up and captured in the constructor; compute() only
@@ -201,6 +237,9 @@ struct Slot {
 ///   d2h_s: the graph's D2H copy (events), plus host wall time copying pinned output to the caller.
 /// Device times of the two slots overlap each other, so their sum can exceed the wall time of compute().
 /// A partial last batch is padded with zero segments and costs as much device time as a full one.
+/// compute_clips() runs launches of CudaClipSizes::rows frame rows (the plan's batch) on the same slots, buffers and
+/// plan, each filled by fill_clip_launch and replayed through the slot's clip graph; its copies and the four timing
+/// marks are on the slot's stream around that graph. A partial last launch is padded with zero frames.
 class CudaMelEngine final : public MelEngine {
  public:
   explicit CudaMelEngine(const EngineConfig& config) : config_(config) {
@@ -216,6 +255,7 @@ class CudaMelEngine final : public MelEngine {
   CudaMelEngine& operator=(const CudaMelEngine&) = delete;
 
   void compute(const float* base, std::span<const int64_t> offsets, void* out) override;
+  void compute_clips(const float* samples, const ClipBatch& batch, void* out) override;
   std::string name() const override { return "cuda-cufft"; }
   EngineTimes times() const override { return times_; }
   int64_t device_bytes() const override { return device_bytes_; }
@@ -225,9 +265,14 @@ class CudaMelEngine final : public MelEngine {
  private:
   void init();
   void init_slot(Slot& s);
+  void init_clip_slot(Slot& s);
   void enqueue(Slot& s, bool capturing);
-  void capture(Slot& s);
+  void enqueue_clip_kernels(Slot& s, bool capturing);
+  void warm_up_clips(Slot& s);
+  template <class Enqueue>
+  cudaGraphExec_t capture(Slot& s, const Enqueue& enqueue_work, const GraphKind& kind);
   void launch(Slot& s, int64_t first, int64_t count);
+  void launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t first_row);
   void finish(Slot& s, void* out);
   void abandon() noexcept;
   void release() noexcept;
@@ -239,6 +284,7 @@ class CudaMelEngine final : public MelEngine {
   EngineConfig config_;
   MelLayout layout_;
   CudaBufferSizes sizes_;
+  CudaClipSizes clip_sizes_;
   std::shared_ptr<const Filterbank> filterbank_;
   int device_ = 0;
   CudaDeviceSupport support_;
@@ -292,6 +338,7 @@ void CudaMelEngine::init() {
   const int n_fft = config_.mel.n_fft;
   sizes_ = cuda_buffer_sizes(layout_, n_fft, config_.device_batch, filterbank_->nnz());
   check_launch_limits(sizes_, n_fft);
+  clip_sizes_ = cuda_clip_sizes(sizes_, n_fft, config_.mel.hop());
 
   const std::vector<float> window = window_table(config_.mel);
   const Filterbank& fb = *filterbank_;
@@ -312,13 +359,21 @@ void CudaMelEngine::init() {
   // stream, which the slots' non-blocking streams do not wait for: finish the uploads before any kernel reads them.
   MELFORGE_CUDA_CHECK(cudaDeviceSynchronize());
 
-  for (Slot& s : slots_) init_slot(s);
   for (Slot& s : slots_) {
-    std::memset(s.h_input, 0, static_cast<size_t>(sizes_.input_bytes()));
+    init_slot(s);
+    init_clip_slot(s);
+  }
+  for (Slot& s : slots_) {
+    std::memset(s.h_input, 0, static_cast<size_t>(clip_sizes_.staging_input_bytes()));
     enqueue(s, false);
     MELFORGE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    warm_up_clips(s);
   }
-  for (Slot& s : slots_) capture(s);
+  for (Slot& s : slots_) {
+    s.exec = capture(s, [&] { enqueue(s, true); }, GraphKind{"graph", graph_problem, &g_graph_counts_printed});
+    s.clip_exec = capture(s, [&] { enqueue_clip_kernels(s, true); },
+                          GraphKind{"clip graph", clip_graph_problem, &g_clip_graph_counts_printed});
+  }
 }
 
 void CudaMelEngine::init_slot(Slot& s) {
@@ -338,11 +393,11 @@ void CudaMelEngine::init_slot(Slot& s) {
   MELFORGE_CUFFT_CHECK(cufftSetWorkArea(s.plan, s.work));
   MELFORGE_CUFFT_CHECK(cufftSetStream(s.plan, s.stream));
 
-  s.d_input = device_alloc<float>(sizes_.input_bytes());
+  s.d_input = device_alloc<float>(clip_sizes_.staging_input_bytes());
   s.d_frames = device_alloc<float>(sizes_.frame_bytes());
   s.d_spectrum = device_alloc<cufftComplex>(sizes_.spectrum_bytes());
   s.d_output = device_alloc<void>(sizes_.output_bytes());
-  s.h_input = pinned_alloc<float>(sizes_.input_bytes());
+  s.h_input = pinned_alloc<float>(clip_sizes_.staging_input_bytes());
   s.h_output = pinned_alloc<void>(sizes_.output_bytes());
 
   const MelArgs& a = config_.mel;
@@ -372,6 +427,47 @@ void CudaMelEngine::init_slot(Slot& s) {
   s.mel.fp16 = config_.dtype == DType::float16;
 }
 
+void CudaMelEngine::init_clip_slot(Slot& s) {
+  s.d_clip_header = device_alloc<ClipLaunchHeader>(CudaClipSizes::header_bytes());
+  s.h_clip_header = pinned_alloc<ClipLaunchHeader>(CudaClipSizes::header_bytes());
+  s.d_clip_pieces = device_alloc<ClipPiece>(clip_sizes_.piece_bytes());
+  s.h_clip_pieces = pinned_alloc<ClipPiece>(clip_sizes_.piece_bytes());
+
+  const MelArgs& a = config_.mel;
+  s.clip_gather.input = s.d_input;
+  s.clip_gather.header = s.d_clip_header;
+  s.clip_gather.pieces = s.d_clip_pieces;
+  s.clip_gather.window = d_window_;
+  s.clip_gather.frames = s.d_frames;
+  s.clip_gather.rows = clip_sizes_.rows;
+  s.clip_gather.n_fft = a.n_fft;
+  s.clip_gather.hop = a.hop();
+  s.clip_gather.pad = a.pad();
+
+  s.clip_mel = s.mel;
+  s.clip_mel.total = clip_sizes_.rows * layout_.n_mels;
+  if (s.clip_mel.total != sizes_.output_elems) {
+    throw InvalidArgument("CUDA mel engine: a clip launch's output does not match the slot's output buffer");
+  }
+}
+
+void CudaMelEngine::enqueue_clip_kernels(Slot& s, bool capturing) {
+  gather_clips_kernel<<<static_cast<unsigned>(gather_grid(clip_sizes_.rows)), kGatherBlock, 0, s.stream>>>(
+      s.clip_gather);
+  if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+  MELFORGE_CUFFT_CHECK(cufftExecR2C(s.plan, s.d_frames, s.d_spectrum));
+  mel_frames_kernel<<<static_cast<unsigned>(mel_grid(s.clip_mel.total)), kMelBlock, 0, s.stream>>>(s.clip_mel);
+  if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaMelEngine::warm_up_clips(Slot& s) {
+  *s.h_clip_header = ClipLaunchHeader{};
+  MELFORGE_CUDA_CHECK(cudaMemcpyAsync(s.d_clip_header, s.h_clip_header, CudaClipSizes::header_bytes(),
+                                      cudaMemcpyHostToDevice, s.stream));
+  enqueue_clip_kernels(s, false);
+  MELFORGE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+}
+
 void CudaMelEngine::enqueue(Slot& s, bool capturing) {
   const auto mark = [&](int i) {
     if (capturing) MELFORGE_CUDA_CHECK(cudaEventRecordWithFlags(s.marks[i], s.stream, cudaEventRecordExternal));
@@ -391,7 +487,8 @@ void CudaMelEngine::enqueue(Slot& s, bool capturing) {
   mark(3);
 }
 
-void CudaMelEngine::capture(Slot& s) {
+template <class Enqueue>
+cudaGraphExec_t CudaMelEngine::capture(Slot& s, const Enqueue& enqueue_work, const GraphKind& kind) {
   const auto destroy_graph = [](cudaGraph_t g) {
     if (g != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphDestroy(g));
   };
@@ -399,7 +496,7 @@ void CudaMelEngine::capture(Slot& s) {
 
   MELFORGE_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   try {
-    enqueue(s, true);
+    enqueue_work();
   } catch (...) {
     cudaGraph_t partial = nullptr;
     (void)cudaStreamEndCapture(s.stream, &partial);
@@ -415,15 +512,23 @@ void CudaMelEngine::capture(Slot& s) {
 
   GraphNodeSummary summary;
   count_nodes(graph.get(), 0, summary);
-  const std::string problem = graph_problem(summary);
+  const std::string problem = kind.problem(summary);
   if (!problem.empty()) throw CudaError(problem);
-  if (!g_graph_counts_printed.exchange(true)) {
-    std::fprintf(stderr, "melforge: CUDA mel engine on device %d (%s, compute capability %d.%d): graph of %s\n",
-                 device_, support_.name.c_str(), support_.cc_major, support_.cc_minor, describe(summary).c_str());
+  if (!kind.printed->exchange(true)) {
+    std::fprintf(stderr, "melforge: CUDA mel engine on device %d (%s, compute capability %d.%d): %s of %s\n",
+                 device_, support_.name.c_str(), support_.cc_major, support_.cc_minor, kind.name,
+                 describe(summary).c_str());
   }
-  MELFORGE_CUDA_CHECK(cudaGraphInstantiate(&s.exec, graph.get(), 0));
-  MELFORGE_CUDA_CHECK(cudaGraphUpload(s.exec, s.stream));
-  MELFORGE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  cudaGraphExec_t exec = nullptr;
+  MELFORGE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+  try {
+    MELFORGE_CUDA_CHECK(cudaGraphUpload(exec, s.stream));
+    MELFORGE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  } catch (...) {
+    MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec));
+    throw;
+  }
+  return exec;
 }
 
 void CudaMelEngine::launch(Slot& s, int64_t first, int64_t count) {
@@ -431,8 +536,30 @@ void CudaMelEngine::launch(Slot& s, int64_t first, int64_t count) {
   MELFORGE_CUDA_CHECK(cudaGraphLaunch(s.exec, s.stream));
   MELFORGE_CUDA_CHECK(cudaEventRecord(s.done, s.stream));
   s.pending = true;
-  s.first = first;
-  s.count = count;
+  s.out_offset = first * layout_.out_bytes_per_segment();
+  s.out_bytes = count * layout_.out_bytes_per_segment();
+}
+
+void CudaMelEngine::launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t first_row) {
+  NvtxRange range("melforge cuda clips");
+  const int64_t row_bytes = static_cast<int64_t>(layout_.n_mels) * layout_.out_elem_bytes;
+  const auto copy = [&](void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind) {
+    if (bytes > 0) MELFORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, s.stream));
+  };
+  MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[0], s.stream));
+  copy(s.d_clip_header, s.h_clip_header, CudaClipSizes::header_bytes(), cudaMemcpyHostToDevice);
+  copy(s.d_clip_pieces, s.h_clip_pieces, fill.pieces * static_cast<int64_t>(sizeof(ClipPiece)),
+       cudaMemcpyHostToDevice);
+  copy(s.d_input, s.h_input, fill.input_floats * static_cast<int64_t>(sizeof(float)), cudaMemcpyHostToDevice);
+  MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[1], s.stream));
+  MELFORGE_CUDA_CHECK(cudaGraphLaunch(s.clip_exec, s.stream));
+  MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[2], s.stream));
+  copy(s.h_output, s.d_output, fill.rows * row_bytes, cudaMemcpyDeviceToHost);
+  MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[3], s.stream));
+  MELFORGE_CUDA_CHECK(cudaEventRecord(s.done, s.stream));
+  s.pending = true;
+  s.out_offset = first_row * row_bytes;
+  s.out_bytes = fill.rows * row_bytes;
 }
 
 void CudaMelEngine::finish(Slot& s, void* out) {
@@ -447,9 +574,7 @@ void CudaMelEngine::finish(Slot& s, void* out) {
   times_.compute_s += 1e-3 * ms[1];
   times_.d2h_s += 1e-3 * ms[2];
   const Stopwatch copy_out;
-  const int64_t bytes_per_segment = layout_.out_bytes_per_segment();
-  std::memcpy(static_cast<char*>(out) + s.first * bytes_per_segment, s.h_output,
-              static_cast<size_t>(s.count * bytes_per_segment));
+  std::memcpy(static_cast<char*>(out) + s.out_offset, s.h_output, static_cast<size_t>(s.out_bytes));
   times_.d2h_s += copy_out.seconds();
 }
 
@@ -483,6 +608,44 @@ void CudaMelEngine::compute(const float* base, std::span<const int64_t> offsets,
   }
 }
 
+void CudaMelEngine::compute_clips(const float* samples, const ClipBatch& batch, void* out) {
+  check_clip_batch(batch, config_.mel, config_.dtype);
+  if (batch.clips() == 0) return;
+  if (out == nullptr) throw InvalidArgument("CUDA mel engine: null output pointer");
+  if (samples == nullptr && batch.sample_offsets.back() > batch.sample_offsets.front()) {
+    throw InvalidArgument("CUDA mel engine: null input pointer");
+  }
+  MELFORGE_CUDA_CHECK(cudaSetDevice(device_));
+  const MelArgs& a = config_.mel;
+  const ClipFraming framing{a.n_fft, a.hop(), a.pad(), a.center && a.pad_mode == PadMode::reflect};
+  ClipCursor cursor;
+  int64_t row = 0;
+  try {
+    for (int64_t k = 0; row < batch.total_frames(); ++k) {
+      Slot& s = slots_[static_cast<size_t>(k % 2)];
+      if (s.pending) finish(s, out);
+      ClipLaunchFill fill;
+      {
+        NvtxRange range("melforge cuda upload");
+        const Stopwatch gather;
+        fill = fill_clip_launch(batch, samples, clip_sizes_, framing, cursor, *s.h_clip_header, s.h_clip_pieces,
+                                s.h_input);
+        times_.h2d_s += gather.seconds();
+      }
+      if (fill.rows < 1) throw Error("CUDA mel engine: a clip launch took no frame (clip " +
+                                     std::to_string(cursor.clip) + ", frame " + std::to_string(cursor.frame) + ")");
+      launch_clips(s, fill, row);
+      row += fill.rows;
+    }
+    for (Slot& s : slots_) {
+      if (s.pending) finish(s, out);
+    }
+  } catch (...) {
+    abandon();
+    throw;
+  }
+}
+
 void CudaMelEngine::abandon() noexcept {
   for (Slot& s : slots_) {
     if (s.stream != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s.stream));
@@ -496,12 +659,15 @@ void CudaMelEngine::release() noexcept {
   for (Slot& s : slots_) {
     if (s.stream != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s.stream));
     if (s.exec != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(s.exec));
+    if (s.clip_exec != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(s.clip_exec));
     if (s.has_plan) MELFORGE_CUFFT_CHECK_NOTHROW(cufftDestroy(s.plan));
     for (void* p : {static_cast<void*>(s.work), static_cast<void*>(s.d_input), static_cast<void*>(s.d_frames),
-                    static_cast<void*>(s.d_spectrum), s.d_output}) {
+                    static_cast<void*>(s.d_spectrum), s.d_output, static_cast<void*>(s.d_clip_header),
+                    static_cast<void*>(s.d_clip_pieces)}) {
       if (p != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaFree(p));
     }
-    for (void* p : {static_cast<void*>(s.h_input), s.h_output}) {
+    for (void* p : {static_cast<void*>(s.h_input), s.h_output, static_cast<void*>(s.h_clip_header),
+                    static_cast<void*>(s.h_clip_pieces)}) {
       if (p != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaFreeHost(p));
     }
     for (cudaEvent_t e : s.marks) {
@@ -552,7 +718,9 @@ namespace {
 std::string kernel_image_problem(const CudaDeviceSupport& s) {
   cudaFuncAttributes attributes{};
   for (const cudaError_t err : {cudaFuncGetAttributes(&attributes, cuda::gather_kernel),
-                                cudaFuncGetAttributes(&attributes, cuda::mel_kernel)}) {
+                                cudaFuncGetAttributes(&attributes, cuda::mel_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::gather_clips_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::mel_frames_kernel)}) {
     if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
       return no_kernel_image_message(s.cc_major, s.cc_minor, cuda_architectures()) + " (" + cudaGetErrorName(err) +
              ")";

@@ -164,4 +164,124 @@ inline void fill_batch_input(float* dst, const float* base, std::span<const int6
   std::fill(dst + count * segment_samples, dst + sizes.input_floats, 0.0f);
 }
 
+/// One clip's run of consecutive frames in one clip launch (compute_clips): what the gather kernel needs to frame the
+/// piece's rows. Plain data, copied to the device as it is (48 bytes, no padding).
+struct ClipPiece {
+  /// First FFT row of the launch that holds the piece.
+  int64_t row = 0;
+  /// Frame of the clip that row `row` holds.
+  int64_t frame = 0;
+  /// Samples of the whole clip.
+  int64_t samples = 0;
+  /// Sample of the clip at input index `input`: the first of the clip's samples uploaded for this piece.
+  int64_t origin = 0;
+  /// Index into the launch's input of the clip's sample `origin`.
+  int64_t input = 0;
+  /// 1: the clip's edges are reflected (clip_reflects); 0: zeros beyond them.
+  int64_t reflect = 0;
+};
+
+/// What one clip launch holds, read by the gather kernel from device memory.
+struct ClipLaunchHeader {
+  /// Pieces in the launch's piece table, >= 1.
+  int64_t pieces = 0;
+  /// FFT rows holding frames, <= CudaClipSizes::rows; the rows after them are zero frames (the padding of the launch).
+  int64_t rows = 0;
+};
+
+/// Element counts of the buffers compute_clips adds to each slot of the CUDA engine, for the slot's plan of
+/// CudaBufferSizes::frame_rows rows (the frame budget of one launch). The engine allocates exactly these.
+struct CudaClipSizes {
+  /// FFT rows per launch: the plan's batch (CudaBufferSizes::frame_rows).
+  int64_t rows = 0;
+  /// Most input samples one launch uploads: (rows - 1) * hop + n_fft + 2, enough for a piece of `rows` frames
+  /// (piece_sample_range).
+  int64_t input_floats = 0;
+  /// Per slot, pinned host and device: the input buffer shared with compute(), max(CudaBufferSizes::input_floats,
+  /// input_floats) floats.
+  int64_t staging_input_floats = 0;
+  /// Per slot, pinned host and device: piece table capacity, one per row (a piece holds at least one row).
+  int64_t pieces = 0;
+
+  /// Bytes of one slot's (shared) input buffer.
+  int64_t staging_input_bytes() const { return staging_input_floats * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of one slot's piece table.
+  int64_t piece_bytes() const { return pieces * static_cast<int64_t>(sizeof(ClipPiece)); }
+  /// Bytes of one slot's launch header.
+  static constexpr int64_t header_bytes() { return sizeof(ClipLaunchHeader); }
+  /// Bytes one slot holds beyond CudaBufferSizes::slot_pinned_bytes (pinned) and slot_device_bytes (device) alike:
+  /// the larger input buffer, the piece table and the header.
+  int64_t extra_slot_bytes(const CudaBufferSizes& sizes) const {
+    return staging_input_bytes() - sizes.input_bytes() + piece_bytes() + header_bytes();
+  }
+};
+
+/// Sizes of the clip buffers for a slot of `sizes`, FFT size `n_fft` and hop `hop`. The one place where they are
+/// sized.
+inline CudaClipSizes cuda_clip_sizes(const CudaBufferSizes& sizes, int n_fft, int hop) {
+  CudaClipSizes c;
+  c.rows = sizes.frame_rows;
+  c.input_floats = (c.rows - 1) * hop + n_fft + 2;
+  c.staging_input_floats = std::max(sizes.input_floats, c.input_floats);
+  c.pieces = c.rows;
+  return c;
+}
+
+/// Edges and padding of the clips of a launch: the MelArgs values the host planning and the gather kernel share.
+struct ClipFraming {
+  /// FFT size, samples.
+  int n_fft = 0;
+  /// Hop between frames, samples.
+  int hop = 0;
+  /// Padding on each side of a clip (n_fft/2 when centred, else 0).
+  int pad = 0;
+  /// Reflect padding asked (center and pad_mode reflect); a clip uses it when clip_reflects.
+  bool reflect = false;
+};
+
+/// The samples [lo, hi) of a clip of `samples` samples that frames [frame, frame + frames) read, reflections
+/// included: frame t reads positions [t*hop - pad, t*hop - pad + n_fft), and a reflected position lands at most one
+/// sample outside its frame, so [first start - 1, last start + n_fft + 1) clipped to [0, samples). hi - lo <=
+/// (frames - 1) * hop + n_fft + 2.
+inline void piece_sample_range(int64_t frame, int64_t frames, int64_t samples, const ClipFraming& f, int64_t& lo,
+                               int64_t& hi) {
+  const int64_t first = frame * f.hop - f.pad;
+  const int64_t last = (frame + frames - 1) * f.hop - f.pad;
+  lo = std::clamp<int64_t>(first - 1, 0, samples);
+  hi = std::clamp<int64_t>(last + f.n_fft + 1, lo, samples);
+}
+
+/// Where the host is in a clip batch: the next clip and frame to place in a launch.
+struct ClipCursor {
+  /// Clip index.
+  int64_t clip = 0;
+  /// Frame of that clip.
+  int64_t frame = 0;
+};
+
+/// What fill_clip_launch put in a launch.
+struct ClipLaunchFill {
+  /// Frames placed (rows of the launch), >= 1 while the batch had frames left.
+  int64_t rows = 0;
+  /// Pieces placed.
+  int64_t pieces = 0;
+  /// Input samples placed.
+  int64_t input_floats = 0;
+};
+
+/// Fills one clip launch from the frames of `batch` at `cursor` on: as many frames as fit in sizes.rows rows and
+/// sizes.input_floats samples, clip after clip (a clip that does not fit is split, its frames continuing in the next
+/// launch). Writes the header, pieces [0, pieces) and input [0, input_floats) (each piece's piece_sample_range of
+/// `samples`), and advances `cursor`. A launch from a fresh budget always takes at least one frame.
+ClipLaunchFill fill_clip_launch(const ClipBatch& batch, const float* samples, const CudaClipSizes& sizes,
+                                const ClipFraming& framing, ClipCursor& cursor, ClipLaunchHeader& header,
+                                ClipPiece* pieces, float* input);
+
+/// Kernels a clip launch's graph must hold at least: gather, cuFFT's own (at least one), mel.
+constexpr int64_t kClipGraphMinKernels = 3;
+
+/// Empty when a slot's captured clip graph is complete (kernels >= kClipGraphMinKernels, no event record: its copies
+/// and timing marks run outside it); else the reason, naming every count and what was expected.
+std::string clip_graph_problem(const GraphNodeSummary& summary);
+
 }  // namespace melforge::mel::cuda

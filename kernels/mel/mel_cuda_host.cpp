@@ -1,11 +1,15 @@
 // CUDA-free parts of the CUDA engine, compiled in every build (also -DMELFORGE_CUDA=OFF) so that the CPU tests
-// check them: launch limits, the captured graph's verdict, and the messages that name the compiled architectures.
+// check them: launch limits, the host side of clip launches (fill_clip_launch), the captured graphs' verdicts, and the
+// messages that name the compiled architectures.
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "mel/mel_cuda.h"
 #include "mel/mel_engine.h"
+#include "mel/mel_math.h"
 #include "melforge/common/errors.h"
 
 namespace melforge::mel {
@@ -55,6 +59,60 @@ std::string graph_problem(const GraphNodeSummary& s) {
   return "captured mel graph is incomplete: " + describe(s) + " (expected >= " + std::to_string(kGraphMinKernels) +
          " kernels: gather, cuFFT's and mel; >= " + std::to_string(kGraphMinCopies) + " copies; " +
          std::to_string(kGraphEventRecords) + " event records)";
+}
+
+namespace {
+
+/// Frames of clip piece at `frame` (of `left` left in its clip of `samples` samples) that fit in `rows_left` rows and
+/// `input_left` input samples: all that fit by rows when their samples fit, else as many as the bound of
+/// piece_sample_range allows; 0 when not even one frame fits.
+int64_t piece_frames(int64_t frame, int64_t left, int64_t samples, int64_t rows_left, int64_t input_left,
+                     const ClipFraming& f) {
+  const int64_t k = std::min(left, rows_left);
+  int64_t lo = 0, hi = 0;
+  piece_sample_range(frame, k, samples, f, lo, hi);
+  if (hi - lo <= input_left) return k;
+  const int64_t slack = input_left - f.n_fft - 2;
+  return slack < 0 ? 0 : std::min(k, slack / f.hop + 1);
+}
+
+}  // namespace
+
+ClipLaunchFill fill_clip_launch(const ClipBatch& batch, const float* samples, const CudaClipSizes& sizes,
+                                const ClipFraming& framing, ClipCursor& cursor, ClipLaunchHeader& header,
+                                ClipPiece* pieces, float* input) {
+  ClipLaunchFill fill;
+  while (cursor.clip < batch.clips() && fill.rows < sizes.rows && fill.pieces < sizes.pieces) {
+    const int64_t c = cursor.clip;
+    const int64_t len = batch.samples(c);
+    const int64_t k = piece_frames(cursor.frame, batch.frames(c) - cursor.frame, len, sizes.rows - fill.rows,
+                                   sizes.input_floats - fill.input_floats, framing);
+    if (k == 0) break;
+    int64_t lo = 0, hi = 0;
+    piece_sample_range(cursor.frame, k, len, framing, lo, hi);
+    pieces[fill.pieces] = ClipPiece{fill.rows, cursor.frame, len, lo, fill.input_floats,
+                                    clip_reflects(len, framing.pad, framing.reflect) ? 1 : 0};
+    if (hi > lo) {
+      std::memcpy(input + fill.input_floats, samples + batch.sample_offsets[static_cast<size_t>(c)] + lo,
+                  static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+    ++fill.pieces;
+    fill.rows += k;
+    fill.input_floats += hi - lo;
+    cursor.frame += k;
+    if (cursor.frame == batch.frames(c)) {
+      ++cursor.clip;
+      cursor.frame = 0;
+    }
+  }
+  header = ClipLaunchHeader{fill.pieces, fill.rows};
+  return fill;
+}
+
+std::string clip_graph_problem(const GraphNodeSummary& s) {
+  if (s.kernels >= kClipGraphMinKernels && s.events == 0) return "";
+  return "captured clip mel graph is incomplete: " + describe(s) + " (expected >= " +
+         std::to_string(kClipGraphMinKernels) + " kernels: gather, cuFFT's and mel; 0 event records)";
 }
 
 }  // namespace cuda

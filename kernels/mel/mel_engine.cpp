@@ -49,6 +49,80 @@ MelLayout make_layout(const EngineConfig& config) {
   return layout;
 }
 
+ClipBatch ClipBatch::slice(int64_t first, int64_t last) const {
+  if (first < 0 || first > last || last > clips()) {
+    throw InvalidArgument("clip range [" + std::to_string(first) + ", " + std::to_string(last) +
+                          ") is not within the batch's " + std::to_string(clips()) + " clips");
+  }
+  ClipBatch sub;
+  sub.n_mels = n_mels;
+  sub.out_elem_bytes = out_elem_bytes;
+  const auto begin = static_cast<std::ptrdiff_t>(first);
+  const auto end = static_cast<std::ptrdiff_t>(last);
+  sub.sample_offsets.assign(sample_offsets.begin() + begin, sample_offsets.begin() + end + 1);
+  sub.flags.assign(flags.begin() + begin, flags.begin() + end);
+  const int64_t base = frame_offsets[static_cast<size_t>(first)];
+  sub.frame_offsets.reserve(static_cast<size_t>(last - first + 1));
+  for (auto i = begin; i <= end; ++i) sub.frame_offsets.push_back(frame_offsets[static_cast<size_t>(i)] - base);
+  return sub;
+}
+
+ClipBatch plan_clips(const MelArgs& args, DType dtype, std::span<const int64_t> sample_offsets) {
+  args.validate();
+  if (sample_offsets.empty()) throw InvalidArgument("a clip batch needs C + 1 sample offsets, got none");
+  if (sample_offsets.front() < 0) {
+    throw InvalidArgument("clip sample offsets must be >= 0, got " + std::to_string(sample_offsets.front()));
+  }
+  ClipBatch batch;
+  batch.n_mels = args.n_mels;
+  batch.out_elem_bytes = dtype == DType::float16 ? 2 : 4;
+  batch.sample_offsets.assign(sample_offsets.begin(), sample_offsets.end());
+  const size_t clips = sample_offsets.size() - 1;
+  batch.frame_offsets.resize(clips + 1, 0);
+  batch.flags.resize(clips, 0);
+  const int n_fft = args.n_fft, hop = args.hop(), pad = args.pad();
+  const bool reflect = args.center && args.pad_mode == PadMode::reflect;
+  for (size_t c = 0; c < clips; ++c) {
+    const int64_t samples = sample_offsets[c + 1] - sample_offsets[c];
+    if (samples < 0) {
+      throw InvalidArgument("clip sample offsets must not decrease: clip " + std::to_string(c) + " is [" +
+                            std::to_string(sample_offsets[c]) + ", " + std::to_string(sample_offsets[c + 1]) + ")");
+    }
+    batch.frame_offsets[c + 1] = batch.frame_offsets[c] + clip_frames(samples, n_fft, hop, pad);
+    uint8_t flags = 0;
+    if (samples == 0 || stft_frames(samples, n_fft, hop, pad) == 0) flags |= kClipPaddedToFrame;
+    if (reflect && !clip_reflects(samples, pad, reflect)) flags |= kClipZeroEdges;
+    batch.flags[c] = flags;
+  }
+  return batch;
+}
+
+void check_clip_batch(const ClipBatch& batch, const MelArgs& args, DType dtype) {
+  const ClipBatch want = plan_clips(args, dtype, batch.sample_offsets);
+  if (batch.frame_offsets != want.frame_offsets || batch.flags != want.flags || batch.n_mels != want.n_mels ||
+      batch.out_elem_bytes != want.out_elem_bytes) {
+    throw InvalidArgument("the clip batch was not planned for this engine (plan_clips with its mel args and dtype: " +
+                          args.to_string() + ", " + to_string(dtype) + ")");
+  }
+}
+
+std::vector<std::pair<int64_t, int64_t>> deal_clips(const ClipBatch& batch, int engines) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  const int64_t clips = batch.clips();
+  const int64_t total = batch.total_frames();
+  const int64_t n = std::max(engines, 1);
+  int64_t first = 0;
+  for (int64_t e = 1; e <= n && first < clips; ++e) {
+    const int64_t share = (total * e + n - 1) / n;
+    int64_t last = first + 1;
+    while (last < clips && batch.frame_offsets[static_cast<size_t>(last)] < share) ++last;
+    if (e == n) last = clips;
+    ranges.emplace_back(first, last);
+    first = last;
+  }
+  return ranges;
+}
+
 float silence_value(const MelArgs& args) {
   return log_compress(0.0f, static_cast<int>(args.log), args.power, args.amin, args.log_eps);
 }
@@ -178,23 +252,21 @@ class MultiEngine final : public MelEngine {
   void compute(const float* base, std::span<const int64_t> offsets, void* out) override {
     const auto dealt = deal_round_robin(static_cast<int64_t>(offsets.size()), deal_, static_cast<int>(engines_.size()));
     const int64_t bytes_per_segment = layout().out_bytes_per_segment();
-    std::vector<std::exception_ptr> errors(engines_.size());
-    const auto run = [&](size_t e) {
-      try {
-        for (const DealtBatch& b : dealt[e])
-          engines_[e]->compute(base, offsets.subspan(static_cast<size_t>(b.first), static_cast<size_t>(b.count)),
-                               static_cast<char*>(out) + b.first * bytes_per_segment);
-      } catch (...) {
-        errors[e] = std::current_exception();
-      }
-    };
-    std::vector<std::thread> threads;
-    for (size_t e = 1; e < engines_.size(); ++e)
-      if (!dealt[e].empty()) threads.emplace_back(run, e);
-    run(0);
-    for (auto& t : threads) t.join();
-    for (const auto& error : errors)
-      if (error) std::rethrow_exception(error);
+    run_engines(dealt, [&](size_t e) {
+      for (const DealtBatch& b : dealt[e])
+        engines_[e]->compute(base, offsets.subspan(static_cast<size_t>(b.first), static_cast<size_t>(b.count)),
+                             static_cast<char*>(out) + b.first * bytes_per_segment);
+    });
+  }
+
+  void compute_clips(const float* samples, const ClipBatch& batch, void* out) override {
+    const auto dealt = deal_clips(batch, static_cast<int>(engines_.size()));
+    const int64_t row_bytes = static_cast<int64_t>(batch.n_mels) * batch.out_elem_bytes;
+    run_engines(dealt, [&](size_t e) {
+      const auto [first, last] = dealt[e];
+      engines_[e]->compute_clips(samples, batch.slice(first, last),
+                                 static_cast<char*>(out) + batch.frame_offsets[static_cast<size_t>(first)] * row_bytes);
+    });
   }
 
   std::string name() const override { return name_; }
@@ -225,6 +297,29 @@ class MultiEngine final : public MelEngine {
   const MelLayout& layout() const override { return engines_.front()->layout(); }
 
  private:
+  /// Runs work(e) for every engine e < dealt.size() that `dealt[e]` gives work (a non-empty entry), engine 0 on the
+  /// calling thread and the others on one thread each; rethrows the first engine's error after all have finished.
+  template <class Dealt, class Work>
+  void run_engines(const std::vector<Dealt>& dealt, const Work& work) {
+    std::vector<std::exception_ptr> errors(dealt.size());
+    const auto run = [&](size_t e) {
+      try {
+        work(e);
+      } catch (...) {
+        errors[e] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t e = 1; e < dealt.size(); ++e)
+      if (has_work(dealt[e])) threads.emplace_back(run, e);
+    if (!dealt.empty() && has_work(dealt[0])) run(0);
+    for (auto& t : threads) t.join();
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
+  static bool has_work(const std::vector<DealtBatch>& batches) { return !batches.empty(); }
+  static bool has_work(const std::pair<int64_t, int64_t>& clips) { return clips.second > clips.first; }
+
   std::vector<std::unique_ptr<MelEngine>> engines_;
   int64_t deal_;
   std::string name_;

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 #include <string>
+#include <utility>
 
 #include "mel_args.h"
 
@@ -61,6 +62,66 @@ struct MelLayout {
 /// Derives the layout; throws InvalidArgument when a segment yields no frame.
 MelLayout make_layout(const EngineConfig& config);
 
+/// Bits of ClipBatch::flags: how a clip's frames differ from what torchaudio computes on the whole clip.
+enum ClipFlag : uint8_t {
+  /// The clip gives no STFT frame (stft_frames is 0: center false and fewer than n_fft samples, or no sample at all
+  /// with an odd n_fft) or has no sample: it is zero-padded on the right to the one frame it gets.
+  kClipPaddedToFrame = 1,
+  /// Reflect padding was asked (center true, pad_mode reflect) but the clip has at most n_fft/2 samples, which
+  /// torch.stft refuses: its edges are padded with zeros (pad_mode constant) instead. Frame count unchanged.
+  kClipZeroEdges = 2,
+};
+
+/// Where MelEngine::compute_clips puts the frames of a batch of whole clips, and what it writes: the one place where a
+/// ragged batch is sized (made by plan_clips; both engines check it with check_clip_batch). C clips, F frames.
+///
+/// Output layout: [F][n_mels], frame-major, clip after clip (clip c's frames are rows [frame_offsets[c],
+/// frame_offsets[c + 1])). A clip's frames are then one contiguous run, so a batch is appended to an HDF5
+/// `frames[total_frames, n_mels]` dataset as one hyperslab (any chunking along frames, whole rows per chunk), a view
+/// of a clip is a row range, and the CUDA engine's mel kernel writes it coalesced. Transpose a view to get
+/// torchaudio's [n_mels][n_frames].
+struct ClipBatch {
+  /// [C + 1] sample offsets into the caller's buffer: clip c is samples [sample_offsets[c], sample_offsets[c + 1]).
+  std::vector<int64_t> sample_offsets;
+  /// [C + 1] frame offsets into the output: clip c is rows [frame_offsets[c], frame_offsets[c + 1]); starts at 0.
+  std::vector<int64_t> frame_offsets;
+  /// [C] ClipFlag bits of each clip; 0 when its frames are exactly torchaudio's.
+  std::vector<uint8_t> flags;
+  /// Mel bands (columns of the output).
+  int n_mels = 0;
+  /// Bytes per output element (2 for float16, 4 for float32).
+  int out_elem_bytes = 0;
+
+  /// Clips: C.
+  int64_t clips() const { return static_cast<int64_t>(flags.size()); }
+  /// Samples of clip c.
+  int64_t samples(int64_t c) const { return at(sample_offsets, c + 1) - at(sample_offsets, c); }
+  /// Frames of clip c: clip_frames (mel_math.h) of its samples.
+  int64_t frames(int64_t c) const { return at(frame_offsets, c + 1) - at(frame_offsets, c); }
+  /// Frames of all clips: F.
+  int64_t total_frames() const { return frame_offsets.empty() ? 0 : frame_offsets.back(); }
+  /// Output elements: F * n_mels.
+  int64_t out_elems() const { return total_frames() * n_mels; }
+  /// Output bytes: F * n_mels * out_elem_bytes.
+  int64_t out_bytes() const { return out_elems() * out_elem_bytes; }
+  /// Clips [first, last) as a batch of their own: the same sample offsets (into the same buffer), frame offsets
+  /// starting at 0 (the sub-batch's row r is row frame_offsets[first] + r of this batch). Throws InvalidArgument
+  /// unless 0 <= first <= last <= C.
+  ClipBatch slice(int64_t first, int64_t last) const;
+
+ private:
+  static int64_t at(const std::vector<int64_t>& v, int64_t i) { return v[static_cast<size_t>(i)]; }
+};
+
+/// Plans a batch of clips: C = sample_offsets.size() - 1 clips, clip c of sample_offsets[c + 1] - sample_offsets[c]
+/// samples, each getting clip_frames() frames (torch.stft's count for `args`, at least 1) and its ClipFlag bits.
+/// `dtype` sets out_elem_bytes. Throws InvalidArgument when `args` is invalid, sample_offsets is empty, negative or
+/// decreasing.
+ClipBatch plan_clips(const MelArgs& args, DType dtype, std::span<const int64_t> sample_offsets);
+
+/// Throws InvalidArgument unless `batch` is what plan_clips(args, dtype, batch.sample_offsets) gives (checked in O(C)).
+void check_clip_batch(const ClipBatch& batch, const MelArgs& args, DType dtype);
+
 /// Time spent by an engine since construction, seconds. The CPU engine fills only `compute_s`.
 struct EngineTimes {
   /// Host to device copies (CUDA), including the host-side gather into pinned memory.
@@ -79,6 +140,16 @@ class MelEngine {
   /// `base`. `out` receives [offsets.size()][n_mels][n_frames] elements of the configured dtype
   /// (uint16 IEEE half bits for float16). Any count works; engines split or pad internally.
   virtual void compute(const float* base, std::span<const int64_t> offsets, void* out) = 0;
+  /// Computes the log-mel frames of whole clips of any lengths: the STFT of each clip on its own (torchaudio's
+  /// MelSpectrogram of the whole waveform, then the log), with the frames of many clips batched into each FFT.
+  /// Clip c is samples [batch.sample_offsets[c], batch.sample_offsets[c + 1]) of `samples` (float32, mono).
+  /// `out` receives batch.out_bytes(): [batch.total_frames()][n_mels] elements of the configured dtype (uint16 IEEE
+  /// half bits for float16), clip c in rows [batch.frame_offsets[c], batch.frame_offsets[c + 1]). `batch` comes
+  /// from plan_clips with this engine's mel args and dtype (checked: InvalidArgument otherwise); EngineConfig's
+  /// segment_samples plays no part. Frames per FFT batch, fixed: the CPU engine's block (cpu_block_frames of the
+  /// segment layout), the CUDA engine's plan (device_batch * n_frames rows per launch; the last launch padded).
+  /// Not to be called concurrently with compute() on one engine.
+  virtual void compute_clips(const float* samples, const ClipBatch& batch, void* out) = 0;
   /// Name for reports: "cpu-fftw" or "cuda-cufft".
   virtual std::string name() const = 0;
   /// Accumulated stage times.
@@ -87,7 +158,8 @@ class MelEngine {
   virtual int64_t device_bytes() const = 0;
   /// Bytes of host memory held for as long as the engine lives, beyond the caller's input and output: the CPU
   /// engine's per-thread scratch (cpu_scratch_bytes), the CUDA engine's pinned staging buffers (two slots of
-  /// CudaBufferSizes::input_bytes() + output_bytes()). Callers that plan memory (the builder's --max-ram) reserve it.
+  /// CudaBufferSizes::slot_pinned_bytes() + CudaClipSizes::extra_slot_bytes(): input, output and the clip launch
+  /// tables). Callers that plan memory (the builder's --max-ram) reserve it.
   virtual int64_t host_bytes() const = 0;
   /// The layout this engine was built for.
   virtual const MelLayout& layout() const = 0;
@@ -215,9 +287,15 @@ struct DealtBatch {
 /// is in exactly one chunk, and the chunks in engine order cover [0, count) in order.
 std::vector<std::vector<DealtBatch>> deal_round_robin(int64_t count, int64_t unit, int engines);
 
+/// Splits clips [0, batch.clips()) into at most `engines` contiguous ranges [first, last) of about equal frame counts
+/// (each range ends at the first clip boundary at or past its share of the frames), in order, none empty; every clip
+/// is in exactly one range. No range for an empty batch.
+std::vector<std::pair<int64_t, int64_t>> deal_clips(const ClipBatch& batch, int engines);
+
 /// An engine over several engines of the same configuration (one per CUDA device): compute() deals the segments
 /// with deal_round_robin (unit `deal`, the device batch) and runs the engines concurrently, one host thread each,
-/// every engine writing its segments' slots of `out`; the result is what one engine computes. Takes ownership of
+/// every engine writing its segments' slots of `out`; the result is what one engine computes. compute_clips() deals
+/// the clips with deal_clips the same way, each engine writing its clips' rows. Takes ownership of
 /// `engines` (at least 1, equal layouts). Errors of any engine are rethrown after all have finished.
 std::unique_ptr<MelEngine> make_multi_engine(std::vector<std::unique_ptr<MelEngine>> engines, int64_t deal);
 

@@ -57,13 +57,19 @@ MELFORGE_HD int64_t reflect_index(int64_t i, int64_t len) {
   return i;
 }
 
+/// Position `j` (may be negative or >= len) of a clip of `len` samples of which only samples [origin, origin + n) are
+/// at hand, sample origin + i at x[i]: the sample itself inside [0, len), its reflection (`reflect` true; as
+/// reflect_index requires) or zero outside. The caller makes sure the sample read lies in [origin, origin + n).
+MELFORGE_HD float clip_sample(const float* x, int64_t origin, int64_t len, int64_t j, bool reflect) {
+  if (j >= 0 && j < len) return x[j - origin];
+  if (!reflect) return 0.0f;
+  return x[reflect_index(j, len) - origin];
+}
+
 /// Sample `i` of a segment `x` of length `len` after padding by `pad` on the left: position `i - pad` of x,
 /// reflected (`reflect` true) or zero outside [0, len).
 MELFORGE_HD float padded_sample(const float* x, int64_t len, int64_t i, int64_t pad, bool reflect) {
-  const int64_t j = i - pad;
-  if (j >= 0 && j < len) return x[j];
-  if (!reflect) return 0.0f;
-  return x[reflect_index(j, len)];
+  return clip_sample(x, 0, len, i - pad, reflect);
 }
 
 /// |X|^power for a complex bin (re, im). power 2 avoids the square root; power 1 is the magnitude.
@@ -82,12 +88,30 @@ MELFORGE_HD float log_compress(float x, int mode, float power, float amin, float
   return x;
 }
 
-/// Number of frames torch.stft gives for a segment of `samples` samples: 1 + (samples + 2*pad - n_fft) / hop,
-/// or 0 when the padded segment is shorter than n_fft.
-MELFORGE_HD int frame_count(int64_t samples, int n_fft, int hop, int pad) {
+/// Number of frames torch.stft (and so torchaudio.transforms.MelSpectrogram) gives for a signal of `samples` samples
+/// padded by `pad` on each side (n_fft/2 when centred, else 0), whatever the pad mode: 1 + (samples + 2*pad - n_fft) /
+/// hop, or 0 when the padded signal is shorter than n_fft. hop >= 1.
+MELFORGE_HD int64_t stft_frames(int64_t samples, int n_fft, int hop, int pad) {
   const int64_t padded = samples + 2 * static_cast<int64_t>(pad);
   if (padded < n_fft) return 0;
-  return static_cast<int>(1 + (padded - n_fft) / hop);
+  return 1 + (padded - n_fft) / hop;
 }
+
+/// stft_frames as an int, for a segment (a segment's frame count fits in an int).
+MELFORGE_HD int frame_count(int64_t samples, int n_fft, int hop, int pad) {
+  return static_cast<int>(stft_frames(samples, n_fft, hop, pad));
+}
+
+/// Frames a whole clip of `samples` samples gets (MelEngine::compute_clips): stft_frames, or 1 when that is 0 (a clip
+/// too short for one frame is zero-padded on the right to one frame and flagged kClipPaddedToFrame).
+MELFORGE_HD int64_t clip_frames(int64_t samples, int n_fft, int hop, int pad) {
+  const int64_t frames = stft_frames(samples, n_fft, hop, pad);
+  return frames > 0 ? frames : 1;
+}
+
+/// Whether a clip of `samples` samples is reflect-padded: reflect padding was asked (`reflect`: center and pad_mode
+/// reflect) and the clip is longer than `pad` (torch.stft refuses reflect padding otherwise; such a clip is padded
+/// with zeros instead and flagged kClipZeroEdges).
+MELFORGE_HD bool clip_reflects(int64_t samples, int pad, bool reflect) { return reflect && samples > pad; }
 
 }  // namespace melforge::mel
