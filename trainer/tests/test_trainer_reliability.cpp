@@ -52,14 +52,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-/// The melforge-train binary: MELFORGE_TRAIN_EXE when the build defines it, else the one next to this test.
-fs::path train_exe() {
-#ifdef MELFORGE_TRAIN_EXE
-  return MELFORGE_TRAIN_EXE;
-#else
-  return fs::read_symlink("/proc/self/exe").parent_path() / "melforge-train";
-#endif
-}
+/// The melforge-train binary the build made (melforge_test_paths.h).
+fs::path train_exe() { return MELFORGE_TRAIN_EXE; }
 
 /// The tone dataset every test of this file trains on (3 classes x 4 files), built once.
 struct Shared {
