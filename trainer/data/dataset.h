@@ -76,14 +76,15 @@ struct Split {
   /// Float32 bytes of the split's frames in RAM (N * n_mels * 4).
   double frame_bytes() const;
   /// Frames of clips [first, first + count), float32 [frames of those clips, n_mels] on the CPU: a view of `frames`
-  /// when it is in RAM, a fresh tensor read through `reader` (and checked by check_finite) when streamed. Throws
-  /// InvalidArgument when the range is outside [0, files()) or the split has no frames.
+  /// when it is in RAM, a fresh tensor read through `reader` when streamed. Throws InvalidArgument when the range is
+  /// outside [0, files()) or the split has no frames, FormatError naming the clip and its path when a value read is
+  /// NaN or infinite (ClipReader checks every frame it reads; frames held in RAM were checked when loaded).
   at::Tensor read_clips(int64_t first, int64_t count) const;
   /// The value a padded frame position holds: mel::silence_value(info.mel_args()), as schema 2's empty slots.
   float pad_value() const;
   /// Throws FormatError naming the split, its file, the clip row, the clip's path and the frame and mel band when
   /// `data` (the float32 frames of clips [first, first + count), [frames, n_mels] as read_clips returns them) holds a
-  /// NaN or an infinity. Every reader of frames calls it on what it read.
+  /// NaN or an infinity (for frames that did not come through ClipReader, which checks its own reads).
   void check_finite(int64_t first, int64_t count, const float* data) const;
   /// Reads every frame of a streamed split once through read_clips (so check_finite sees them all); nothing for a
   /// split held in RAM (checked when it was loaded).

@@ -69,14 +69,6 @@ void add_options(po::options_description& desc, LoaderOptions& opts) {
       "streamed splits: float32 frames per shuffle window (up to three windows are held in RAM)");
 }
 
-namespace {
-
-/// Frames of a streamed split's shuffle block: about 1 MiB of float32 frames (at least one frame), so a block
-/// spans one HDF5 chunk of frames or more and is read with one call.
-int64_t stream_block_frames(int64_t n_mels) { return std::max<int64_t>(1, (int64_t{1} << 20) / (4 * n_mels)); }
-
-}  // namespace
-
 BatchLoader::BatchLoader(const Split& split, const data::views::View& view, int64_t example_length,
                          const LoaderOptions& opts, uint64_t seed, at::Device device, int64_t rank, int64_t world)
     : split_(split), view_(view), example_length_(example_length), opts_(opts), seed_(seed), device_(device),
@@ -104,16 +96,12 @@ BatchLoader::BatchLoader(const Split& split, const data::views::View& view, int6
                             std::to_string(e.length) + " frames, longer than the example length " +
                             std::to_string(example_length));
   if (split.streamed()) {
-    const int64_t target = stream_block_frames(split.info.n_mels);
-    const auto& off = split.meta.frame_offset;
     block_first_.assign(1, 0);
-    block_of_clip_.assign(static_cast<std::size_t>(split.files()), 0);
     for (int64_t c = 0; c < split.files(); ++c) {
-      block_of_clip_[static_cast<std::size_t>(c)] = static_cast<int64_t>(block_first_.size()) - 1;
-      if (off[static_cast<std::size_t>(c + 1)] - off[static_cast<std::size_t>(block_first_.back())] >= target ||
-          c + 1 == split.files())
-        block_first_.push_back(c + 1);
+      if (c > 0 && split.reader->chunk_of_clip(c) != split.reader->chunk_of_clip(block_first_.back()))
+        block_first_.push_back(c);
     }
+    block_first_.push_back(split.files());
     const auto blocks = static_cast<int64_t>(block_first_.size()) - 1;
     const double block_mib = split.frame_bytes() / static_cast<double>(blocks) / (1 << 20);
     window_blocks_ = std::clamp<int64_t>(static_cast<int64_t>(opts_.stream_window / block_mib), 1, blocks);
@@ -122,7 +110,7 @@ BatchLoader::BatchLoader(const Split& split, const data::views::View& view, int6
     const int64_t n = split.total_frames(), m = split.info.n_mels;
     resident_frames_ = at::empty({n + 1, m}, at::TensorOptions().dtype(at::kFloat).device(device_));
     resident_frames_[n].fill_(split.pad_value());
-    const int64_t block = std::max<int64_t>(1, stream_block_frames(m) * 64);
+    const int64_t block = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * m));
     const auto& off = split.meta.frame_offset;
     for (int64_t c0 = 0; c0 < split.files();) {
       int64_t c1 = c0 + 1;
@@ -258,7 +246,6 @@ at::Tensor BatchLoader::read_window(const std::vector<int64_t>& blocks) const {
   for (const int64_t b : blocks) {
     const int64_t c0 = block_first_[static_cast<std::size_t>(b)], c1 = block_first_[static_cast<std::size_t>(b + 1)];
     split_.reader->read_clips(c0, c1 - c0, dst);
-    split_.check_finite(c0, c1 - c0, dst);
     dst += (off[static_cast<std::size_t>(c1)] - off[static_cast<std::size_t>(c0)]) * m;
   }
   return out;

@@ -6,7 +6,8 @@
 /// examples of (seed, epoch) too, so a resumed run sees what an uninterrupted one sees.
 ///
 /// A split held in RAM is shuffled globally. A streamed split (Split::streamed) is shuffled in windows: the clips
-/// are grouped into blocks of consecutive clips of at least one HDF5 chunk of frames, the blocks are permuted,
+/// are grouped into blocks of the consecutive clips that start in one HDF5 chunk (ClipReader::chunk_of_clip), the
+/// blocks are permuted,
 /// consecutive permuted blocks form windows of at most --stream-window MiB of float32 frames, and the examples of a
 /// window's clips are permuted within the window. A window is read with one read per block, the next one on a
 /// reader thread while the current one is gathered (during the last window, the first window of the next epoch),
@@ -200,7 +201,6 @@ class BatchLoader {
   int64_t examples_count_ = 0;          // E
   at::Tensor resident_frames_;          // [N + 1, M] on the device when resident (row N: the pad value)
   std::vector<int64_t> block_first_;    // streamed: first clip of each block, then F
-  std::vector<int64_t> block_of_clip_;  // streamed: block of each clip
   int64_t window_blocks_ = 0;           // streamed: blocks per window
   Plan plan_;                           // the current epoch's examples, order and windows
   std::deque<Window> windows_;                    // streamed: loaded windows in use, oldest first

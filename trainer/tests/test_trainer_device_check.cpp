@@ -212,7 +212,7 @@ TEST_CASE("device check: CPU against its own copy differs by exactly 0, a pertur
   const auto before = check_snapshot(*model);
   const at::Tensor generator = trainer::rng_state();
 
-  const trainer::DeviceCheckResult same = trainer::run_device_check(*model, x, at::kFloat, loss, 0.0);
+  const trainer::DeviceCheckResult same = trainer::run_device_check(*model, x, at::Tensor(), at::kFloat, loss, 0.0);
   CHECK(same.passed());
   CHECK(same.precision.name == "fp32");
   CHECK(same.device == "cpu");
@@ -222,7 +222,7 @@ TEST_CASE("device check: CPU against its own copy differs by exactly 0, a pertur
   CHECK(same.logits_scale > 0);
   CHECK(std::isfinite(same.loss_cpu));
 
-  const trainer::DeviceCheckResult wrong = trainer::run_device_check(*model, x, at::kFloat, loss, 0.01);
+  const trainer::DeviceCheckResult wrong = trainer::run_device_check(*model, x, at::Tensor(), at::kFloat, loss, 0.01);
   CHECK_FALSE(wrong.passed());
   CHECK(wrong.result == "failed");
   CHECK(wrong.logits_rel_diff == Approx(0.01).epsilon(1e-4));
@@ -230,7 +230,7 @@ TEST_CASE("device check: CPU against its own copy differs by exactly 0, a pertur
   CHECK(wrong.to_json()["fault_injected"] == 0.01);
   CHECK(wrong.summary().find("device check failed on cpu (fp32") == 0);
 
-  const trainer::DeviceCheckResult bf16 = trainer::run_device_check(*model, x, at::kBFloat16, loss, std::nullopt);
+  const trainer::DeviceCheckResult bf16 = trainer::run_device_check(*model, x, at::Tensor(), at::kBFloat16, loss, std::nullopt);
   INFO(bf16.summary());
   CHECK(bf16.passed());
   CHECK(bf16.precision.name == "bf16");
@@ -388,7 +388,7 @@ TEST_CASE("[cuda] device check on the GPU: every model passes in TF32, bf16 and 
     for (const auto& [amp, name] : std::vector<std::pair<at::ScalarType, std::string>>{
              {at::kFloat, "tf32"}, {at::kBFloat16, "bf16"}, {at::kHalf, "fp16"}}) {
       const trainer::DeviceCheckResult r =
-          trainer::run_device_check(*model, x, amp, check_loss(kind, at::arange(8, at::kLong) % 4), std::nullopt);
+          trainer::run_device_check(*model, x, at::Tensor(), amp, check_loss(kind, at::arange(8, at::kLong) % 4), std::nullopt);
       INFO(kind << " " << r.summary());
       CHECK(r.passed());
       CHECK(r.precision.name == name);

@@ -27,9 +27,9 @@ namespace fs = std::filesystem;
 namespace {
 
 /// The corpus of `root`/in built once unsharded into `root`/single and once as three shards merged into
-/// `root`/run/vds (virtual) and `root`/run/copy (--copy), with chunks of `files_per_chunk` files.
-void build_all(const fs::path& root, int files_per_chunk) {
-  const auto adjust = [&](builder::BuildConfig& c) { c.build.files_per_chunk = files_per_chunk; };
+/// `root`/run/vds (virtual) and `root`/run/copy (--copy), with chunks of `frames_per_chunk` frames.
+void build_all(const fs::path& root, int frames_per_chunk) {
+  const auto adjust = [&](builder::BuildConfig& c) { c.build.frames_per_chunk = frames_per_chunk; };
   test::build_tone_dataset(root, 3, 7, "single", adjust);
   builder::BuildConfig c = test::tiny_build_config(root / "in-3x7", root / "unused");
   adjust(c);
@@ -44,24 +44,28 @@ void require_same_split(const trainer::Split& a, const trainer::Split& b) {
   CHECK(a.class_names == b.class_names);
   CHECK(a.paths == b.paths);
   CHECK(at::equal(a.label, b.label));
-  CHECK(at::equal(a.num_valid_long, b.num_valid_long));
-  REQUIRE(a.mel.defined() == b.mel.defined());
-  if (a.mel.defined()) CHECK(at::equal(a.mel, b.mel));
+  CHECK(a.meta.frame_offset == b.meta.frame_offset);
+  CHECK(a.meta.num_samples == b.meta.num_samples);
+  CHECK(a.meta.clip_flags == b.meta.clip_flags);
+  REQUIRE(a.frames.defined() == b.frames.defined());
+  if (a.frames.defined()) CHECK(at::equal(a.frames, b.frames));
 }
 
-/// Every batch of two epochs of a loader over `split` (seed 5, batch 7, windows of about two chunks).
+/// Every batch of two epochs of a loader over `split`'s default tiles (seed 5, batch 7, small windows).
 std::vector<at::Tensor> batches(const trainer::Split& split) {
   trainer::LoaderOptions o;
   o.batch_size = 7;
   o.prefetch = 0;
   o.stream_window = 0.05;
-  trainer::BatchLoader loader(split, o, 5, at::kCPU);
+  const auto view = trainer::split_view(split, trainer::resolve_view_options({}, split, "cnn"), false);
+  trainer::BatchLoader loader(split, *view, split.info.n_frames, o, 5, at::kCPU);
   std::vector<at::Tensor> out;
   for (int64_t epoch : {0, 1}) {
     loader.start_epoch(epoch);
     while (auto b = loader.next()) {
       out.push_back(b->x);
       out.push_back(b->y);
+      out.push_back(b->lengths);
     }
   }
   return out;
@@ -72,9 +76,9 @@ std::vector<at::Tensor> batches(const trainer::Split& split) {
 TEST_CASE("the trainer loads a merged dataset with exactly the tensors of the unsharded build",
           "[trainer][shard]") {
   TempDir d;
-  const int files_per_chunk = GENERATE(0, 2);
-  CAPTURE(files_per_chunk);
-  build_all(d.path(), files_per_chunk);
+  const int frames_per_chunk = GENERATE(0, 16);
+  CAPTURE(frames_per_chunk);
+  build_all(d.path(), frames_per_chunk);
   const trainer::Dataset single = trainer::load_dataset(d / "single");
   for (const std::string merged : {"run/vds", "run/copy"}) {
     CAPTURE(merged);
@@ -86,9 +90,8 @@ TEST_CASE("the trainer loads a merged dataset with exactly the tensors of the un
 
     const trainer::Split a = trainer::open_split_streamed(d / "single/train.h5", "train", 1 << 20);
     const trainer::Split b = trainer::open_split_streamed(d / merged / "train.h5", "train", 1 << 20);
-    CHECK(b.files_per_chunk() == a.files_per_chunk());
-    CHECK(b.files_per_chunk() == (files_per_chunk > 0 ? files_per_chunk : a.files_per_chunk()));
-    CHECK(at::equal(b.read_files(1, 5), a.read_files(1, 5)));
+    CHECK(b.reader->rows_per_chunk() == a.reader->rows_per_chunk());
+    CHECK(at::equal(b.read_clips(1, 5), a.read_clips(1, 5)));
     const auto xa = batches(a);
     const auto xb = batches(b);
     REQUIRE(xa.size() == xb.size());
@@ -101,7 +104,7 @@ TEST_CASE("the trainer loads a merged dataset with exactly the tensors of the un
 
 TEST_CASE("training on a merged dataset gives the model trained on the unsharded one", "[trainer][shard][train]") {
   TempDir d;
-  build_all(d.path(), 2);
+  build_all(d.path(), 16);
   std::ostringstream log;
   const auto last_of = [&](const std::string& data, const std::string& name, const std::string& stream) {
     auto c = test::tiny_config(d / data, d / name, 2);

@@ -478,7 +478,7 @@ TEST_CASE("corrupt, truncated and foreign inputs given to melforge-train get a c
     trainer::Checkpoint c = trainer::load_checkpoint(best);
     trainer::ModelOptions crnn;
     crnn.model = "crnn";
-    const trainer::Dataset meta = trainer::load_dataset(source, /*load_mel=*/false);
+    const trainer::Dataset meta = trainer::load_dataset(source, /*load_frames=*/false);
     c.model = trainer::state_dict(*trainer::make_model(crnn, meta.info, meta.num_classes()));
     const fs::path other = d / "other-model.pt";
     trainer::save_checkpoint(c, other);

@@ -34,7 +34,7 @@ using test::tiny_config;
 namespace {
 
 int64_t data_files_of_test(const fs::path& data) {
-  return trainer::read_split(data / "test.h5", "test", /*load_mel=*/false).files();
+  return trainer::read_split(data / "test.h5", "test", /*load_frames=*/false).files();
 }
 
 bool any_different(const trainer::TensorMap& a, const trainer::TensorMap& b) {
@@ -71,6 +71,10 @@ TEST_CASE("a short CPU training on tones reaches high accuracy and leaves a comp
   CHECK(config["mel"]["n_mels"] == 32);
   CHECK(config["train"]["epochs"] == 8);
   CHECK(config["positive_class"] == "class0");
+  CHECK(config["view"]["view"] == "tiles");
+  CHECK(config["view"]["tile_seconds"] == 0.25);
+  CHECK(config["view"]["resolved"] == true);
+  CHECK(config["model_config"]["n_frames"] == 31);
 
   const auto lines = epoch_lines(run / "metrics.jsonl");
   REQUIRE(lines.size() == 8);
@@ -88,7 +92,7 @@ TEST_CASE("a short CPU training on tones reaches high accuracy and leaves a comp
 
   const auto report = read_json(run / "report.json");
   CHECK(report["best_epoch"] == r.best_epoch);
-  CHECK(report["test"]["segment"]["accuracy"].get<double>() == Approx(r.test->segment.accuracy));
+  CHECK(report["test"]["tiles"]["accuracy"].get<double>() == Approx(r.test->segment.accuracy));
   CHECK(report["test"]["file"]["count"] == data_files_of_test(data));
 
   const trainer::Checkpoint last = trainer::load_checkpoint(run / "checkpoints/last.pt");
@@ -194,7 +198,7 @@ TEST_CASE("a NaN loss stops the run with a clear error and keeps the last good c
 TEST_CASE("invalid hyperparameters are refused before any data is read", "[trainer][train]") {
   const fs::path nowhere = fs::temp_directory_path() / "melforge-no-such-dataset";
   auto c = tiny_config(nowhere, nowhere / "run", 2);
-  const int which = GENERATE(range(0, 14));
+  const int which = GENERATE(range(0, 18));
   CAPTURE(which);
   switch (which) {
     case 0: c.train.epochs = 0; break;
@@ -211,6 +215,10 @@ TEST_CASE("invalid hyperparameters are refused before any data is read", "[train
     case 11: c.train.out.clear(); break;
     case 12: c.data.data.clear(); break;
     case 13: c.model.dropout = 1.0; break;
+    case 14: c.view.view = "clips"; break;
+    case 15: c.view.view = "slices"; break;
+    case 16: c.view.min_real = 1.5; break;
+    case 17: c.view.crop_seconds = -1; break;
   }
   std::ostringstream log;
   CHECK_THROWS_AS(trainer::train(c, log), InvalidArgument);
@@ -287,7 +295,7 @@ TEST_CASE("eval scores a checkpoint as the run's report did, and refuses a datas
   runtime.log_level = "warn";
   std::ostringstream out;
   const nlohmann::json report = trainer::run_eval(e, data_opts, eval, runtime, out, log);
-  CHECK(report["segment"]["accuracy"].get<double>() == r.test->segment.accuracy);
+  CHECK(report["tiles"]["accuracy"].get<double>() == r.test->segment.accuracy);
   CHECK(report["file"]["accuracy"].get<double>() == r.test->file.accuracy);
   CHECK(read_json(d / "eval.json")["split"] == "test");
   CHECK_THAT(out.str(), Catch::Contains("accuracy"));

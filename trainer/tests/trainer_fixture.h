@@ -19,12 +19,11 @@
 
 namespace melforge::test {
 
-/// A build configuration for a tone corpus at `in` written to `out`: 8 kHz, n_fft 256, hop 64, 32 mels,
-/// long segments of 1 s (num_long 2) cut into 4 short ones of 0.25 s, so one short segment is [32 mels x 32 frames].
+/// A build configuration for a tone corpus at `in` written to `out`: 8 kHz, n_fft 256, hop 64, 32 mels, clips
+/// stored whole (schema 3) with a default tile of 0.25 s, so one tile is [32 mels x 31 frames].
 inline builder::BuildConfig tiny_build_config(const std::filesystem::path& in, const std::filesystem::path& out) {
   builder::BuildConfig c = tone_build_config(in, out);
   c.build.threads = 2;
-  c.segment.num_long = 2;
   return c;
 }
 
