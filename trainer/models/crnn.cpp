@@ -2,10 +2,12 @@
 
 #include <ATen/ops/zeros.h>
 
+#include <limits>
 #include <string>
 #include <tuple>
 
 #include "melforge/common/errors.h"
+#include "models/time_mask.h"
 
 namespace melforge::trainer {
 
@@ -54,12 +56,12 @@ CrnnConfig CrnnConfig::from_json(const nlohmann::json& j) {
 ModelSize CrnnConfig::size() const {
   const auto d = [](int64_t v) { return static_cast<double>(v); };
   const double gates = rnn == "gru" ? 3 : 4, h = d(rnn_hidden), steps = d(rnn_steps()), c0 = d(channels[0]);
-  const double c1 = d(channels[1]), m2t2 = d(n_mels / 2) * d(n_frames / 2);
+  const double c1 = d(channels[1]), m2t2 = d(n_mels / 2) * steps;
   ModelSize s;
   s.parameters = conv3x3_parameters(1, c0) + conv3x3_parameters(c0, c1) +
                  gates * (d(rnn_features()) * h + h * h + 2 * h) + linear_parameters(h, d(hidden)) +
                  linear_parameters(d(hidden), d(num_classes)) + linear_parameters(d(hidden), 1);
-  s.activation_floats = d(n_mels) * d(n_frames) * (1 + c0) + m2t2 * (c0 + c1) + d(rnn_features()) * steps +
+  s.activation_floats = d(n_mels) * 2 * steps * (1 + c0) + m2t2 * (c0 + c1) + d(rnn_features()) * steps +
                         (gates + 1) * h * steps + 2 * d(hidden) + d(num_classes) + 1;
   return s;
 }
@@ -97,17 +99,21 @@ nlohmann::json CrnnNetImpl::config_json() const {
           {"dropout", config_.dropout}};
 }
 
-ModelOutput CrnnNetImpl::forward(const at::Tensor& x) {
-  at::Tensor h = normalize_input(spectrogram_input(x, config_.n_mels, config_.n_frames, "crnn"));
+ModelOutput CrnnNetImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
+  const at::Tensor in = spectrogram_input(x, config_.n_mels, 1, std::numeric_limits<int64_t>::max(), "crnn");
+  at::Tensor len = check_lengths(lengths, in.size(0), in.size(-1), in.device(), "crnn");
+  if (!len.defined() && in.size(-1) % 2 != 0) len = full_lengths(in.size(0), in.size(-1), in.device());
+  at::Tensor h = mask_time(pad_time_to_multiple(normalize_input(in), 2), len);
   h = pool_(relu_(conv1_(h)));
-  h = pool_mel_(relu_(conv2_(h)));
+  const at::Tensor steps = downsampled_lengths(len, 2, h.size(-1));
+  h = pool_mel_(relu_(conv2_(mask_time(h, steps))));
   h = h.permute({0, 3, 1, 2}).flatten(2);
   const int64_t batch = h.size(0);
   if (!h0_.defined() || h0_.size(1) < batch || h0_.device() != h.device() || h0_.scalar_type() != h.scalar_type())
     h0_ = at::zeros({1, batch, config_.rnn_hidden}, h.options());
   const at::Tensor hx = h0_.narrow(1, 0, batch);
   h = gru_ ? std::get<0>(gru_->forward(h, hx)) : std::get<0>(lstm_->forward(h, std::make_tuple(hx, hx)));
-  h = dropout_(relu_(fc_(h.mean(1))));
+  h = dropout_(relu_(fc_(masked_mean_time(h.transpose(1, 2), steps))));
   return {class_head_(h), detect_head_(h).squeeze(1), {}};
 }
 

@@ -2,10 +2,12 @@
 
 #include <ATen/ops/cat.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "models/time_mask.h"
 
 namespace melforge::trainer {
 
@@ -74,7 +76,7 @@ SERes2BlockImpl::SERes2BlockImpl(int64_t channels, int64_t dilation) : width_(ch
   se_ = register_module("se", SqueezeExcite(channels, EcapaConfig::kSeBottleneck));
 }
 
-at::Tensor SERes2BlockImpl::forward(const at::Tensor& x) {
+at::Tensor SERes2BlockImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
   const at::Tensor out = bn1_(conv1_(x).relu_());
   const std::vector<at::Tensor> groups = out.split(width_, 1);
   std::vector<at::Tensor> parts;
@@ -82,11 +84,11 @@ at::Tensor SERes2BlockImpl::forward(const at::Tensor& x) {
   for (std::size_t i = 0; i + 1 < groups.size(); ++i) {
     y = i == 0 ? groups[0] : y + groups[i];
     y = bns_[i]->as<torch::nn::BatchNorm1dImpl>()->forward(
-        convs_[i]->as<torch::nn::Conv1dImpl>()->forward(y).relu_());
+        convs_[i]->as<torch::nn::Conv1dImpl>()->forward(mask_time(y, lengths)).relu_());
     parts.push_back(y);
   }
   parts.push_back(groups.back());
-  return se_(bn3_(conv3_(at::cat(parts, 1)).relu_())) + x;
+  return se_(bn3_(conv3_(at::cat(parts, 1)).relu_()), lengths) + x;
 }
 
 double SERes2BlockImpl::parameters(double channels) {
@@ -121,13 +123,15 @@ nlohmann::json EcapaImpl::config_json() const {
           {"embedding_dim", config_.embedding_dim}};
 }
 
-ModelOutput EcapaImpl::forward(const at::Tensor& x) {
-  const at::Tensor in = spectrogram_input(x, config_.n_mels, config_.n_frames, "ecapa").squeeze(1);
-  const at::Tensor h = bn1_(conv1_(normalize_input(in)).relu_());
-  const at::Tensor x1 = layers_[0](h);
-  const at::Tensor x2 = layers_[1](h + x1);
-  const at::Tensor x3 = layers_[2](h + x1 + x2);
-  const at::Tensor pooled = pool_(layer4_(at::cat({x1, x2, x3}, 1)).relu_());
+ModelOutput EcapaImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
+  const at::Tensor in =
+      spectrogram_input(x, config_.n_mels, 1, std::numeric_limits<int64_t>::max(), "ecapa").squeeze(1);
+  const at::Tensor len = check_lengths(lengths, in.size(0), in.size(-1), in.device(), "ecapa");
+  const at::Tensor h = bn1_(conv1_(mask_time(normalize_input(in), len)).relu_());
+  const at::Tensor x1 = layers_[0](h, len);
+  const at::Tensor x2 = layers_[1](h + x1, len);
+  const at::Tensor x3 = layers_[2](h + x1 + x2, len);
+  const at::Tensor pooled = pool_(layer4_(at::cat({x1, x2, x3}, 1)).relu_(), len);
   return speaker_output(embedding_bn_(fc_(pool_bn_(pooled))));
 }
 

@@ -25,7 +25,8 @@ namespace melforge::trainer {
 struct EcapaConfig {
   /// Mel bands of one input spectrogram (M, the convolutions' input channels); >= 1.
   int64_t n_mels = 80;
-  /// Frames of one input spectrogram (T); >= 2 (the global context's standard deviation over time).
+  /// Frames of the training examples (the tile width); >= 2. Inputs may have any T >= 1 (the global context's
+  /// standard deviation of one step is sqrt(kEps), AttentiveStatsPool).
   int64_t n_frames = 200;
   /// Classes (speakers) of the AAM head; >= 2.
   int64_t num_classes = 2;
@@ -59,13 +60,14 @@ struct EcapaConfig {
 /// An SE-Res2Net block on [B, C, T]: out = bn1(relu(conv1(x))) (1x1); split into kScale groups s_0..s_7 of
 /// C / kScale channels; y_0 = bns.0(relu(convs.0(s_0))), y_i = bns.i(relu(convs.i(y_{i-1} + s_i))) for i = 1..6
 /// (3-tap, dilation d, padding d); out = bn3(relu(conv3([y_0 .. y_6, s_7]))) (1x1), then se(out) + x.
-/// Convolutions with bias. Modules conv1, bn1, convs (ModuleList), bns (ModuleList), conv3, bn3, se.
+/// Convolutions with bias. Modules conv1, bn1, convs (ModuleList), bns (ModuleList), conv3, bn3, se. With lengths,
+/// the padding is zeros before each 3-tap convolution and left out of the squeeze-excitation's mean.
 class SERes2BlockImpl : public torch::nn::Module {
  public:
   /// A block of `channels` channels (a multiple of EcapaConfig::kScale) with dilation `dilation`.
   SERes2BlockImpl(int64_t channels, int64_t dilation);
-  /// `x`: [B, C, T]. Returns [B, C, T].
-  at::Tensor forward(const at::Tensor& x);
+  /// `x`: [B, C, T]; `lengths`: int64 [B], real steps (undefined: all). Returns [B, C, T].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths = {});
   /// Parameters of a block of `channels` channels.
   static double parameters(double channels);
 
@@ -80,15 +82,17 @@ TORCH_MODULE(SERes2Block);
 
 /// The network: input normalisation; conv1 (5 taps, padding 2, M -> C) ReLU bn1; x1 = layer1(h), x2 = layer2(h +
 /// x1), x3 = layer3(h + x1 + x2) (SERes2Block, dilations 2, 3, 4); layer4 (1x1, 3 C -> 3 C) over [x1; x2; x3], ReLU;
-/// `pool` (AttentiveStatsPool with global context) -> [B, 6 C]; pool_bn (batch norm), `fc` (linear 6 C -> E),
+/// `pool` (AttentiveStatsPool with global context, over the real steps) -> [B, 6 C]; pool_bn (batch norm), `fc`
+/// (linear 6 C -> E),
 /// embedding_bn (batch norm): the embedding; then `aam`.
 class EcapaImpl : public SpeakerModel {
  public:
   /// Builds the layers for `config` (validated first; throws InvalidArgument). Parameters are initialised by
   /// LibTorch's defaults (the AAM head: Xavier normal) from the global generator.
   explicit EcapaImpl(const EcapaConfig& config);
-  /// `x`: [B, n_mels, n_frames] or [B, 1, n_mels, n_frames], float. Throws InvalidArgument for another shape.
-  ModelOutput forward(const at::Tensor& x) override;
+  /// `x`: [B, n_mels, T] or [B, 1, n_mels, T], float, T >= 1; `lengths` as Classifier::forward. Throws
+  /// InvalidArgument for another shape or bad lengths.
+  ModelOutput forward(const at::Tensor& x, const at::Tensor& lengths = {}) override;
   /// "ecapa".
   std::string kind() const override { return "ecapa"; }
   /// {"model": "ecapa", "n_mels", "n_frames", "num_classes", "channels", "embedding_dim"}.

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <limits>
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
@@ -34,13 +35,20 @@ at::Tensor Classifier::normalize_input(const at::Tensor& x) const {
   return (x - input_mean_.to(x.scalar_type())) / input_std_.to(x.scalar_type());
 }
 
-at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t n_frames, const std::string& model) {
+at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t min_frames, int64_t max_frames,
+                             const std::string& model) {
   const bool ok = (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.size(-2) == n_mels &&
-                  x.size(-1) == n_frames;
-  if (!ok)
+                  x.size(-1) >= min_frames && x.size(-1) <= max_frames;
+  if (!ok) {
+    const std::string t = min_frames == max_frames ? std::to_string(min_frames) : "T";
+    const std::string where = min_frames == max_frames ? ""
+                              : max_frames == std::numeric_limits<int64_t>::max()
+                                  ? " with T >= " + std::to_string(min_frames)
+                                  : " with " + std::to_string(min_frames) + " <= T <= " + std::to_string(max_frames);
     throw InvalidArgument(model + ": input of shape " + shape_text(x.sizes()) + ", expected [B, " +
-                          std::to_string(n_mels) + ", " + std::to_string(n_frames) + "] or [B, 1, " +
-                          std::to_string(n_mels) + ", " + std::to_string(n_frames) + "]");
+                          std::to_string(n_mels) + ", " + t + "] or [B, 1, " + std::to_string(n_mels) + ", " + t +
+                          "]" + where);
+  }
   return x.dim() == 3 ? x.unsqueeze(1) : x;
 }
 

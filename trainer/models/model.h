@@ -32,15 +32,29 @@ struct ModelOutput {
   at::Tensor embedding;
 };
 
-/// A classifier of short-segment spectrograms with a multi-class head and a binary detection head. Parameter and
-/// buffer names (named_parameters/named_buffers) are those of the PyTorch module of the same name in
-/// python/melforge/models.py (melforge.models), so a state dict moves between the two unchanged.
+/// A classifier of spectrograms with a multi-class head and a binary detection head. Parameter and buffer names
+/// (named_parameters/named_buffers) are those of the PyTorch module of the same name in python/melforge/models.py
+/// (melforge.models), so a state dict moves between the two unchanged.
+///
+/// Inputs of any number of frames T (at least the model's minimum, min_frames()) with optional `lengths`: row b is
+/// its lengths[b] real frames, then padding. Every model pools over the real frames only (models/time_mask.h), so in
+/// eval mode a padded row gives the output of the same row alone at its real length, whatever the padding holds.
+/// Batch norm in training mode is the exception: its batch statistics are over every position of the batch, padding
+/// included (eval mode uses the running statistics, position by position, and is exact).
 class Classifier : public torch::nn::Module {
  public:
   /// Registers the input normalisation buffers `input_mean` (0) and `input_std` (1), float32 scalars.
   Classifier();
-  /// `x`: [B, n_mels, n_frames] or [B, 1, n_mels, n_frames], float. Throws InvalidArgument for another shape.
-  virtual ModelOutput forward(const at::Tensor& x) = 0;
+  /// `x`: [B, n_mels, T] or [B, 1, n_mels, T], float, T >= min_frames() (exactly n_frames for a cnn of
+  /// `time_pool` flatten). `lengths`: int64 [B], real frames per row, 1 <= lengths[b] <= T (models/time_mask.h
+  /// check_lengths); undefined: every frame is real. Throws InvalidArgument for another shape or bad lengths.
+  virtual ModelOutput forward(const at::Tensor& x, const at::Tensor& lengths = {}) = 0;
+  /// The fewest frames T an input may have (1 for every model today: each pads its time axis inside as it needs).
+  virtual int64_t min_frames() const { return 1; }
+  /// The only input width the model takes (a cnn of `time_pool` flatten, a checkpoint from before inputs of any
+  /// length: its n_frames; such a model takes lengths only when every row is full), or 0 when it takes any
+  /// T >= min_frames() and pools over the real frames of `lengths`.
+  virtual int64_t fixed_frames() const { return 0; }
   /// The architecture name (`cnn`, `crnn`).
   virtual std::string kind() const = 0;
   /// Everything needed to build the same architecture again (make_model_from_json), including input shape,
@@ -59,9 +73,10 @@ class Classifier : public torch::nn::Module {
   at::Tensor input_mean_, input_std_;
 };
 
-/// `x` as [B, 1, n_mels, n_frames]: the input of every model's forward, [B, n_mels, n_frames] or [B, 1, n_mels,
-/// n_frames]. Throws InvalidArgument naming `model` and both accepted shapes for another shape.
-at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t n_frames, const std::string& model);
+/// `x` as [B, 1, n_mels, T]: the input of every model's forward, [B, n_mels, T] or [B, 1, n_mels, T] with
+/// min_frames <= T <= max_frames. Throws InvalidArgument naming `model` and the accepted shapes for another shape.
+at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t min_frames, int64_t max_frames,
+                             const std::string& model);
 
 /// A model's size, known before it is built (doubles: absurd widths overflow int64).
 struct ModelSize {

@@ -1,9 +1,11 @@
 #include "models/resnet_se.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "melforge/common/errors.h"
+#include "models/time_mask.h"
 
 namespace melforge::trainer {
 
@@ -81,7 +83,7 @@ ModelSize ResNetSEConfig::size() const {
   return s;
 }
 
-SEBasicBlockImpl::SEBasicBlockImpl(int64_t in, int64_t planes, int64_t stride) {
+SEBasicBlockImpl::SEBasicBlockImpl(int64_t in, int64_t planes, int64_t stride) : stride_(stride) {
   namespace nn = torch::nn;
   conv1_ = register_module("conv1",
                            nn::Conv2d(nn::Conv2dOptions(in, planes, 3).stride(stride).padding(1).bias(false)));
@@ -95,10 +97,15 @@ SEBasicBlockImpl::SEBasicBlockImpl(int64_t in, int64_t planes, int64_t stride) {
                                      nn::BatchNorm2d(planes)));
 }
 
-at::Tensor SEBasicBlockImpl::forward(const at::Tensor& x) {
-  at::Tensor out = bn1_(conv1_(x).relu_());
-  out = se_(bn2_(conv2_(out)));
+at::Tensor SEBasicBlockImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
+  at::Tensor out = bn1_(conv1_(mask_time(x, lengths)).relu_());
+  const at::Tensor out_lengths = output_lengths(lengths, x.size(-1));
+  out = se_(bn2_(conv2_(mask_time(out, out_lengths))), out_lengths);
   return (out + (downsample_ ? downsample_->forward(x) : x)).relu_();
+}
+
+at::Tensor SEBasicBlockImpl::output_lengths(const at::Tensor& lengths, int64_t frames) const {
+  return downsampled_lengths(lengths, stride_, (frames + stride_ - 1) / stride_);
 }
 
 double SEBasicBlockImpl::parameters(double in, double planes, bool downsample) {
@@ -138,13 +145,19 @@ nlohmann::json ResNetSEImpl::config_json() const {
           {"embedding_dim", config_.embedding_dim}};
 }
 
-ModelOutput ResNetSEImpl::forward(const at::Tensor& x) {
-  at::Tensor h = normalize_input(spectrogram_input(x, config_.n_mels, config_.n_frames, "resnet-se"));
-  h = bn1_(conv1_(h).relu_());
+ModelOutput ResNetSEImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
+  const at::Tensor in = spectrogram_input(x, config_.n_mels, 1, std::numeric_limits<int64_t>::max(), "resnet-se");
+  at::Tensor len = check_lengths(lengths, in.size(0), in.size(-1), in.device(), "resnet-se");
+  at::Tensor h = bn1_(conv1_(mask_time(normalize_input(in), len)).relu_());
   for (auto& layer : layers_)
-    for (const auto& block : *layer) h = block->as<SEBasicBlockImpl>()->forward(h);
+    for (const auto& block : *layer) {
+      auto* b = block->as<SEBasicBlockImpl>();
+      const int64_t frames = h.size(-1);
+      h = b->forward(h, len);
+      len = b->output_lengths(len, frames);
+    }
   h = h.reshape({h.size(0), -1, h.size(-1)});
-  return speaker_output(fc_(pool_(h)));
+  return speaker_output(fc_(pool_(h, len)));
 }
 
 }  // namespace melforge::trainer

@@ -25,7 +25,7 @@ namespace melforge::trainer {
 struct ResNetSEConfig {
   /// Mel bands of one input spectrogram (M); >= 8 (three stride-2 stages).
   int64_t n_mels = 64;
-  /// Frames of one input spectrogram (T); >= 8.
+  /// Frames of the training examples (the tile width); >= 8. Inputs may have any T >= 1.
   int64_t n_frames = 200;
   /// Classes (speakers) of the AAM head; >= 2.
   int64_t num_classes = 2;
@@ -65,17 +65,23 @@ struct ResNetSEConfig {
 /// A basic residual block with squeeze-excitation, as the public trainer's SEBasicBlock: out = bn1(relu(conv1(x)))
 /// (3x3, stride s), out = se(bn2(conv2(out))) (3x3), relu(out + shortcut), the shortcut being x, or
 /// `downsample` (a Sequential of a 1x1 stride-s convolution without bias and a batch norm) when the stride or the
-/// width changes. Convolutions without bias. Modules conv1, bn1, conv2, bn2, se, downsample.
+/// width changes. Convolutions without bias. Modules conv1, bn1, conv2, bn2, se, downsample. With lengths, the
+/// padding is zeros before each 3x3 convolution and left out of the squeeze-excitation's mean.
 class SEBasicBlockImpl : public torch::nn::Module {
  public:
   /// A block from `in` to `planes` filters with stride `stride` (both axes).
   SEBasicBlockImpl(int64_t in, int64_t planes, int64_t stride);
-  /// `x`: [B, in, H, W]. Returns [B, planes, ceil(H / stride), ceil(W / stride)].
-  at::Tensor forward(const at::Tensor& x);
+  /// `x`: [B, in, H, W] (W: time); `lengths`: int64 [B], real steps of W (undefined: all). Returns [B, planes,
+  /// ceil(H / stride), ceil(W / stride)], whose real steps are output_lengths(lengths).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths = {});
+  /// Real steps of the output for `lengths` real steps of an input of `frames` steps: downsampled_lengths by the
+  /// stride (undefined stays undefined).
+  at::Tensor output_lengths(const at::Tensor& lengths, int64_t frames) const;
   /// Parameters of such a block.
   static double parameters(double in, double planes, bool downsample);
 
  private:
+  int64_t stride_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
   SqueezeExcite se_{nullptr};
@@ -85,14 +91,16 @@ TORCH_MODULE(SEBasicBlock);
 
 /// The network: input normalisation, conv1 (3x3, 1 -> f0, bias) ReLU bn1, layer1..layer4 (ModuleLists of
 /// SEBasicBlock), the map [B, f3, ceil(M/8), ceil(T/8)] reshaped channel-major to [B, f3 * ceil(M/8), ceil(T/8)],
-/// `pool` (AttentiveStatsPool without global context), `fc` (linear 2 D -> E): the embedding; then `aam`.
+/// `pool` (AttentiveStatsPool without global context) over the ceil(lengths / 8) real steps, `fc` (linear 2 D -> E):
+/// the embedding; then `aam`.
 class ResNetSEImpl : public SpeakerModel {
  public:
   /// Builds the layers for `config` (validated first; throws InvalidArgument). Parameters are initialised by
   /// LibTorch's defaults (the AAM head: Xavier normal) from the global generator.
   explicit ResNetSEImpl(const ResNetSEConfig& config);
-  /// `x`: [B, n_mels, n_frames] or [B, 1, n_mels, n_frames], float. Throws InvalidArgument for another shape.
-  ModelOutput forward(const at::Tensor& x) override;
+  /// `x`: [B, n_mels, T] or [B, 1, n_mels, T], float, T >= 1; `lengths` as Classifier::forward. Throws
+  /// InvalidArgument for another shape or bad lengths.
+  ModelOutput forward(const at::Tensor& x, const at::Tensor& lengths = {}) override;
   /// "resnet-se".
   std::string kind() const override { return "resnet-se"; }
   /// {"model": "resnet-se", "n_mels", "n_frames", "num_classes", "width", "embedding_dim"}.

@@ -7,12 +7,15 @@
 #include <ATen/ops/sqrt.h>
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/var.h>
+#include <ATen/ops/where.h>
 #include <torch/nn/functional/normalization.h>
 #include <torch/nn/init.h>
 
+#include <limits>
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "models/time_mask.h"
 
 namespace melforge::trainer {
 
@@ -21,10 +24,11 @@ SqueezeExciteImpl::SqueezeExciteImpl(int64_t channels, int64_t bottleneck) {
   fc2_ = register_module("fc2", torch::nn::Linear(bottleneck, channels));
 }
 
-at::Tensor SqueezeExciteImpl::forward(const at::Tensor& x) {
+at::Tensor SqueezeExciteImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
   std::vector<int64_t> axes;
   for (int64_t a = 2; a < x.dim(); ++a) axes.push_back(a);
-  at::Tensor s = x.mean(axes);
+  at::Tensor s = lengths.defined() ? masked_mean_time(x, lengths) : x.mean(axes);
+  if (lengths.defined() && s.dim() > 2) s = s.flatten(2).mean(2);
   s = at::sigmoid(fc2_(fc1_(s).relu_()));
   std::vector<int64_t> shape(static_cast<std::size_t>(x.dim()), 1);
   shape[0] = x.size(0);
@@ -44,16 +48,32 @@ AttentiveStatsPoolImpl::AttentiveStatsPoolImpl(int64_t channels, int64_t hidden,
   conv2_ = register_module("conv2", nn::Conv1d(nn::Conv1dOptions(hidden, channels, 1)));
 }
 
-at::Tensor AttentiveStatsPoolImpl::forward(const at::Tensor& x) {
+at::Tensor AttentiveStatsPoolImpl::forward(const at::Tensor& x, const at::Tensor& given) {
+  const at::Tensor lengths = given.defined() || x.size(2) > 1 ? given : full_lengths(x.size(0), 1, x.device());
+  if (!lengths.defined()) return pool(x, at::Tensor());
+  const at::Tensor mask = time_mask(lengths, x.size(2)).unsqueeze(1);
+  return pool(at::where(mask, x, 0), mask);
+}
+
+at::Tensor AttentiveStatsPoolImpl::pool(const at::Tensor& x, const at::Tensor& mask) {
   at::Tensor a = x;
   if (global_context_) {
-    const at::Tensor mean = x.mean(2, true).expand_as(x);
-    const at::Tensor std = at::sqrt(at::var(x, 2, /*unbiased=*/true, /*keepdim=*/true).clamp_min(eps_)).expand_as(x);
-    a = at::cat({x, mean, std}, 1);
+    at::Tensor mean, var;
+    if (mask.defined()) {
+      const at::Tensor n = mask.sum(2, true).to(x.scalar_type());
+      mean = x.sum(2, true) / n;
+      var = at::where(mask, (x - mean).square(), 0).sum(2, true) / (n - 1).clamp_min(1);
+    } else {
+      mean = x.mean(2, true);
+      var = at::var(x, 2, /*unbiased=*/true, /*keepdim=*/true);
+    }
+    a = at::cat({x, mean.expand_as(x), at::sqrt(var.clamp_min(eps_)).expand_as(x)}, 1);
   }
   a = bn_(conv1_(a).relu_());
   if (global_context_) a = at::tanh(a);
-  const at::Tensor w = at::softmax(conv2_(a), 2);
+  at::Tensor logits = conv2_(a);
+  if (mask.defined()) logits = logits.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  const at::Tensor w = at::softmax(logits, 2);
   const at::Tensor mu = (x * w).sum(2);
   const at::Tensor sigma = at::sqrt((((x * x) * w).sum(2) - mu * mu).clamp_min(eps_));
   return at::cat({mu, sigma}, 1);

@@ -20,14 +20,16 @@
 
 namespace melforge::trainer {
 
-/// Squeeze-excitation: x * sigmoid(fc2(relu(fc1(mean of x over every axis after the channels)))). Modules fc1
-/// (channels -> bottleneck) and fc2 (bottleneck -> channels), linear layers with bias.
+/// Squeeze-excitation: x * sigmoid(fc2(relu(fc1(mean of x over every axis after the channels)))), the mean over the
+/// real time steps only (the last axis). Modules fc1 (channels -> bottleneck) and fc2 (bottleneck -> channels),
+/// linear layers with bias.
 class SqueezeExciteImpl : public torch::nn::Module {
  public:
   /// A gate over `channels` channels through `bottleneck` hidden units (both >= 1).
   SqueezeExciteImpl(int64_t channels, int64_t bottleneck);
-  /// `x`: [B, channels, ...] (any number of trailing axes, at least one). Returns the gated x, same shape.
-  at::Tensor forward(const at::Tensor& x);
+  /// `x`: [B, channels, ..., T] (any number of trailing axes, at least one, the last one time); `lengths`: int64
+  /// [B], real steps of the last axis (undefined: all). Returns the gated x, same shape.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths = {});
   /// Parameters of a gate of `channels` through `bottleneck`.
   static double parameters(double channels, double bottleneck);
 
@@ -39,20 +41,26 @@ TORCH_MODULE(SqueezeExcite);
 /// Attentive statistics pooling over time with channel-wise attention: weights w = softmax over time of
 /// conv2(f(bn(relu(conv1(a))))), where a = x (the ResNetSE34V2 form, f the identity) or, with global context, a =
 /// [x; mean_t(x); std_t(x)] stacked on the channel axis with f = tanh (the ECAPA-TDNN form; std_t unbiased, its
-/// variance floored at eps); then mu = sum_t x w and sigma = sqrt(max(sum_t x^2 w - mu^2, eps)). Modules conv1
-/// (1x1 conv, a's channels -> hidden), bn (batch norm over hidden), conv2 (1x1 conv, hidden -> channels), all with
-/// bias.
+/// variance floored at eps); then mu = sum_t x w and sigma = sqrt(max(sum_t x^2 w - mu^2, eps)). With lengths, t runs
+/// over the real steps only: the softmax's logits are -inf at the padding, the global context's mean and standard
+/// deviation are over the real steps (the variance divided by max(n - 1, 1) for n real steps, so that one real step
+/// gives std sqrt(eps), not 0 / 0). Modules conv1 (1x1 conv, a's channels -> hidden), bn (batch norm over hidden),
+/// conv2 (1x1 conv, hidden -> channels), all with bias.
 class AttentiveStatsPoolImpl : public torch::nn::Module {
  public:
   /// Pooling of `channels` features (D) through `hidden` attention units; `global_context` as above; `eps` floors
   /// the variances.
   AttentiveStatsPoolImpl(int64_t channels, int64_t hidden, bool global_context, double eps);
-  /// `x`: [B, D, T]. Returns [mu, sigma] concatenated, [B, 2 D].
-  at::Tensor forward(const at::Tensor& x);
+  /// `x`: [B, D, T]; `lengths`: int64 [B], real steps (undefined: all). Returns [mu, sigma] concatenated, [B, 2 D].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& lengths = {});
   /// Size of the pooling of `channels` features through `hidden` units over `steps` time steps.
   static ModelSize size(double channels, double hidden, bool global_context, double steps);
 
  private:
+  /// The pooling of `x` [B, D, T] (zeros at the padding) with `mask` (bool [B, 1, T], true at real steps; undefined:
+  /// every step real).
+  at::Tensor pool(const at::Tensor& x, const at::Tensor& mask);
+
   bool global_context_;
   double eps_;
   torch::nn::Conv1d conv1_{nullptr}, conv2_{nullptr};

@@ -66,7 +66,8 @@ at::Tensor tf32_truncate(const at::Tensor& t) {
   return at::bitwise_and(t.contiguous().view(at::kInt), static_cast<int64_t>(~int32_t{0x1FFF})).view(at::kFloat);
 }
 
-/// The forward pass (eval mode) with functional ops on the module's weights and the recurrence written step by step
+/// The forward pass (eval mode; every frame real, an odd T padded with one zero frame after the normalisation) with
+/// functional ops on the module's weights and the recurrence written step by step
 /// from the GRU (r, z, n) and LSTM (i, f, g, o) equations. `operand` is applied to both operands of every product
 /// (convolutions and linear maps; biases are added in float32, as the GPU's accumulators do).
 std::pair<at::Tensor, at::Tensor> reference_forward(
@@ -82,6 +83,7 @@ std::pair<at::Tensor, at::Tensor> reference_forward(
     return at::linear(operand(in), operand(w), b);
   };
   at::Tensor h = (x.unsqueeze(1) - buffers["input_mean"]) / buffers["input_std"];
+  h = at::constant_pad_nd(h, {0, h.size(3) % 2});
   h = at::max_pool2d(at::relu(conv(h, "conv1")), {2, 2});
   h = at::max_pool2d(at::relu(conv(h, "conv2")), {2, 1});
   const int64_t batch = h.size(0), channels = h.size(1), rows = h.size(2), steps = h.size(3);
@@ -152,7 +154,7 @@ TEST_CASE("crnn output shapes and parameters follow the configuration", "[traine
   const int64_t batch = GENERATE(1, 3);
   CAPTURE(n_mels, n_frames, classes, rnn, batch);
   const CrnnConfig c = config(n_mels, n_frames, classes, rnn);
-  CHECK(c.rnn_steps() == n_frames / 2);
+  CHECK(c.rnn_steps() == (n_frames + 1) / 2);
   CHECK(c.rnn_features() == 32 * (n_mels / 4));
   torch::manual_seed(1);
   CrnnNet net(c);
@@ -325,13 +327,14 @@ TEST_CASE("crnn refuses bad configurations, JSON and inputs", "[trainer][crnn]")
   j["model"] = "crnn2";
   CHECK_THROWS_AS(trainer::make_model_from_json(j), FormatError);
 
-  const at::Tensor bad = GENERATE(torch::zeros({2, 32, 31}), torch::zeros({2, 2, 32, 32}), torch::zeros({32, 32}));
+  const at::Tensor bad = GENERATE(torch::zeros({2, 31, 32}), torch::zeros({2, 2, 32, 32}), torch::zeros({32, 32}),
+                                  torch::zeros({2, 32, 0}));
   CAPTURE(bad.sizes());
   try {
     net->forward(bad);
     FAIL("no error");
   } catch (const InvalidArgument& e) {
-    CHECK_THAT(std::string(e.what()), Catch::Contains("expected [B, 32, 32] or [B, 1, 32, 32]"));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("expected [B, 32, T] or [B, 1, 32, T] with T >= 1"));
   }
 }
 

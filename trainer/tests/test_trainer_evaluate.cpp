@@ -28,9 +28,9 @@ namespace {
 class CountingModel : public Classifier {
  public:
   explicit CountingModel(const CnnConfig& c) : inner_(register_module("inner", std::make_shared<CnnNetImpl>(c))) {}
-  ModelOutput forward(const at::Tensor& x) override {
+  ModelOutput forward(const at::Tensor& x, const at::Tensor& lengths = {}) override {
     batches.push_back(x.size(0));
-    return inner_->forward(x);
+    return inner_->forward(x, lengths);
   }
   std::string kind() const override { return "counting"; }
   nlohmann::json config_json() const override { return inner_->config_json(); }

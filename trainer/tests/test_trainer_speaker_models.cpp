@@ -358,7 +358,8 @@ TEST_CASE("speaker models refuse bad options, configurations and inputs", "[trai
   o.channels = 8;
   o.embedding_dim = 4;
   const auto net = make_model(o, mel_info(12, 10), 3);
-  CHECK_THROWS_WITH(net->forward(at::zeros({2, 12, 9})), Catch::Contains("expected [B, 12, 10] or [B, 1, 12, 10]"));
+  CHECK_THROWS_WITH(net->forward(at::zeros({2, 11, 10})),
+                    Catch::Contains("expected [B, 12, T] or [B, 1, 12, T] with T >= 1"));
   CHECK_THROWS_AS(net->forward(at::zeros({2, 2, 12, 10})), InvalidArgument);
   nlohmann::json j = net->config_json();
   j.erase("channels");
