@@ -1,15 +1,17 @@
 #pragma once
-/// Batches of short-segment spectrograms from a Split: the valid short segments only (long segment
-/// l < num_valid_long[f]), in a permutation that depends only on (seed, epoch), gathered by a background thread
-/// into a bounded queue (pinned host memory and non-blocking copies when the device is CUDA), or sampled on the
-/// device itself when the split fits the --gpu-mem budget.
+/// Batches of examples from a Split read through a view (data/views: tiles, crops or whole clips): the examples of
+/// an epoch in a permutation that depends only on (seed, epoch), gathered by a background thread into a bounded
+/// queue (pinned host memory and non-blocking copies when the device is CUDA), or gathered on the device itself
+/// when the split's frames fit the --gpu-mem budget. A view whose examples change with the epoch (crops) gives the
+/// examples of (seed, epoch) too, so a resumed run sees what an uninterrupted one sees.
 ///
-/// A split held in RAM is shuffled globally. A streamed split (Split::streamed) is shuffled in windows: the files
-/// are grouped into blocks of whole HDF5 chunks, the blocks are permuted, consecutive permuted blocks form windows
-/// of at most --stream-window MiB of float32 spectrograms, and the segments are permuted within each window. A
-/// window is read with one aligned read per block (each chunk inflated once), the next one on a reader thread
-/// while the current one is gathered (during the last window, the first window of the next epoch), so at most
-/// three windows are in memory.
+/// A split held in RAM is shuffled globally. A streamed split (Split::streamed) is shuffled in windows: the clips
+/// are grouped into blocks of consecutive clips of at least one HDF5 chunk of frames, the blocks are permuted,
+/// consecutive permuted blocks form windows of at most --stream-window MiB of float32 frames, and the examples of a
+/// window's clips are permuted within the window. A window is read with one read per block, the next one on a
+/// reader thread while the current one is gathered (during the last window, the first window of the next epoch),
+/// so at most three windows are in memory.
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <condition_variable>
@@ -24,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "views/view.h"
+
 namespace boost::program_options {
 class options_description;
 }
@@ -34,16 +38,17 @@ struct Split;
 
 /// Batch sampling settings.
 struct LoaderOptions {
-  /// Short segments per batch, >= 1.
+  /// Examples per batch, >= 1.
   int64_t batch_size = 64;
   /// Drop the last batch of an epoch when it is smaller than batch_size (default: keep it).
   bool drop_last = false;
   /// Batches the background thread keeps ready, >= 0; 0 gathers each batch on the caller's thread.
   int64_t prefetch = 4;
-  /// Device memory budget in MiB for keeping a split resident on a CUDA device (0: never). When the split's valid
-  /// segments fit, they are copied to the device once and batches are gathered there.
+  /// Device memory budget in MiB for keeping a split resident on a CUDA device (0: never). When the split's frames
+  /// fit ((N + 1) * n_mels * 4 bytes), they are copied to the device once and every batch is gathered there from a
+  /// [B, T] index of frame rows (any view, crops included).
   int64_t gpu_mem = 0;
-  /// Streamed splits: float32 MiB of spectrograms per shuffle window (> 0; at least one HDF5 chunk of files is
+  /// Streamed splits: float32 MiB of frames per shuffle window (> 0; at least one HDF5 chunk of files is
   /// always taken). Larger windows shuffle more globally and hold more RAM (up to three windows at once).
   double stream_window = 256;
 
@@ -60,10 +65,15 @@ void add_options(boost::program_options::options_description& desc, LoaderOption
 
 /// One batch.
 struct Batch {
-  /// Spectrograms, float32 [B, n_mels, n_frames] on the loader's device.
+  /// Examples, float32 [B, n_mels, T] on the loader's device: each row's real frames first, then the split's pad
+  /// value (T: the loader's example length, or the batch's longest example when that is 0).
   at::Tensor x;
-  /// Class labels, int64 [B] on the loader's device.
+  /// Class labels (the clip's label), int64 [B] on the loader's device.
   at::Tensor y;
+  /// Real frames of each row, int64 [B] on the loader's device, each in [1, T].
+  at::Tensor lengths;
+  /// Clip row (in the split) of each row, int64 [B] on the loader's device.
+  at::Tensor clip;
   /// Index of the batch within its epoch, 0-based.
   int64_t index = 0;
   /// Samples of the global batch this one is a slice of (all ranks together); B when there is one rank.
@@ -71,53 +81,56 @@ struct Batch {
 };
 
 /// The batch source of one split. Methods are called from one thread (the training loop); the prefetch thread is
-/// internal. The split must outlive the loader.
+/// internal. The split and the view must outlive the loader.
 class BatchLoader {
  public:
-  /// Indexes the valid short segments of `split` (its `mel` loaded on the CPU, or streamed). `seed` fixes every
-  /// epoch's order; `device` is where batches are delivered. With `world` > 1 the loader is rank `rank`'s shard of
-  /// a data-parallel job: every rank draws the same permutation, global batch k is its positions
+  /// Batches of the examples `view` cuts from `split` (its frames loaded on the CPU, or streamed), each padded to
+  /// `example_length` frames (>= every example's length; 0: each batch's longest example). `seed` fixes every
+  /// epoch's order and examples; `device` is where batches are delivered. With `world` > 1 the loader is rank
+  /// `rank`'s shard of a data-parallel job: every rank draws the same permutation, global batch k is its positions
   /// [k * B * world, (k + 1) * B * world), and rank r gets the r-th of `world` contiguous, near-equal slices of it
   /// (B each, except in a smaller last batch), so the ranks' k-th batches together are exactly one process's k-th
-  /// batch of size B * world. Throws InvalidArgument for bad options, a rank outside [0, world) or a split without
-  /// spectrograms, FormatError when the split has no valid segment.
-  BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device, int64_t rank = 0,
-              int64_t world = 1);
+  /// batch of size B * world. Throws InvalidArgument for bad options, a rank outside [0, world), a split without
+  /// frames or an example longer than example_length, FormatError when the view gives the split no example.
+  BatchLoader(const Split& split, const data::views::View& view, int64_t example_length, const LoaderOptions& opts,
+              uint64_t seed, at::Device device, int64_t rank = 0, int64_t world = 1);
   /// Stops the prefetch thread (stop()).
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  /// Number of valid short segments (N).
-  int64_t segments() const { return segment_index_.size(0); }
-  /// Batches per epoch: ceil(N / G), or floor with drop_last, for the global batch G = batch_size * world. With
+  /// Examples per epoch (E; the same every epoch: a view gives each clip the same number of examples whatever the
+  /// epoch).
+  int64_t examples() const { return examples_count_; }
+  /// Batches per epoch: ceil(E / G), or floor with drop_last, for the global batch G = batch_size * world. With
   /// world > 1 a last global batch of fewer than `world` samples is dropped too (a rank would get none).
   int64_t batches_per_epoch() const;
   /// Rank `rank`'s slice of global batch `batch`: its first position in the epoch's order, and its size.
   std::pair<int64_t, int64_t> slice_of(int64_t batch) const;
-  /// Whether the split lives on the device (the --gpu-mem budget held it).
-  bool device_resident() const { return resident_mel_.defined(); }
-  /// Bytes a device-resident copy of the valid segments takes (N * n_mels * n_frames * 4).
+  /// Whether the split's frames live on the device (the --gpu-mem budget held them).
+  bool device_resident() const { return resident_frames_.defined(); }
+  /// Bytes a device-resident copy of the frames takes ((N + 1) * n_mels * 4: every frame and one pad row).
   int64_t resident_bytes() const;
+  /// Frames every batch is padded to (0: each batch's longest example).
+  int64_t example_length() const { return example_length_; }
 
-  /// Epoch `epoch`'s order: int64 [N], a permutation of [0, N) (positions into the valid-segment list) drawn from
+  /// The examples of epoch `epoch` (view.examples of the split's clip frame counts for (seed, epoch)), clip by clip.
+  std::vector<data::views::Example> epoch_examples(int64_t epoch) const;
+  /// Epoch `epoch`'s order: int64 [E], a permutation of [0, E) (positions into epoch_examples(epoch)) drawn from
   /// a CPU generator seeded with a mix of (seed, epoch); the same for the same pair, whatever happened before.
   /// For a streamed split the permutation is windowed (see the file comment): window_bounds() gives the windows.
   at::Tensor epoch_order(int64_t epoch) const;
-  /// Streamed split: the positions in epoch_order(epoch) where each window starts, then N: int64 [windows + 1].
-  /// In RAM: {0, N}.
+  /// Streamed split: the positions in epoch_order(epoch) where each window starts, then E: int64 [windows + 1].
+  /// In RAM: {0, E}.
   std::vector<int64_t> window_bounds(int64_t epoch) const;
-  /// Files per shuffle block (whole HDF5 chunks) of a streamed split; 0 in RAM.
-  int64_t block_files() const { return block_files_; }
+  /// Shuffle blocks of a streamed split: the first clip of each block, then F ([blocks + 1]); empty in RAM.
+  const std::vector<int64_t>& block_clips() const { return block_first_; }
   /// Blocks per shuffle window of a streamed split; 0 in RAM.
   int64_t window_blocks() const { return window_blocks_; }
-  /// Flat index of each valid segment into mel viewed as [F * L * S, M, T] (file-major, then long, then short),
-  /// int64 [N], on the CPU.
-  const at::Tensor& segment_index() const { return segment_index_; }
-  /// Gathers the segments at valid-segment positions `positions` (int64 [B], CPU) on the caller's thread and
-  /// delivers them to the device (the reference the prefetch thread must match; for a streamed split it reads
-  /// each file involved on its own).
-  Batch gather(const at::Tensor& positions, int64_t index) const;
+  /// Gathers the examples at positions `positions` (int64 [B], CPU) of epoch_examples(epoch) on the caller's
+  /// thread through gather_examples (data/dataset.h; a streamed split reads each clip involved on its own) and
+  /// delivers them to the device: the reference the prefetch thread and the device-resident path must match.
+  Batch gather(const at::Tensor& positions, int64_t index, int64_t epoch) const;
 
   /// Starts epoch `epoch` (stopping an unfinished one first) and, with prefetch > 0 on a host-resident split,
   /// the thread that gathers its batches in order.
@@ -147,47 +160,50 @@ class BatchLoader {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
-  /// One epoch's order: positions, and for a streamed split the windows and each position's row in its window.
+  /// One epoch's examples and order, and for a streamed split the windows and each position's clip row in its
+  /// window.
   struct Plan {
-    at::Tensor order;                          // int64 [N]
-    std::vector<int64_t> bounds;               // window starts in `order`, then N
-    std::vector<std::vector<int64_t>> blocks;  // blocks of each window, in read order
-    std::vector<int64_t> rows;                 // row of order[i] in its window's [files * L * S, M, T] tensor
+    std::vector<data::views::Example> examples;  // the epoch's examples, clip by clip
+    at::Tensor order;                            // int64 [E] positions into `examples`
+    std::vector<int64_t> bounds;                 // window starts in `order`, then E
+    std::vector<std::vector<int64_t>> blocks;    // blocks of each window, in read order
+    std::vector<int64_t> rows;                   // streamed: first row of order[i]'s clip in its window's frames
   };
-  /// A window's spectrograms, [files * L * S, M, T] float32 on the CPU.
+  /// A window's frames, float32 [frames of its blocks' clips, n_mels] on the CPU, block after block in read order.
   struct Window {
     int64_t id = -1;
-    at::Tensor mel;
+    at::Tensor frames;
   };
 
   Plan plan(int64_t epoch) const;
+  void plan_window(Plan& p, const std::vector<int64_t>& window, std::vector<int64_t>& positions,
+                   std::vector<int64_t>& rows, const at::Generator& gen) const;
   at::Tensor read_window(const std::vector<int64_t>& blocks) const;
   Batch gather_batch(int64_t batch);
+  Batch gather_resident(int64_t batch) const;
   const at::Tensor& window(int64_t id);
   void read_ahead(int64_t id);
-  Batch deliver(at::Tensor x, at::Tensor y, int64_t index) const;
+  Batch deliver(at::Tensor x, at::Tensor y, at::Tensor lengths, at::Tensor clip, int64_t index) const;
   void produce();
   bool wait_for_room();
-  at::Tensor positions_of(int64_t batch) const;
   int64_t global_size_of(int64_t batch, int64_t local) const;
+  int64_t batch_length(int64_t first, int64_t n) const;
 
   const Split& split_;
+  const data::views::View& view_;
+  int64_t example_length_ = 0;
   LoaderOptions opts_;
   uint64_t seed_;
   at::Device device_;
   int64_t rank_ = 0, world_ = 1;
-  at::Tensor flat_mel_;        // [F * L * S, M, T] view of split.mel (CPU)
-  at::Tensor segment_index_;   // int64 [N]
-  at::Tensor segment_label_;   // int64 [N]
-  at::Tensor resident_mel_;    // [N, M, T] on the device when resident
-  at::Tensor resident_label_;  // int64 [N] on the device when resident
-  at::Tensor order_;           // int64 [N] positions of the current epoch (CPU)
-  at::Tensor order_device_;    // the same on the device when resident
-  int64_t segment_rows_ = 0;   // L * S
-  std::vector<int64_t> file_position_;  // [F + 1] first valid-segment position of each file, then N
-  int64_t block_files_ = 0;    // streamed: files per block
-  int64_t window_blocks_ = 0;  // streamed: blocks per window
-  Plan plan_;                  // streamed: the current epoch's windows
+  std::vector<int64_t> clip_frames_;    // [F] frames of each clip
+  std::vector<int64_t> label_;          // [F] label of each clip
+  int64_t examples_count_ = 0;          // E
+  at::Tensor resident_frames_;          // [N + 1, M] on the device when resident (row N: the pad value)
+  std::vector<int64_t> block_first_;    // streamed: first clip of each block, then F
+  std::vector<int64_t> block_of_clip_;  // streamed: block of each clip
+  int64_t window_blocks_ = 0;           // streamed: blocks per window
+  Plan plan_;                           // the current epoch's examples, order and windows
   std::deque<Window> windows_;                    // streamed: loaded windows in use, oldest first
   std::future<Window> next_window_;               // streamed: the window being read ahead
   int64_t epoch_ = -1;                            // the current epoch
