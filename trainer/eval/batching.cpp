@@ -121,6 +121,7 @@ void for_each_batch(const Split& split, const EvalPlan& plan, const std::functio
 }
 
 ModelOutput forward_batch(Classifier& model, const ExampleBatch& batch, at::Device device) {
+  if (model.fixed_frames() > 0) return model.forward(batch.x.to(device));
   return model.forward(batch.x.to(device), batch.lengths.to(device));
 }
 

@@ -90,7 +90,9 @@ EvalPlan plan_evaluation(const Split& split, const data::views::ViewOptions& opt
 /// the next one gathered on another thread while `fn` runs.
 void for_each_batch(const Split& split, const EvalPlan& plan, const std::function<void(const ExampleBatch&)>& fn);
 
-/// The model's forward over a batch's rows with their real lengths (`x` and `lengths` moved to `device`).
+/// The model's forward over a batch's rows with their real lengths (`x` and `lengths` moved to `device`). A model of
+/// one fixed input width (Classifier::fixed_frames: a flatten CNN, a checkpoint from before inputs of any length)
+/// cannot mask: it gets no lengths and reads a padded tile's padding as the silence it holds, as it was trained.
 ModelOutput forward_batch(Classifier& model, const ExampleBatch& batch, at::Device device);
 
 /// The model input width a classifier was built for (its config_json()'s "n_frames"), or 0 when it records none.

@@ -100,7 +100,8 @@ TileScores score_clip(Classifier& model, const at::Tensor& frames, int64_t num_s
       lengths.data_ptr<int64_t>()[b] = data::views::gather_example(
           examples[static_cast<std::size_t>(first + b)], frames.data_ptr<float>(), M, tiles.tile, pad,
           x.data_ptr<float>() + b * M * tiles.tile);
-    const ModelOutput out = model.forward(x.to(device), lengths.to(device));
+    const ModelOutput out =
+        model.fixed_frames() > 0 ? model.forward(x.to(device)) : model.forward(x.to(device), lengths.to(device));
     const at::Tensor p = at::softmax(out.logits.to(at::kFloat), 1).to(at::kCPU).contiguous();
     w.probs.insert(w.probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
     if (out.detection.defined()) {
