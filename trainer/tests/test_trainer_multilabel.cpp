@@ -243,10 +243,10 @@ TEST_CASE("positive class none trains without the detection head, the default na
   REQUIRE(lines.size() == 3);
   if (none) {
     CHECK(report["positive_class"] == "none");
-    CHECK_FALSE(report["test"]["segment"].contains("detection"));
+    CHECK_FALSE(report["test"]["tiles"].contains("detection"));
     CHECK_FALSE(report["test"]["file"].contains("detection"));
     CHECK_FALSE(lines.back().contains("val_det_f1"));
-    CHECK(report["test"]["segment"]["accuracy"].get<double>() >= 0.8);
+    CHECK(report["test"]["tiles"]["accuracy"].get<double>() >= 0.8);
     CHECK_THAT(log.str(), Catch::Contains("--positive-class none: no detection head"));
     CHECK(trainer::load_checkpoint(d / "run" / "checkpoints/best.pt").positive_index == -1);
     trainer::PredictOptions p;
@@ -284,7 +284,7 @@ TEST_CASE("positive class none trains without the detection head, the default na
     CHECK(window_rows >= summary.scored);
   } else {
     CHECK(report["positive_class"] == "class0");
-    CHECK(report["test"]["segment"].contains("detection"));
+    CHECK(report["test"]["tiles"].contains("detection"));
     CHECK(lines.back()["val_det_f1"].is_number());
     CHECK_THAT(log.str(), Catch::Contains("detects 'class0' (the first class)") &&
                               Catch::Contains("--positive-class none"));

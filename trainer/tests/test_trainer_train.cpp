@@ -88,7 +88,7 @@ TEST_CASE("a short CPU training on tones reaches high accuracy and leaves a comp
 
   const auto report = read_json(run / "report.json");
   CHECK(report["best_epoch"] == r.best_epoch);
-  CHECK(report["test"]["segment"]["accuracy"].get<double>() == Approx(r.test->segment.accuracy));
+  CHECK(report["test"]["tiles"]["accuracy"].get<double>() == Approx(r.test->segment.accuracy));
   CHECK(report["test"]["file"]["count"] == data_files_of_test(data));
 
   const trainer::Checkpoint last = trainer::load_checkpoint(run / "checkpoints/last.pt");
@@ -287,7 +287,7 @@ TEST_CASE("eval scores a checkpoint as the run's report did, and refuses a datas
   runtime.log_level = "warn";
   std::ostringstream out;
   const nlohmann::json report = trainer::run_eval(e, data_opts, eval, runtime, out, log);
-  CHECK(report["segment"]["accuracy"].get<double>() == r.test->segment.accuracy);
+  CHECK(report["tiles"]["accuracy"].get<double>() == r.test->segment.accuracy);
   CHECK(report["file"]["accuracy"].get<double>() == r.test->file.accuracy);
   CHECK(read_json(d / "eval.json")["split"] == "test");
   CHECK_THAT(out.str(), Catch::Contains("accuracy"));
