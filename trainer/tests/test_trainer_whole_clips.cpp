@@ -55,7 +55,7 @@ builder::BuildConfig small_build(const fs::path& in, const fs::path& out) {
   c.mel.win_length = 128;
   c.mel.hop_length = 64;
   c.mel.n_mels = 24;
-  c.segment.short_seconds = 0.5;
+  c.clips.short_seconds = 0.5;
   return c;
 }
 
