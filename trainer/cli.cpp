@@ -49,28 +49,22 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
   model.validate();
   const Dataset d = load_dataset(data.data, data.stream);
   const MelInfo& m = d.info;
-  out << "dataset " << d.dir.string() << " (schema_version " << kSupportedSchemaVersion << ", written by melforge "
+  out << "dataset " << d.dir.string() << " (schema_version " << d.train.meta.schema_version << ", written by melforge "
       << m.melforge_version << ")\n";
   out << "  classes (" << d.num_classes() << "): " << join(d.class_names) << "\n";
   out << fmt("  mel: %lld Hz, n_fft %lld, win %lld, hop %lld, %lld mels, %g-%g Hz, log %s, stored %s\n",
              static_cast<long long>(m.sample_rate), static_cast<long long>(m.n_fft),
              static_cast<long long>(m.win_length), static_cast<long long>(m.hop_length),
              static_cast<long long>(m.n_mels), m.f_min, m.f_max, m.log.c_str(), m.dtype.c_str());
-  out << fmt("  segments: %lld long of %g s x %lld short of %g s, each [%lld mels x %lld frames]\n",
-             static_cast<long long>(m.num_long), m.long_seconds, static_cast<long long>(m.num_short),
-             m.short_seconds, static_cast<long long>(m.n_mels), static_cast<long long>(m.n_frames));
+  out << fmt("  default tile: %g s (%lld frames of %lld mels)\n", m.short_seconds,
+             static_cast<long long>(m.n_frames), static_cast<long long>(m.n_mels));
   for (const auto& name : kSplitNames) {
     const Split& s = d.split(name);
-    std::vector<int64_t> shape = m.file_shape();
-    shape.insert(shape.begin(), s.files());
-    double mib = static_cast<double>(sizeof(float)) / (1 << 20);
-    for (const int64_t dim : shape) mib *= static_cast<double>(dim);
-    out << fmt("  %-5s %6lld files, %8lld valid short segments, mel %s float32, %.1f MiB %s\n", name.c_str(),
-               static_cast<long long>(s.files()), static_cast<long long>(s.valid_segments()),
-               shape_text(shape).c_str(), mib,
-               s.streamed() ? fmt("streamed (%lld files per chunk)",
-                                  static_cast<long long>(s.files_per_chunk())).c_str()
-                            : "in RAM");
+    out << fmt("  %-5s %6lld clips, %10lld frames (%.1f s), frames [%lld, %lld] float32, %.1f MiB %s\n", name.c_str(),
+               static_cast<long long>(s.files()), static_cast<long long>(s.total_frames()),
+               static_cast<double>(s.total_frames() * m.hop_length) / static_cast<double>(m.sample_rate),
+               static_cast<long long>(s.total_frames()), static_cast<long long>(m.n_mels),
+               s.frame_bytes() / (1 << 20), s.streamed() ? "streamed" : "in RAM");
   }
   for (const auto& name : kSplitNames) d.split(name).check_all_finite();
   out << "  every spectrogram is finite\n";
@@ -83,10 +77,15 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
   out << fmt("model %s: %lld parameters, input [B, 1, %lld, %lld] -> logits [B, %lld], detection [B]\n",
              model.model.c_str(), static_cast<long long>(params), static_cast<long long>(m.n_mels),
              static_cast<long long>(m.n_frames), static_cast<long long>(d.num_classes()));
-  const int64_t valid = d.train.num_valid_long[0].item<int64_t>();
-  const at::Tensor x = d.train.read_files(0, 1)[0].narrow(0, 0, valid).reshape({-1, m.n_mels, m.n_frames});
+  const std::unique_ptr<data::views::View> view = split_view(d.train, resolve_view_options({}, d.train, model.model),
+                                                             /*evaluation=*/true);
+  const std::vector<int64_t> frames = d.train.clip_frame_counts();
+  std::vector<data::views::Example> examples;
+  view->clip_examples(0, frames[0], model.seed, 0, examples);
+  const ExampleBatch b = gather_examples(d.train, examples);
+  const at::Tensor& x = b.x;
   at::NoGradGuard no_grad;
-  const ModelOutput y = net->forward(x);
+  const ModelOutput y = net->forward(x, b.lengths);
   out << "  forward on " << d.train.paths[0] << ": input " << shape_text(x.sizes()) << " -> logits "
       << shape_text(y.logits.sizes()) << ", detection " << shape_text(y.detection.sizes()) << "\n";
 }

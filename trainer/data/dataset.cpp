@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <mutex>
+#include <map>
 #include <sstream>
-#include <variant>
 
+#include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
-#include "melforge/common/h5.h"
+#include "models/model.h"
+#include "views/gather.h"
 
 namespace fs = std::filesystem;
 
@@ -21,75 +21,178 @@ namespace {
 
 at::Tensor int64_tensor(const std::vector<int64_t>& values) {
   at::Tensor t = at::empty({static_cast<int64_t>(values.size())}, at::kLong);
-  int64_t* p = t.data_ptr<int64_t>();
-  for (std::size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  std::copy(values.begin(), values.end(), t.data_ptr<int64_t>());
   return t;
+}
+
+std::string range_text(int64_t first, int64_t end) {
+  return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";
 }
 
 }  // namespace
 
-int64_t Split::valid_segments() const {
-  if (!num_valid_long.defined() || files() == 0) return 0;
-  return num_valid_long.sum().item<int64_t>() * info.num_short;
+int64_t Split::clip_frames(int64_t c) const {
+  if (c < 0 || c >= files())
+    throw InvalidArgument("split '" + name + "': clip " + std::to_string(c) + " is outside " + range_text(0, files()));
+  return meta.frame_offset[static_cast<std::size_t>(c + 1)] - meta.frame_offset[static_cast<std::size_t>(c)];
 }
 
-at::Tensor Split::read_files(int64_t first, int64_t count) const {
+std::vector<int64_t> Split::clip_frame_counts() const {
+  std::vector<int64_t> out(static_cast<std::size_t>(files()));
+  for (std::size_t c = 0; c < out.size(); ++c) out[c] = meta.frame_offset[c + 1] - meta.frame_offset[c];
+  return out;
+}
+
+int64_t Split::total_frames() const { return meta.frame_offset.empty() ? 0 : meta.frame_offset.back(); }
+
+double Split::frame_bytes() const {
+  return static_cast<double>(total_frames()) * static_cast<double>(info.n_mels) * sizeof(float);
+}
+
+at::Tensor Split::read_clips(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > files())
-    throw InvalidArgument("split '" + name + "': files [" + std::to_string(first) + ", " +
-                          std::to_string(first + count) + ") are outside [0, " + std::to_string(files()) + ")");
-  if (mel.defined()) return mel.narrow(0, first, count);
-  if (!reader) throw InvalidArgument("split '" + name + "' (" + path.string() + ") was read without its spectrograms");
-  std::vector<int64_t> shape = info.file_shape();
-  shape.insert(shape.begin(), count);
-  at::Tensor out = at::empty(shape, at::kFloat);
-  if (count > 0) reader->read(first, count, out.data_ptr<float>());
+    throw InvalidArgument("split '" + name + "': clips " + range_text(first, first + count) + " are outside " +
+                          range_text(0, files()));
+  const int64_t begin = meta.frame_offset[static_cast<std::size_t>(first)];
+  const int64_t frames_count = meta.frame_offset[static_cast<std::size_t>(first + count)] - begin;
+  if (frames.defined()) return frames.narrow(0, begin, frames_count);
+  if (!reader) throw InvalidArgument("split '" + name + "' (" + path.string() + ") was read without its frames");
+  at::Tensor out = at::empty({frames_count, info.n_mels}, at::kFloat);
+  if (count > 0) reader->read_clips(first, count, out.data_ptr<float>());
   check_finite(first, count, out.data_ptr<float>());
   return out;
 }
 
+float Split::pad_value() const { return mel::silence_value(info.mel_args()); }
+
 void Split::check_finite(int64_t first, int64_t count, const float* data) const {
-  data::check_finite(path, name, info, paths, first, count, data);
+  const int64_t m = info.n_mels, base = meta.frame_offset[static_cast<std::size_t>(first)];
+  const int64_t n = (meta.frame_offset[static_cast<std::size_t>(first + count)] - base) * m;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(data[i])) continue;
+    const int64_t row = base + i / m;
+    const auto it = std::upper_bound(meta.frame_offset.begin(), meta.frame_offset.end(), row);
+    const auto clip = static_cast<int64_t>(it - meta.frame_offset.begin()) - 1;
+    std::ostringstream msg;
+    msg << path.string() << " (split '" << name << "'): clip " << clip << " ('" << paths[static_cast<std::size_t>(clip)]
+        << "') holds " << (std::isnan(data[i]) ? "NaN" : "an infinity") << " at frame "
+        << row - meta.frame_offset[static_cast<std::size_t>(clip)] << ", mel band " << i % m
+        << "; the file is damaged or was not written by melforge-build (rebuild it)";
+    throw FormatError(msg.str());
+  }
 }
 
 void Split::check_all_finite() const {
   if (!streamed()) return;
-  const int64_t block = std::max<int64_t>(files_per_chunk(), 1);
-  for (int64_t f0 = 0; f0 < files(); f0 += block) read_files(f0, std::min(block, files() - f0));
+  const int64_t block_frames = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * std::max<int64_t>(info.n_mels, 1)));
+  for (int64_t c0 = 0; c0 < files();) {
+    int64_t c1 = c0 + 1;
+    while (c1 < files() && meta.frame_offset[static_cast<std::size_t>(c1 + 1)] -
+                                   meta.frame_offset[static_cast<std::size_t>(c0)] <= block_frames)
+      ++c1;
+    read_clips(c0, c1 - c0);
+    c0 = c1;
+  }
+}
+
+ExampleBatch gather_examples(const Split& split, std::span<const data::views::Example> examples, int64_t out_length) {
+  int64_t longest = 0;
+  for (const auto& e : examples) {
+    if (e.clip < 0 || e.clip >= split.files())
+      throw InvalidArgument("gather_examples: clip " + std::to_string(e.clip) + " is outside split '" + split.name +
+                            "' " + range_text(0, split.files()));
+    longest = std::max(longest, e.length);
+  }
+  const int64_t t = out_length > 0 ? out_length : longest;
+  if (longest > t)
+    throw InvalidArgument("gather_examples: an example of " + std::to_string(longest) + " frames does not fit " +
+                          std::to_string(t) + " frames");
+  const auto b = static_cast<int64_t>(examples.size()), m = split.info.n_mels;
+  ExampleBatch out{at::empty({b, m, t}, at::kFloat), at::empty({b}, at::kLong), at::empty({b}, at::kLong)};
+  const float pad = split.pad_value();
+  std::map<int64_t, at::Tensor> clips;
+  for (int64_t i = 0; i < b; ++i) {
+    const auto& e = examples[static_cast<std::size_t>(i)];
+    auto it = clips.find(e.clip);
+    if (it == clips.end()) it = clips.emplace(e.clip, split.read_clips(e.clip, 1).contiguous()).first;
+    out.lengths.data_ptr<int64_t>()[i] = data::views::gather_example(
+        e, it->second.data_ptr<float>(), m, t, pad, out.x.data_ptr<float>() + i * m * t);
+    out.clip.data_ptr<int64_t>()[i] = e.clip;
+  }
+  return out;
+}
+
+data::views::FrameRate frame_rate(const MelInfo& info) { return {info.sample_rate, info.hop_length}; }
+
+namespace {
+
+bool legacy(const Split& split) { return split.meta.schema_version < 3; }
+
+/// Whether the view field of flag `flag` (equal to its default when `at_default`) was left unset by the user.
+bool unset(const std::set<std::string>& given, const std::string& flag, bool at_default) {
+  return given.empty() ? at_default : given.count(flag) == 0;
+}
+
+}  // namespace
+
+data::views::ViewOptions resolve_view_options(const data::views::ViewOptions& options, const Split& split,
+                                              const std::string& model, const std::set<std::string>& given) {
+  const data::views::ViewOptions defaults;
+  data::views::ViewOptions o = options;
+  if (unset(given, "view", o.view == defaults.view))
+    o.view = is_speaker_model(model) && !legacy(split) ? "crops" : "tiles";
+  if (unset(given, "tile-seconds", o.tile_seconds == defaults.tile_seconds)) o.tile_seconds = split.info.short_seconds;
+  return o;
+}
+
+std::unique_ptr<data::views::View> split_view(const Split& split, const data::views::ViewOptions& options,
+                                              bool evaluation) {
+  const data::views::FrameRate rate = frame_rate(split.info);
+  if (legacy(split)) {
+    if (options.view != "tiles")
+      throw InvalidArgument("--view " + options.view + ": " + split.path.string() + " is a schema-" +
+                            std::to_string(split.meta.schema_version) + " dataset, read as tiles of its stored " +
+                            "short segments only (rebuild it with this melforge-build for --view crops or clips)");
+    return data::views::make_tiles_view_frames(split.info.n_frames, split.info.n_frames, 0.0);
+  }
+  data::views::ViewOptions o = options;
+  if (evaluation) o.min_real = 0.0;
+  return data::views::make_view(o, rate);
+}
+
+int64_t example_frames(const data::views::ViewOptions& options, const Split& split) {
+  if (legacy(split)) return split.info.n_frames;
+  const data::views::FrameRate rate = frame_rate(split.info);
+  options.validate(rate);
+  if (options.view == "tiles") return rate.frames(options.tile_seconds);
+  if (options.view == "crops") return rate.frames(options.crop_seconds);
+  throw InvalidArgument("--view " + options.view + " has examples of every length (whole clips); a model trains on " +
+                        "examples of one length: --view tiles or crops");
 }
 
 namespace {
 
-/// Reads the spectrograms of a split read_split has checked, as float32 [F, L, S, M, T], in blocks of whole chunks
-/// of about `block_bytes` (at least one chunk); calls `poll` (when set) before each block.
-void read_mel(Split& s, const std::function<void()>& poll = {}, int64_t block_bytes = int64_t{64} << 20) {
-  auto file = h5::open_file(s.path);
-  auto mel = h5::open_dataset(file, "mel");
-  std::vector<int64_t> shape = s.info.file_shape();
-  int64_t per_file = 1;
-  for (const int64_t x : shape) per_file *= x;
-  shape.insert(shape.begin(), s.files());
-  s.mel = at::empty(shape, at::kFloat);
-  const auto chunk = h5::chunk_dims(mel);
-  const int64_t chunk_files = chunk.empty() ? 1 : std::max<int64_t>(chunk[0], 1);
-  const int64_t block_chunks = std::max<int64_t>(1, block_bytes / std::max<int64_t>(chunk_files * per_file * 4, 1));
-  const int64_t block = chunk_files * block_chunks;
-  for (int64_t first = 0; first < s.files(); first += block) {
+/// Reads the frames of a split read_split has checked into `s.frames` (float32 [N, M]) in blocks of whole clips of
+/// about `block_bytes` (at least one clip); calls `poll` (when set) before each block.
+void read_frames(Split& s, const std::function<void()>& poll = {}, int64_t block_bytes = int64_t{64} << 20) {
+  const data::ClipReader reader(s.meta, int64_t{16} << 20);
+  const int64_t m = s.info.n_mels;
+  s.frames = at::empty({s.total_frames(), m}, at::kFloat);
+  const int64_t block_frames = std::max<int64_t>(1, block_bytes / (4 * std::max<int64_t>(m, 1)));
+  const auto& off = s.meta.frame_offset;
+  for (int64_t c0 = 0; c0 < s.files();) {
     if (poll) poll();
-    const int64_t count = std::min(block, s.files() - first);
-    float* dst = s.mel.data_ptr<float>() + first * per_file;
-    h5::read_float(mel, first, count, dst);
-    s.check_finite(first, count, dst);
+    int64_t c1 = c0 + 1;
+    while (c1 < s.files() && off[static_cast<std::size_t>(c1 + 1)] - off[static_cast<std::size_t>(c0)] <= block_frames)
+      ++c1;
+    float* dst = s.frames.data_ptr<float>() + off[static_cast<std::size_t>(c0)] * m;
+    reader.read_clips(c0, c1 - c0, dst);
+    s.check_finite(c0, c1 - c0, dst);
+    c0 = c1;
   }
 }
 
-/// Float32 bytes of a split's spectrograms.
-double mel_bytes(const Split& s) {
-  double bytes = static_cast<double>(s.files()) * sizeof(float);
-  for (const int64_t dim : s.info.file_shape()) bytes *= static_cast<double>(dim);
-  return bytes;
-}
-
-/// Whether spectrograms of `need` float32 bytes are streamed under `stream` (`auto`: when they do not fit
+/// Whether frames of `need` float32 bytes are streamed under `stream` (`auto`: when they do not fit
 /// `ram_budget_bytes`, -1: MemAvailable). Throws Error naming `what` and `detail` when `off` and they do not fit.
 bool streams(const StreamOptions& stream, double need, const std::string& what, const std::string& detail,
              int64_t ram_budget_bytes) {
@@ -104,37 +207,37 @@ bool streams(const StreamOptions& stream, double need, const std::string& what, 
 
 }  // namespace
 
-Split read_split(const fs::path& path, const std::string& expected_split, bool load_mel) {
+Split read_split(const fs::path& path, const std::string& expected_split, bool load_frames) {
   data::SplitInfo info = data::read_split_info(path, expected_split);
   Split s;
-  s.name = std::move(info.name);
-  s.path = std::move(info.path);
-  s.info = std::move(info.info);
-  s.class_names = std::move(info.class_names);
-  s.paths = std::move(info.paths);
+  s.name = info.name;
+  s.path = info.path;
+  s.info = info.info;
+  s.class_names = info.class_names;
+  s.paths = info.paths;
   s.label = int64_tensor(info.labels);
-  s.num_valid_long = int64_tensor(info.num_valid_long);
   if (info.multilabel())
     s.targets = at::from_blob(info.targets.data(), {s.files(), static_cast<int64_t>(s.class_names.size())}, at::kByte)
                     .to(at::kFloat);
-  if (load_mel) read_mel(s);
+  s.meta = std::move(info);
+  if (load_frames) read_frames(s);
   return s;
 }
 
 Split open_split_streamed(const fs::path& path, const std::string& expected_split, int64_t cache_bytes) {
-  Split s = read_split(path, expected_split, /*load_mel=*/false);
-  s.reader = std::make_shared<const MelReader>(path, cache_bytes);
+  Split s = read_split(path, expected_split, /*load_frames=*/false);
+  s.reader = std::make_shared<const data::ClipReader>(s.meta, cache_bytes);
   return s;
 }
 
 Split load_split(const fs::path& path, const std::string& expected_split, const StreamOptions& stream,
                  int64_t ram_budget_bytes) {
   stream.validate();
-  Split s = read_split(path, expected_split, /*load_mel=*/false);
-  if (streams(stream, mel_bytes(s), path.string(), "", ram_budget_bytes))
-    s.reader = std::make_shared<const MelReader>(path, stream.h5_cache << 20);
+  Split s = read_split(path, expected_split, /*load_frames=*/false);
+  if (streams(stream, s.frame_bytes(), path.string(), "", ram_budget_bytes))
+    s.reader = std::make_shared<const data::ClipReader>(s.meta, stream.h5_cache << 20);
   else
-    read_mel(s);
+    read_frames(s);
   return s;
 }
 
@@ -149,7 +252,7 @@ void Dataset::require_files(const std::string& name) const {
   const Split& s = split(name);
   if (s.files() == 0)
     throw FormatError("split '" + name + "' of " + dir.string() + " is empty (" + s.path.filename().string() +
-                      " has no files); rebuild the dataset with a --split that gives it files");
+                      " has no clips); rebuild the dataset with a --split that gives it files");
 }
 
 int64_t Dataset::class_index(const std::string& name, const std::string& flag) const {
@@ -204,12 +307,12 @@ Dataset read_metadata(const fs::path& dir) {
   return d;
 }
 
-/// The float32 bytes of the three splits' spectrograms, and "train N MiB, val N MiB, test N MiB".
+/// The float32 bytes of the three splits' frames, and "train N MiB, val N MiB, test N MiB".
 std::pair<double, std::string> dataset_mel_bytes(const Dataset& d) {
   double need = 0;
   std::string sizes;
   for (const Split* s : {&d.train, &d.val, &d.test}) {
-    const double bytes = mel_bytes(*s);
+    const double bytes = s->frame_bytes();
     need += bytes;
     sizes += (sizes.empty() ? "" : ", ") + s->name + " " +
              std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB";
@@ -219,10 +322,10 @@ std::pair<double, std::string> dataset_mel_bytes(const Dataset& d) {
 
 }  // namespace
 
-Dataset load_dataset(const fs::path& dir, bool load_mel, int64_t ram_budget_bytes) {
+Dataset load_dataset(const fs::path& dir, bool load_frames, int64_t ram_budget_bytes) {
   StreamOptions off;
   off.stream = "off";
-  if (!load_mel) return read_metadata(dir);
+  if (!load_frames) return read_metadata(dir);
   return load_dataset(dir, off, ram_budget_bytes);
 }
 
@@ -233,10 +336,10 @@ Dataset load_dataset(const fs::path& dir, const StreamOptions& stream, int64_t r
   const auto [need, sizes] = dataset_mel_bytes(d);
   if (streams(stream, need, "dataset " + dir.string(), " (" + sizes + ")", ram_budget_bytes)) {
     const int64_t cache = stream.h5_cache << 20;
-    for (Split* s : {&d.train, &d.val, &d.test}) s->reader = std::make_shared<const MelReader>(s->path, cache);
+    for (Split* s : {&d.train, &d.val, &d.test}) s->reader = std::make_shared<const data::ClipReader>(s->meta, cache);
     return d;
   }
-  for (Split* s : {&d.train, &d.val, &d.test}) read_mel(*s, poll, block_bytes);
+  for (Split* s : {&d.train, &d.val, &d.test}) read_frames(*s, poll, block_bytes);
   return d;
 }
 

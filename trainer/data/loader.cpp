@@ -2,50 +2,24 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/randperm.h>
-#include <ATen/ops/sub.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
-#include <cstring>
-#include <map>
 #include <vector>
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/splitmix.h"
+#include "views/gather.h"
 
 namespace po = boost::program_options;
 
 namespace melforge::trainer {
 
 namespace {
-
-/// dst[i] = src[rows[i]] for every i, copied row by row on the calling thread. src and dst are contiguous float
-/// tensors with rows of the same shape, rows a CPU int64 vector. The batches are gathered on the prefetch thread,
-/// where ATen's index_select would start an OpenMP team of that thread's own whose workers spin beside the training
-/// thread's team on the same cores (15% fewer training samples/s on 2 cores, docs/PERFORMANCE.md).
-void copy_rows(const at::Tensor& src, const at::Tensor& rows, at::Tensor& dst) {
-  if (!src.is_contiguous() || !dst.is_contiguous() || src.scalar_type() != at::kFloat ||
-      dst.scalar_type() != at::kFloat || rows.scalar_type() != at::kLong || dst.size(0) != rows.numel() ||
-      src.numel() / std::max<int64_t>(src.size(0), 1) != dst.numel() / std::max<int64_t>(dst.size(0), 1)) {
-    throw Error("BatchLoader: copy_rows needs contiguous float tensors with rows of one shape and one index per row");
-  }
-  const int64_t row = dst.size(0) > 0 ? dst.numel() / dst.size(0) : 0;
-  const at::Tensor r = rows.contiguous();
-  const int64_t* index = r.data_ptr<int64_t>();
-  const float* from = src.data_ptr<float>();
-  float* to = dst.data_ptr<float>();
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    if (index[i] < 0 || index[i] >= src.size(0)) {
-      throw Error("BatchLoader: row " + std::to_string(index[i]) + " outside [0, " + std::to_string(src.size(0)) + ")");
-    }
-    std::memcpy(to + i * row, from + index[i] * row, static_cast<std::size_t>(row) * sizeof(float));
-  }
-}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -85,72 +59,79 @@ LoaderOptions LoaderOptions::from_json(const nlohmann::json& j) {
 
 void add_options(po::options_description& desc, LoaderOptions& opts) {
   desc.add_options()("batch-size", po::value(&opts.batch_size)->default_value(opts.batch_size)->value_name("N"),
-                     "short segments per training batch")(
+                     "examples per training batch")(
       "drop-last", po::bool_switch(&opts.drop_last), "drop the last, smaller batch of each epoch")(
       "prefetch", po::value(&opts.prefetch)->default_value(opts.prefetch)->value_name("N"),
       "batches a background thread keeps ready (0: gather on the training thread)")(
       "gpu-mem", po::value(&opts.gpu_mem)->default_value(opts.gpu_mem)->value_name("MiB"),
-      "keep the training split on the CUDA device when its valid segments fit this budget (0: never)")(
+      "keep the training split's frames on the CUDA device when they fit this budget (0: never)")(
       "stream-window", po::value(&opts.stream_window)->default_value(opts.stream_window)->value_name("MiB"),
-      "streamed splits: float32 spectrograms per shuffle window (up to three windows are held in RAM)");
+      "streamed splits: float32 frames per shuffle window (up to three windows are held in RAM)");
 }
 
-BatchLoader::BatchLoader(const Split& split, const LoaderOptions& opts, uint64_t seed, at::Device device,
-                         int64_t rank, int64_t world)
-    : split_(split), opts_(opts), seed_(seed), device_(device), rank_(rank), world_(world) {
+namespace {
+
+/// Frames of a streamed split's shuffle block: about 1 MiB of float32 frames (at least one frame), so a block
+/// spans one HDF5 chunk of frames or more and is read with one call.
+int64_t stream_block_frames(int64_t n_mels) { return std::max<int64_t>(1, (int64_t{1} << 20) / (4 * n_mels)); }
+
+}  // namespace
+
+BatchLoader::BatchLoader(const Split& split, const data::views::View& view, int64_t example_length,
+                         const LoaderOptions& opts, uint64_t seed, at::Device device, int64_t rank, int64_t world)
+    : split_(split), view_(view), example_length_(example_length), opts_(opts), seed_(seed), device_(device),
+      rank_(rank), world_(world) {
   opts_.validate();
   if (world < 1 || rank < 0 || rank >= world)
     throw InvalidArgument("BatchLoader: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) + ")");
-  if (!split.has_mel())
-    throw InvalidArgument("BatchLoader: split '" + split.name + "' has no spectrograms (neither loaded nor streamed)");
-  if (!split.streamed() && (!split.mel.device().is_cpu() || split.mel.dim() != 5))
-    throw InvalidArgument("BatchLoader: split '" + split.name + "' must hold [F, L, S, M, T] spectrograms on the CPU");
-  const int64_t files = split.files(), num_long = split.info.num_long, num_short = split.info.num_short;
-  segment_rows_ = num_long * num_short;
-  if (!split.streamed()) flat_mel_ = split.mel.reshape({files * segment_rows_, split.info.n_mels, split.info.n_frames});
-  const at::Tensor nvl = split.num_valid_long.to(at::kLong).contiguous();
+  if (!split.has_frames())
+    throw InvalidArgument("BatchLoader: split '" + split.name + "' has no frames (neither loaded nor streamed)");
+  if (!split.streamed() && !split.frames.device().is_cpu())
+    throw InvalidArgument("BatchLoader: split '" + split.name + "' must hold its frames on the CPU");
+  if (example_length < 0)
+    throw InvalidArgument("BatchLoader: example length must be >= 0, got " + std::to_string(example_length));
+  clip_frames_ = split.clip_frame_counts();
   const at::Tensor labels = split.label.to(at::kLong).contiguous();
-  std::vector<int64_t> index, label;
-  file_position_.assign(1, 0);
-  for (int64_t f = 0; f < files; ++f) {
-    const int64_t valid = nvl.data_ptr<int64_t>()[f];
-    const int64_t y = labels.data_ptr<int64_t>()[f];
-    for (int64_t l = 0; l < valid && l < num_long; ++l)
-      for (int64_t s = 0; s < num_short; ++s) {
-        index.push_back((f * num_long + l) * num_short + s);
-        label.push_back(y);
-      }
-    file_position_.push_back(static_cast<int64_t>(index.size()));
-  }
-  if (index.empty()) throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no valid segment");
-  const auto n = static_cast<int64_t>(index.size());
-  segment_index_ = at::from_blob(index.data(), {n}, at::kLong).clone();
-  segment_label_ = at::from_blob(label.data(), {n}, at::kLong).clone();
+  label_.assign(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
+  const std::vector<data::views::Example> first = epoch_examples(0);
+  examples_count_ = static_cast<int64_t>(first.size());
+  if (examples_count_ == 0)
+    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") gives no example through the " +
+                      std::string(view.name()) + " view");
+  for (const auto& e : first)
+    if (example_length > 0 && e.length > example_length)
+      throw InvalidArgument("BatchLoader: the " + std::string(view.name()) + " view makes examples of " +
+                            std::to_string(e.length) + " frames, longer than the example length " +
+                            std::to_string(example_length));
   if (split.streamed()) {
-    block_files_ = split.files_per_chunk();
-    const double block_mib = static_cast<double>(block_files_ * segment_rows_ * split.info.n_mels *
-                                                 split.info.n_frames * static_cast<int64_t>(sizeof(float))) /
-                             (1 << 20);
-    const int64_t blocks = (files + block_files_ - 1) / block_files_;
+    const int64_t target = stream_block_frames(split.info.n_mels);
+    const auto& off = split.meta.frame_offset;
+    block_first_.assign(1, 0);
+    block_of_clip_.assign(static_cast<std::size_t>(split.files()), 0);
+    for (int64_t c = 0; c < split.files(); ++c) {
+      block_of_clip_[static_cast<std::size_t>(c)] = static_cast<int64_t>(block_first_.size()) - 1;
+      if (off[static_cast<std::size_t>(c + 1)] - off[static_cast<std::size_t>(block_first_.back())] >= target ||
+          c + 1 == split.files())
+        block_first_.push_back(c + 1);
+    }
+    const auto blocks = static_cast<int64_t>(block_first_.size()) - 1;
+    const double block_mib = split.frame_bytes() / static_cast<double>(blocks) / (1 << 20);
     window_blocks_ = std::clamp<int64_t>(static_cast<int64_t>(opts_.stream_window / block_mib), 1, blocks);
   }
   if (device_.is_cuda() && opts_.gpu_mem > 0 && resident_bytes() <= opts_.gpu_mem * (int64_t{1} << 20)) {
-    if (!split.streamed()) {
-      resident_mel_ = flat_mel_.index_select(0, segment_index_).to(device_);
-    } else {
-      resident_mel_ = at::empty({n, split.info.n_mels, split.info.n_frames},
-                                at::TensorOptions().dtype(at::kFloat).device(device_));
-      const int64_t block = std::max<int64_t>(block_files_, 1);
-      for (int64_t f0 = 0; f0 < files; f0 += block) {
-        const int64_t count = std::min(block, files - f0);
-        const int64_t p0 = file_position_[f0], p1 = file_position_[f0 + count];
-        const at::Tensor rows = at::sub(segment_index_.narrow(0, p0, p1 - p0), f0 * segment_rows_);
-        const at::Tensor mel = split.read_files(f0, count).reshape({count * segment_rows_, split.info.n_mels,
-                                                                    split.info.n_frames});
-        resident_mel_.narrow(0, p0, p1 - p0).copy_(mel.index_select(0, rows));
-      }
+    const int64_t n = split.total_frames(), m = split.info.n_mels;
+    resident_frames_ = at::empty({n + 1, m}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    resident_frames_[n].fill_(split.pad_value());
+    const int64_t block = std::max<int64_t>(1, stream_block_frames(m) * 64);
+    const auto& off = split.meta.frame_offset;
+    for (int64_t c0 = 0; c0 < split.files();) {
+      int64_t c1 = c0 + 1;
+      while (c1 < split.files() && off[static_cast<std::size_t>(c1 + 1)] - off[static_cast<std::size_t>(c0)] <= block)
+        ++c1;
+      const at::Tensor frames = split.read_clips(c0, c1 - c0);
+      resident_frames_.narrow(0, off[static_cast<std::size_t>(c0)], frames.size(0)).copy_(frames);
+      c0 = c1;
     }
-    resident_label_ = segment_label_.to(device_);
   }
 }
 
@@ -160,67 +141,88 @@ BatchLoader::~BatchLoader() {
 }
 
 int64_t BatchLoader::batches_per_epoch() const {
-  const int64_t n = segments(), g = opts_.batch_size * world_;
+  const int64_t n = examples(), g = opts_.batch_size * world_;
   if (opts_.drop_last || n % g < world_) return n / g;
   return n / g + 1;
 }
 
 std::pair<int64_t, int64_t> BatchLoader::slice_of(int64_t batch) const {
-  const int64_t g = opts_.batch_size * world_, first = batch * g, n = std::min(g, segments() - first);
+  const int64_t g = opts_.batch_size * world_, first = batch * g, n = std::min(g, examples() - first);
   const int64_t begin = first + rank_ * n / world_, end = first + (rank_ + 1) * n / world_;
   return {begin, end - begin};
 }
 
 int64_t BatchLoader::resident_bytes() const {
-  return segments() * split_.info.n_mels * split_.info.n_frames * static_cast<int64_t>(sizeof(float));
+  return (split_.total_frames() + 1) * split_.info.n_mels * static_cast<int64_t>(sizeof(float));
+}
+
+std::vector<data::views::Example> BatchLoader::epoch_examples(int64_t epoch) const {
+  std::vector<data::views::Example> out = view_.examples(clip_frames_, seed_, epoch);
+  if (examples_count_ > 0 && static_cast<int64_t>(out.size()) != examples_count_)
+    throw Error("BatchLoader: the " + std::string(view_.name()) + " view gives epoch " + std::to_string(epoch) + " " +
+                std::to_string(out.size()) + " examples, epoch 0 " + std::to_string(examples_count_));
+  return out;
 }
 
 BatchLoader::Plan BatchLoader::plan(int64_t epoch) const {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(epoch))));
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   Plan p;
-  const int64_t n = segments();
+  p.examples = epoch_examples(epoch);
+  const auto n = static_cast<int64_t>(p.examples.size());
   if (!split_.streamed() || device_resident()) {
     p.order = at::randperm(n, gen, long_opts);
     p.bounds = {0, n};
     return p;
   }
-  const int64_t files = split_.files();
-  const int64_t blocks = (files + block_files_ - 1) / block_files_;
+  const auto blocks = static_cast<int64_t>(block_first_.size()) - 1;
   const at::Tensor block_perm = at::randperm(blocks, gen, long_opts);
   const int64_t* perm = block_perm.data_ptr<int64_t>();
-  const int64_t* g = segment_index_.data_ptr<int64_t>();
   p.order = at::empty({n}, long_opts);
-  int64_t* order = p.order.data_ptr<int64_t>();
   p.rows.resize(static_cast<size_t>(n));
-  std::vector<int64_t> positions, rows;
-  int64_t out = 0;
+  int64_t filled = 0;
   for (int64_t w0 = 0; w0 < blocks; w0 += window_blocks_) {
-    std::vector<int64_t> window(perm + w0, perm + std::min(w0 + window_blocks_, blocks));
-    positions.clear();
-    rows.clear();
-    int64_t file_offset = 0;
-    for (const int64_t b : window) {
-      const int64_t f0 = b * block_files_, f1 = std::min(files, f0 + block_files_);
-      for (int64_t q = file_position_[f0]; q < file_position_[f1]; ++q) {
-        positions.push_back(q);
-        rows.push_back((file_offset - f0) * segment_rows_ + g[q]);
-      }
-      file_offset += f1 - f0;
-    }
-    const auto size = static_cast<int64_t>(positions.size());
-    const at::Tensor shuffle = at::randperm(size, gen, long_opts);
-    const int64_t* sh = shuffle.data_ptr<int64_t>();
-    p.bounds.push_back(out);
-    for (int64_t i = 0; i < size; ++i) {
-      order[out + i] = positions[static_cast<size_t>(sh[i])];
-      p.rows[static_cast<size_t>(out + i)] = rows[static_cast<size_t>(sh[i])];
-    }
-    out += size;
-    p.blocks.push_back(std::move(window));
+    const std::vector<int64_t> window(perm + w0, perm + std::min(w0 + window_blocks_, blocks));
+    p.bounds.push_back(filled);
+    filled += plan_window(p, window, filled, gen);
+    p.blocks.push_back(window);
   }
   p.bounds.push_back(n);
   return p;
+}
+
+/// Writes the window of `window`'s blocks into `p` from position `begin` of its order: the examples of its clips,
+/// shuffled, with the row of each example's clip in the window's frames. Returns the window's number of examples.
+int64_t BatchLoader::plan_window(Plan& p, const std::vector<int64_t>& window, int64_t begin,
+                                 const at::Generator& gen) const {
+  const auto& off = split_.meta.frame_offset;
+  std::vector<int64_t> block_row(block_first_.size(), -1);
+  int64_t row = 0;
+  for (const int64_t b : window) {
+    block_row[static_cast<std::size_t>(b)] = row;
+    row += off[static_cast<std::size_t>(block_first_[static_cast<std::size_t>(b + 1)])] -
+           off[static_cast<std::size_t>(block_first_[static_cast<std::size_t>(b)])];
+  }
+  std::vector<int64_t> positions, rows;
+  for (const int64_t b : window) {
+    const int64_t c0 = block_first_[static_cast<std::size_t>(b)], c1 = block_first_[static_cast<std::size_t>(b + 1)];
+    const auto lo = std::lower_bound(p.examples.begin(), p.examples.end(), c0,
+                                     [](const data::views::Example& e, int64_t c) { return e.clip < c; });
+    for (auto it = lo; it != p.examples.end() && it->clip < c1; ++it) {
+      positions.push_back(it - p.examples.begin());
+      rows.push_back(block_row[static_cast<std::size_t>(b)] + off[static_cast<std::size_t>(it->clip)] -
+                     off[static_cast<std::size_t>(c0)]);
+    }
+  }
+  const auto size = static_cast<int64_t>(positions.size());
+  const at::Tensor shuffle = at::randperm(size, gen, at::TensorOptions().dtype(at::kLong));
+  const int64_t* sh = shuffle.data_ptr<int64_t>();
+  int64_t* order = p.order.data_ptr<int64_t>();
+  for (int64_t i = 0; i < size; ++i) {
+    order[begin + i] = positions[static_cast<size_t>(sh[i])];
+    p.rows[static_cast<size_t>(begin + i)] = rows[static_cast<size_t>(sh[i])];
+  }
+  return size;
 }
 
 at::Tensor BatchLoader::epoch_order(int64_t epoch) const { return plan(epoch).order; }
@@ -230,71 +232,95 @@ std::vector<int64_t> BatchLoader::window_bounds(int64_t epoch) const { return pl
 int64_t BatchLoader::global_size_of(int64_t batch, int64_t local) const {
   if (world_ == 1) return local;
   const int64_t g = opts_.batch_size * world_;
-  return std::min(g, segments() - batch * g);
+  return std::min(g, examples() - batch * g);
 }
 
-at::Tensor BatchLoader::positions_of(int64_t batch) const {
-  const auto [start, n] = slice_of(batch);
-  return order_.narrow(0, start, n);
+/// Frames batch positions [first, first + n) of the current plan are padded to: the example length, or the longest
+/// of those examples.
+int64_t BatchLoader::batch_length(int64_t first, int64_t n) const {
+  if (example_length_ > 0) return example_length_;
+  int64_t t = 1;
+  const int64_t* order = plan_.order.data_ptr<int64_t>();
+  for (int64_t i = first; i < first + n; ++i)
+    t = std::max(t, plan_.examples[static_cast<std::size_t>(order[i])].length);
+  return t;
 }
 
 at::Tensor BatchLoader::read_window(const std::vector<int64_t>& blocks) const {
-  int64_t files = 0;
-  for (const int64_t b : blocks) files += std::min(split_.files(), (b + 1) * block_files_) - b * block_files_;
-  const int64_t m = split_.info.n_mels, t = split_.info.n_frames;
-  at::Tensor mel = at::empty({files * segment_rows_, m, t}, at::kFloat);
-  float* dst = mel.data_ptr<float>();
+  const auto& off = split_.meta.frame_offset;
+  int64_t frames = 0;
+  for (const int64_t b : blocks)
+    frames += off[static_cast<std::size_t>(block_first_[static_cast<std::size_t>(b + 1)])] -
+              off[static_cast<std::size_t>(block_first_[static_cast<std::size_t>(b)])];
+  const int64_t m = split_.info.n_mels;
+  at::Tensor out = at::empty({frames, m}, at::kFloat);
+  float* dst = out.data_ptr<float>();
   for (const int64_t b : blocks) {
-    const int64_t f0 = b * block_files_, count = std::min(split_.files(), f0 + block_files_) - f0;
-    split_.reader->read(f0, count, dst);
-    split_.check_finite(f0, count, dst);
-    dst += count * segment_rows_ * m * t;
+    const int64_t c0 = block_first_[static_cast<std::size_t>(b)], c1 = block_first_[static_cast<std::size_t>(b + 1)];
+    split_.reader->read_clips(c0, c1 - c0, dst);
+    split_.check_finite(c0, c1 - c0, dst);
+    dst += (off[static_cast<std::size_t>(c1)] - off[static_cast<std::size_t>(c0)]) * m;
   }
-  return mel;
+  return out;
 }
 
-Batch BatchLoader::deliver(at::Tensor x, at::Tensor y, int64_t index) const {
+Batch BatchLoader::deliver(at::Tensor x, at::Tensor y, at::Tensor lengths, at::Tensor clip, int64_t index) const {
   Batch b;
   b.index = index;
   b.global_size = global_size_of(index, y.size(0));
   if (device_.is_cpu()) {
     b.x = std::move(x);
     b.y = std::move(y);
+    b.lengths = std::move(lengths);
+    b.clip = std::move(clip);
   } else {
     b.x = x.to(device_, /*non_blocking=*/true);
     b.y = y.to(device_, /*non_blocking=*/true);
+    b.lengths = lengths.to(device_, /*non_blocking=*/true);
+    b.clip = clip.to(device_, /*non_blocking=*/true);
   }
   return b;
 }
 
-Batch BatchLoader::gather(const at::Tensor& positions, int64_t index) const {
-  if (device_resident()) {
-    Batch b;
-    b.index = index;
-    b.global_size = global_size_of(index, positions.size(0));
-    const at::Tensor p = positions.to(device_);
-    b.x = resident_mel_.index_select(0, p);
-    b.y = resident_label_.index_select(0, p);
-    return b;
+Batch BatchLoader::gather(const at::Tensor& positions, int64_t index, int64_t epoch) const {
+  const std::vector<data::views::Example> all = epoch_examples(epoch);
+  const at::Tensor pos = positions.to(at::kLong).contiguous();
+  std::vector<data::views::Example> picked;
+  for (int64_t i = 0; i < pos.numel(); ++i) picked.push_back(all.at(static_cast<std::size_t>(pos.data_ptr<int64_t>()[i])));
+  ExampleBatch g = gather_examples(split_, picked, example_length_);
+  at::Tensor y = at::empty({pos.numel()}, at::kLong);
+  for (int64_t i = 0; i < pos.numel(); ++i)
+    y.data_ptr<int64_t>()[i] = label_[static_cast<std::size_t>(picked[static_cast<std::size_t>(i)].clip)];
+  return deliver(std::move(g.x), std::move(y), std::move(g.lengths), std::move(g.clip), index);
+}
+
+/// Batch `batch` of a device-resident split: the frame row of every position ([B, T], the pad row N for padding)
+/// built on the CPU, copied to the device, and the frames gathered there.
+Batch BatchLoader::gather_resident(int64_t batch) const {
+  const auto [first, n] = slice_of(batch);
+  const int64_t t = batch_length(first, n), pad_row = split_.total_frames();
+  at::Tensor index = at::empty({n, t}, at::kLong), y = at::empty({n}, at::kLong);
+  at::Tensor lengths = at::empty({n}, at::kLong), clip = at::empty({n}, at::kLong);
+  const int64_t* order = plan_.order.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& e = plan_.examples[static_cast<std::size_t>(order[first + i])];
+    const int64_t base = split_.meta.frame_offset[static_cast<std::size_t>(e.clip)];
+    const std::vector<int64_t> source = data::views::source_frames(e, t);
+    int64_t* row = index.data_ptr<int64_t>() + i * t;
+    for (int64_t k = 0; k < t; ++k) row[k] = source[static_cast<std::size_t>(k)] < 0 ? pad_row : base + source[static_cast<std::size_t>(k)];
+    y.data_ptr<int64_t>()[i] = label_[static_cast<std::size_t>(e.clip)];
+    lengths.data_ptr<int64_t>()[i] = e.real;
+    clip.data_ptr<int64_t>()[i] = e.clip;
   }
-  const at::Tensor flat = segment_index_.index_select(0, positions);
-  const auto host = at::TensorOptions().pinned_memory(device_.is_cuda());
-  at::Tensor x = at::empty({flat.size(0), split_.info.n_mels, split_.info.n_frames}, host.dtype(at::kFloat));
-  at::Tensor y = at::empty({flat.size(0)}, host.dtype(at::kLong));
-  if (!split_.streamed()) {
-    copy_rows(flat_mel_, flat, x);
-  } else {
-    std::map<int64_t, at::Tensor> files;
-    const int64_t* g = flat.data_ptr<int64_t>();
-    for (int64_t i = 0; i < flat.size(0); ++i) {
-      const int64_t f = g[i] / segment_rows_;
-      auto it = files.find(f);
-      if (it == files.end()) it = files.emplace(f, split_.read_files(f, 1).reshape({segment_rows_, x.size(1), x.size(2)})).first;
-      x[i].copy_(it->second[g[i] % segment_rows_]);
-    }
-  }
-  at::index_select_out(y, segment_label_, 0, positions);
-  return deliver(std::move(x), std::move(y), index);
+  Batch b;
+  b.index = batch;
+  b.global_size = global_size_of(batch, n);
+  const at::Tensor rows = index.to(device_, /*non_blocking=*/false).view({-1});
+  b.x = resident_frames_.index_select(0, rows).view({n, t, split_.info.n_mels}).transpose(1, 2).contiguous();
+  b.y = y.to(device_);
+  b.lengths = lengths.to(device_);
+  b.clip = clip.to(device_);
+  return b;
 }
 
 const at::Tensor& BatchLoader::window(int64_t id) {
@@ -306,7 +332,7 @@ const at::Tensor& BatchLoader::window(int64_t id) {
     windows_.push_back(std::move(next));
   }
   read_ahead(id);
-  return windows_.back().mel;
+  return windows_.back().frames;
 }
 
 void BatchLoader::read_ahead(int64_t id) {
@@ -328,22 +354,31 @@ void BatchLoader::read_ahead(int64_t id) {
 }
 
 Batch BatchLoader::gather_batch(int64_t batch) {
-  if (!split_.streamed() || device_resident()) return gather(positions_of(batch), batch);
+  if (device_resident()) return gather_resident(batch);
   const auto [first, n] = slice_of(batch);
+  const int64_t t = batch_length(first, n), m = split_.info.n_mels;
   const auto host = at::TensorOptions().pinned_memory(device_.is_cuda());
-  at::Tensor x = at::empty({n, split_.info.n_mels, split_.info.n_frames}, host.dtype(at::kFloat));
-  at::Tensor y = at::empty({n}, host.dtype(at::kLong));
-  for (int64_t pos = first; pos < first + n;) {
-    const auto it = std::upper_bound(plan_.bounds.begin(), plan_.bounds.end(), pos);
-    const auto id = static_cast<int64_t>(it - plan_.bounds.begin()) - 1;
-    const int64_t end = std::min(first + n, *it);
-    const at::Tensor rows = at::from_blob(plan_.rows.data() + pos, {end - pos}, at::kLong);
-    at::Tensor dst = x.narrow(0, pos - first, end - pos);
-    copy_rows(window(id), rows, dst);
-    pos = end;
+  at::Tensor x = at::empty({n, m, t}, host.dtype(at::kFloat));
+  at::Tensor y = at::empty({n}, host.dtype(at::kLong)), lengths = at::empty({n}, host.dtype(at::kLong));
+  at::Tensor clip = at::empty({n}, host.dtype(at::kLong));
+  const float pad = split_.pad_value();
+  const int64_t* order = plan_.order.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = first + i;
+    const auto& e = plan_.examples[static_cast<std::size_t>(order[pos])];
+    const float* src = nullptr;
+    if (!split_.streamed()) {
+      src = split_.frames.data_ptr<float>() + split_.meta.frame_offset[static_cast<std::size_t>(e.clip)] * m;
+    } else {
+      const auto it = std::upper_bound(plan_.bounds.begin(), plan_.bounds.end(), pos);
+      src = window(static_cast<int64_t>(it - plan_.bounds.begin()) - 1).data_ptr<float>() +
+            plan_.rows[static_cast<std::size_t>(pos)] * m;
+    }
+    lengths.data_ptr<int64_t>()[i] = data::views::gather_example(e, src, m, t, pad, x.data_ptr<float>() + i * m * t);
+    y.data_ptr<int64_t>()[i] = label_[static_cast<std::size_t>(e.clip)];
+    clip.data_ptr<int64_t>()[i] = e.clip;
   }
-  at::index_select_out(y, segment_label_, 0, order_.narrow(0, first, n));
-  return deliver(std::move(x), std::move(y), batch);
+  return deliver(std::move(x), std::move(y), std::move(lengths), std::move(clip), batch);
 }
 
 void BatchLoader::start_epoch(int64_t epoch) {
@@ -358,8 +393,6 @@ void BatchLoader::start_epoch(int64_t epoch) {
     plan_ = plan(epoch);
   }
   epoch_ = epoch;
-  order_ = plan_.order;
-  if (device_resident()) order_device_ = order_.to(device_);
   next_batch_ = 0;
   wait_seconds_ = 0;
   started_ = true;
@@ -442,10 +475,7 @@ std::optional<Batch> BatchLoader::next() {
   if (next_batch_ >= batches_per_epoch()) return std::nullopt;
   const double t0 = now_s();
   if (device_resident()) {
-    const auto [start, n] = slice_of(next_batch_);
-    const at::Tensor p = order_device_.narrow(0, start, n);
-    Batch b{resident_mel_.index_select(0, p), resident_label_.index_select(0, p), next_batch_,
-            global_size_of(next_batch_, n)};
+    Batch b = gather_resident(next_batch_);
     ++next_batch_;
     wait_seconds_ += now_s() - t0;
     return b;

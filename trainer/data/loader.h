@@ -176,8 +176,7 @@ class BatchLoader {
   };
 
   Plan plan(int64_t epoch) const;
-  void plan_window(Plan& p, const std::vector<int64_t>& window, std::vector<int64_t>& positions,
-                   std::vector<int64_t>& rows, const at::Generator& gen) const;
+  int64_t plan_window(Plan& p, const std::vector<int64_t>& window, int64_t begin, const at::Generator& gen) const;
   at::Tensor read_window(const std::vector<int64_t>& blocks) const;
   Batch gather_batch(int64_t batch);
   Batch gather_resident(int64_t batch) const;

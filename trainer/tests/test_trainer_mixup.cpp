@@ -150,6 +150,20 @@ TEST_CASE("mixed multi-label targets are lambda t + (1 - lambda) t[perm]", "[tra
     }
 }
 
+TEST_CASE("mixed lengths are the union of the two rows' real frames", "[trainer][mixup]") {
+  const int64_t b = GENERATE(1, 4, 9);
+  const int64_t shift = b > 1 ? GENERATE_COPY(range<int64_t>(1, b)) : 0;
+  CAPTURE(b, shift);
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < b; ++i) lengths.push_back(1 + (i * 7) % 13);
+  const std::vector<int64_t> perm = rotation(b, std::max<int64_t>(shift, 1) % std::max<int64_t>(b, 1));
+  const at::Tensor mixed = trainer::mix_lengths(at::tensor(lengths, at::kLong), fixed_draw(0.3f, perm));
+  REQUIRE(mixed.scalar_type() == at::kLong);
+  for (int64_t i = 0; i < b; ++i)
+    CHECK(mixed[i].item<int64_t>() == std::max(lengths[static_cast<std::size_t>(i)],
+                                               lengths[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])]));
+}
+
 TEST_CASE("draw_mixup is reproducible by seed, draws a permutation and Beta(alpha, alpha) weights",
           "[trainer][mixup]") {
   const double alpha = GENERATE(0.05, 0.4, 2.0);

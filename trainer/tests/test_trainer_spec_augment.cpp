@@ -191,6 +191,39 @@ TEST_CASE("spec_augment accepts [B, 1, M, T], other float types and widths beyon
   CHECK(full);
 }
 
+TEST_CASE("spec_augment with lengths masks real frames only, filled with the mean of the real cells",
+          "[trainer][augment]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+  const int64_t b = 300, m = 6, t = 12;
+  const at::Tensor x = torch::randn({b, m, t}, gen);
+  const at::Tensor lengths = torch::randint(1, t + 1, {b}, gen, torch::kLong);
+  const at::Tensor y = trainer::spec_augment(x, opts(2, 5, 1, 3), &gen, lengths);
+  int64_t masked_rows = 0, masked_cols = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t len = lengths[i].item<int64_t>();
+    CAPTURE(i, len);
+    CHECK(torch::equal(x[i].narrow(1, len, t - len), y[i].narrow(1, len, t - len)));
+    const Masked r = read_masks(x[i].narrow(1, 0, len), y[i].narrow(1, 0, len));
+    CHECK(r.consistent);
+    CHECK(r.col_runs <= 2);
+    CHECK(r.row_runs <= 1);
+    masked_rows += count(r.rows) > 0 && count(r.cols) < len;
+    masked_cols += count(r.cols) > 0;
+  }
+  CHECK(masked_rows > b / 4);
+  CHECK(masked_cols > b / 4);
+  CHECK_THROWS_AS(trainer::spec_augment(x, opts(1, 2, 0, 0), &gen, lengths.narrow(0, 0, 3)), InvalidArgument);
+}
+
+TEST_CASE("spec_augment with full lengths masks as without them", "[trainer][augment]") {
+  auto g1 = at::make_generator<at::CPUGeneratorImpl>(17);
+  auto g2 = at::make_generator<at::CPUGeneratorImpl>(17);
+  const at::Tensor x = torch::randn({8, 10, 14});
+  const at::Tensor full = torch::full({8}, 14, torch::kLong);
+  CHECK(torch::equal(trainer::spec_augment(x, opts(2, 4, 2, 3), &g1),
+                     trainer::spec_augment(x, opts(2, 4, 2, 3), &g2, full)));
+}
+
 TEST_CASE("spec_augment refuses negative options and other shapes", "[trainer][augment]") {
   CHECK_NOTHROW(SpecAugmentOptions{}.validate());
   CHECK_THROWS_AS(opts(-1, 0, 0, 0).validate(), InvalidArgument);

@@ -42,6 +42,7 @@ void validate_bench(const TrainConfig& config, const BenchOptions& opts) {
   check_model_task(config.model.model, config.train.task);
   config.optim.validate();
   config.loader.validate();
+  config.view.validate();
   config.augment.validate();
   config.eval.validate();
   config.train.validate();
@@ -84,11 +85,11 @@ nlohmann::json time_data_pipeline(BatchLoader& loader, const BenchOptions& opts,
           {"device_resident", loader.device_resident()}};
 }
 
-/// The model of `config` for `dataset`, normalised by its training split's statistics, on `device` (channels-last
+/// The model of `config` for `dataset` (its examples of `info`'s n_frames), normalised by its training split's statistics, on `device` (channels-last
 /// with --channels-last on CUDA).
-std::shared_ptr<Classifier> make_bench_model(const TrainConfig& config, const Dataset& dataset,
+std::shared_ptr<Classifier> make_bench_model(const TrainConfig& config, const Dataset& dataset, const MelInfo& info,
                                              const at::Device& device) {
-  std::shared_ptr<Classifier> model = make_model(config.model, dataset.info, dataset.num_classes());
+  std::shared_ptr<Classifier> model = make_model(config.model, info, dataset.num_classes());
   const auto [mean, stddev] = input_statistics(dataset.train);
   model->set_input_normalization(mean, stddev);
   model->to(device);
@@ -117,12 +118,12 @@ nlohmann::json time_train_step(Classifier& model, BatchLoader& loader, const Tra
       watch.reset();
     }
     at::Tensor x = batch.x;
-    if (config.augment.enabled()) x = spec_augment(x, config.augment);
+    if (config.augment.enabled()) x = spec_augment(x, config.augment, nullptr, batch.lengths);
     if (config.train.channels_last && device.is_cuda()) x = x.unsqueeze(1).contiguous(at::MemoryFormat::ChannelsLast);
     at::Tensor loss;
     {
       AutocastGuard ac(device.type(), autocast);
-      const ModelOutput out = model.forward(x);
+      const ModelOutput out = model.forward(x, batch.lengths);
       loss = config.train.verification()
                  ? aam_softmax_loss(out.logits, batch.y, config.train.margin, config.train.scale)
                  : combined_loss(out, batch.y, positive, config.train.bce_weight, pos_weight);
@@ -157,12 +158,12 @@ nlohmann::json time_evaluation(Classifier& model, const Split& val, const TrainC
     Stopwatch watch;
     embed_split(model, val, config.eval.batch_size, device, autocast);
     const double s = watch.seconds();
-    const double segments = static_cast<double>(val.valid_segments());
+    const auto files = static_cast<double>(val.files());
     return {{"files", val.files()},
-            {"segments", val.valid_segments()},
+            {"segments", val.files()},
             {"seconds", s},
-            {"files_per_s", s > 0 ? static_cast<double>(val.files()) / s : 0.0},
-            {"segments_per_s", s > 0 ? segments / s : 0.0},
+            {"files_per_s", s > 0 ? files / s : 0.0},
+            {"segments_per_s", s > 0 ? files / s : 0.0},
             {"batch_size", config.eval.batch_size}};
   }
   evaluate(model, val, positive, config.train.bce_weight, config.eval, device, autocast);
@@ -192,8 +193,9 @@ void print_bench(const nlohmann::json& result, const TrainConfig& config, std::o
 
 }  // namespace
 
-nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, std::ostream& out,
+nlohmann::json run_bench(const TrainConfig& bench_config, const BenchOptions& opts, std::ostream& out,
                          std::ostream& log_stream) {
+  TrainConfig config = bench_config;
   validate_bench(config, opts);
   if (config.train.multilabel())
     throw InvalidArgument("bench times the --task multiclass and verification steps; --task multilabel is not "
@@ -204,16 +206,19 @@ nlohmann::json run_bench(const TrainConfig& config, const BenchOptions& opts, st
     throw InvalidArgument("--amp fp16 needs a CUDA device (use bf16 on the CPU)");
   config.runtime.apply_threads();
   configure_cuda(device.is_cuda());
-  const Dataset meta = load_dataset(config.data.data, /*load_mel=*/false);
+  const Dataset meta = load_dataset(config.data.data, /*load_frames=*/false);
   meta.require_files("train");
   meta.require_files("val");
   const auto [positive, positive_name] = config.train.verification()
                                              ? std::pair<int64_t, std::string>{-1, "none"}
                                              : pick_positive_class(meta, config.train.positive_class, log);
+  const TrainingView view = training_view(config, meta.train);
+  config.eval.view = view.options;
   Dataset d = load_dataset(config.data.data, config.data.stream);
-  BatchLoader loader(d.train, config.loader, config.model.seed, device);
+  const std::unique_ptr<data::views::View> train_view = split_view(d.train, view.options, /*evaluation=*/false);
+  BatchLoader loader(d.train, *train_view, view.model_info.n_frames, config.loader, config.model.seed, device);
   nlohmann::json data_json = time_data_pipeline(loader, opts, device, config.loader.prefetch);
-  std::shared_ptr<Classifier> model = make_bench_model(config, d, device);
+  std::shared_ptr<Classifier> model = make_bench_model(config, d, view.model_info, device);
   nlohmann::json step_json = time_train_step(*model, loader, config, opts, device, positive);
   nlohmann::json eval_json = time_evaluation(*model, d.val, config, device, positive);
   nlohmann::json result = {{"device", device.str()},

@@ -88,6 +88,35 @@ SpecAugmentOptions augment_from_json(const nlohmann::json& j) {
   return o;
 }
 
+nlohmann::json view_to_json(const data::views::ViewOptions& o, bool resolved) {
+  return {{"view", o.view},
+          {"tile_seconds", o.tile_seconds},
+          {"tile_hop", o.tile_hop},
+          {"min_real", o.min_real},
+          {"crop_seconds", o.crop_seconds},
+          {"short_clips", data::views::to_string(o.short_clips)},
+          {"clip_batch_seconds", o.clip_batch_seconds},
+          {"resolved", resolved}};
+}
+
+data::views::ViewOptions view_from_json(const nlohmann::json& j) {
+  data::views::ViewOptions o;
+  read_field(j, "view", o.view, "view");
+  read_field(j, "tile_seconds", o.tile_seconds, "view");
+  read_field(j, "tile_hop", o.tile_hop, "view");
+  read_field(j, "min_real", o.min_real, "view");
+  read_field(j, "crop_seconds", o.crop_seconds, "view");
+  std::string short_clips = data::views::to_string(o.short_clips);
+  read_field(j, "short_clips", short_clips, "view");
+  try {
+    o.short_clips = data::views::parse_short_clips(short_clips);
+  } catch (const InvalidArgument& e) {
+    throw FormatError(std::string("view options: field 'short_clips': ") + e.what());
+  }
+  read_field(j, "clip_batch_seconds", o.clip_batch_seconds, "view");
+  return o;
+}
+
 MixupOptions mixup_from_json(const nlohmann::json& j) {
   MixupOptions o;
   read_field(j, "mixup", o.alpha, "augment");
@@ -247,6 +276,10 @@ void TrainConfig::validate() const {
   model.validate();
   optim.validate();
   loader.validate();
+  view.validate();
+  if (view.view == "clips")
+    throw InvalidArgument("--view clips gives whole clips of every length; a model trains on examples of one length: "
+                          "--view tiles (--tile-seconds) or crops (--crop-seconds)");
   augment.validate();
   mixup.validate();
   eval.validate();
@@ -283,6 +316,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"model", trainer::to_json(model)},
           {"optim", optim_to_json(optim)},
           {"loader", loader.to_json()},
+          {"view", view_to_json(view, view_resolved)},
           {"augment", augment_to_json(augment, mixup)},
           {"eval", eval_to_json(eval)},
           {"verify", verify.to_json()},
@@ -298,6 +332,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   c.model = model_options_from_json(group("model"));
   c.optim = optim_from_json(group("optim"));
   c.loader = LoaderOptions::from_json(group("loader"));
+  c.view = view_from_json(group("view"));
+  read_field(group("view"), "resolved", c.view_resolved, "view");
   c.augment = augment_from_json(group("augment"));
   c.mixup = mixup_from_json(group("augment"));
   c.eval = eval_from_json(group("eval"));
@@ -312,6 +348,7 @@ void add_options(po::options_description& desc, TrainConfig& c) {
   add_options(desc, c.model);
   add_options(desc, c.optim);
   add_options(desc, c.loader);
+  data::views::add_options(desc, c.view);
   add_options(desc, c.augment);
   add_options(desc, c.mixup);
   desc.add_options()("eval-batch-size", po::value(&c.eval.batch_size)->default_value(c.eval.batch_size)->value_name("N"),

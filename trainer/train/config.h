@@ -16,6 +16,7 @@
 #include "train/monitor.h"
 #include "train/optim.h"
 #include "train/spec_augment.h"
+#include "views/view_options.h"
 
 namespace boost::program_options {
 class options_description;
@@ -113,6 +114,12 @@ struct TrainConfig {
   OptimOptions optim;
   /// Batches of the training split.
   LoaderOptions loader;
+  /// The view the training split is read through (--view tiles|crops and their lengths; clips is refused: a model
+  /// trains on examples of one length). Left unset, resolve_view_options (data/dataset.h) fills it from the dataset
+  /// and the model when the run starts: tiles of the file's short_seconds, or crops of 2 s for the speaker models.
+  data::views::ViewOptions view;
+  /// Whether `view` was resolved for the dataset (a saved configuration's is; a fresh command line's is not).
+  bool view_resolved = false;
   /// SpecAugment masks of the training batches.
   SpecAugmentOptions augment;
   /// mixup of the training batches (after SpecAugment); recorded in the "augment" group as "mixup".
@@ -138,7 +145,8 @@ struct TrainConfig {
   /// Also the device check's test hook: MELFORGE_DEVICE_CHECK_FAULT must be a number >= 0 (device_check_fault), and
   /// is refused with --no-device-check, which would ignore it.
   void validate() const;
-  /// {"data", "model", "optim", "loader", "augment" (with "mixup"), "eval", "train"}: what the run folder's config.json and the
+  /// {"data", "model", "optim", "loader", "view" (with "resolved"), "augment" (with "mixup"), "eval", "train"}: what
+  /// the run folder's config.json and the
   /// checkpoints record (the runtime group is not part of it: it does not change the result on the CPU).
   nlohmann::json to_json() const;
   /// The inverse of to_json() (runtime left at its defaults). Throws FormatError on a malformed document.

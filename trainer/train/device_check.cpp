@@ -205,8 +205,8 @@ std::shared_ptr<Classifier> cpu_copy(Classifier& model) {
   return copy;
 }
 
-DeviceCheckResult run_device_check(Classifier& model, const at::Tensor& x, at::ScalarType autocast,
-                                   const CheckLoss& loss, std::optional<double> fault) {
+DeviceCheckResult run_device_check(Classifier& model, const at::Tensor& x, const at::Tensor& lengths,
+                                   at::ScalarType autocast, const CheckLoss& loss, std::optional<double> fault) {
   DeviceCheckResult r;
   r.device = x.device().str();
   r.precision = check_precision(x.device(), autocast);
@@ -218,14 +218,15 @@ DeviceCheckResult run_device_check(Classifier& model, const at::Tensor& x, at::S
   {
     const device_check_detail::EvalModeGuard eval(model);
     const AutocastGuard autocast_scope(x.device().type(), autocast);
-    dev = model.forward(x);
+    dev = model.forward(x, lengths);
     if (fault) dev = device_check_detail::perturbed(std::move(dev), *fault);
     dev_loss = loss(dev);
   }
   const Stopwatch watch;
   const std::shared_ptr<Classifier> reference = cpu_copy(model);
   reference->eval();
-  const ModelOutput cpu = reference->forward(x.to(at::kCPU).contiguous());
+  const ModelOutput cpu = reference->forward(x.to(at::kCPU).contiguous(),
+                                             lengths.defined() ? lengths.to(at::kCPU) : lengths);
   const at::Tensor cpu_loss = loss(cpu);
   r.cpu_seconds = watch.seconds();
   device_check_detail::compare(r, dev, dev_loss, cpu, cpu_loss);

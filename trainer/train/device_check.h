@@ -102,7 +102,7 @@ std::shared_ptr<Classifier> cpu_copy(Classifier& model);
 /// `autocast` on x's device (outputs multiplied by 1 + *fault when `fault` is set), and cpu_copy(model) in eval mode
 /// in float32 on the CPU, each followed by `loss`; then compares them (result `passed` or `failed`). The model's
 /// parameters, buffers and training mode are left as they were. Throws what the forward passes or `loss` throw.
-DeviceCheckResult run_device_check(Classifier& model, const at::Tensor& x, at::ScalarType autocast,
-                                   const CheckLoss& loss, std::optional<double> fault);
+DeviceCheckResult run_device_check(Classifier& model, const at::Tensor& x, const at::Tensor& lengths,
+                                   at::ScalarType autocast, const CheckLoss& loss, std::optional<double> fault);
 
 }  // namespace melforge::trainer

@@ -45,7 +45,7 @@ GraphStep::~GraphStep() = default;
 void GraphStep::body() {
   {
     AutocastGuard autocast(setup_.device.type(), setup_.autocast);
-    out_ = model_.forward(x_);
+    out_ = model_.forward(x_, lengths_);
     loss_ = loss_fn_(out_, y_);
   }
   loss_.backward();
@@ -75,15 +75,18 @@ void GraphStep::capture() {
 #endif
 }
 
-ModelOutput GraphStep::step(const at::Tensor& x, const at::Tensor& y, double lr, at::Tensor& loss) {
+ModelOutput GraphStep::step(const at::Tensor& x, const at::Tensor& lengths, const at::Tensor& y, double lr,
+                             at::Tensor& loss) {
 #ifdef MELFORGE_TRAINER_HAVE_CUDA
   constexpr int64_t kWarmupSteps = 3;
   if (!x_.defined()) {
     x_ = at::empty_like(x);
+    lengths_ = at::empty_like(lengths);
     y_ = at::empty_like(y);
     lr_ = at::full({}, lr, at::TensorOptions().dtype(at::kFloat).device(setup_.device));
   }
   x_.copy_(x, /*non_blocking=*/true);
+  lengths_.copy_(lengths, /*non_blocking=*/true);
   y_.copy_(y, /*non_blocking=*/true);
   lr_.fill_(lr);
   if (!captured_ && warmup_done_ < kWarmupSteps) {
@@ -103,6 +106,7 @@ ModelOutput GraphStep::step(const at::Tensor& x, const at::Tensor& y, double lr,
   return out_;
 #else
   (void)x;
+  (void)lengths;
   (void)y;
   (void)lr;
   (void)loss;

@@ -32,13 +32,13 @@ class GraphStep {
   GraphStep(const GraphStep&) = delete;
   GraphStep& operator=(const GraphStep&) = delete;
 
-  /// One training step on the batch `x` [B, n_mels, n_frames] (or channels-last [B, 1, n_mels, n_frames]) with
-  /// labels `y` [B] at learning rate `lr`: the first steps run eagerly on a side stream (warmup), the next one is
-  /// captured, the rest replay the capture. The batch is copied into the static input buffers (every batch must
-  /// have the first one's shape); gradients stay allocated between replays. Returns the model's output and sets
+  /// One training step on the batch `x` [B, n_mels, T] (or channels-last [B, 1, n_mels, T]) of real frames
+  /// `lengths` (int64 [B]) with labels `y` [B] at learning rate `lr`: the first steps run eagerly on a side stream
+  /// (warmup), the next one is captured, the rest replay the capture. The batch is copied into the static input
+  /// buffers (every batch must have the first one's shape); gradients stay allocated between replays. Returns the model's output and sets
   /// `loss` (a scalar): the static output buffers, overwritten by the next step. Throws Error when this build has
   /// no CUDA.
-  ModelOutput step(const at::Tensor& x, const at::Tensor& y, double lr, at::Tensor& loss);
+  ModelOutput step(const at::Tensor& x, const at::Tensor& lengths, const at::Tensor& y, double lr, at::Tensor& loss);
 
  private:
   struct Captured;
@@ -54,7 +54,7 @@ class GraphStep {
   StepLoss loss_fn_;
   double clip_norm_;
   const Logger& log_;
-  at::Tensor x_, y_, lr_, loss_;
+  at::Tensor x_, lengths_, y_, lr_, loss_;
   ModelOutput out_;
   int64_t warmup_done_ = 0;
   std::unique_ptr<Captured> captured_;

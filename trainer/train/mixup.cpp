@@ -3,6 +3,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_sample_dirichlet.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/maximum.h>
 #include <ATen/ops/randperm.h>
 
 #include <boost/program_options.hpp>
@@ -47,6 +48,10 @@ at::Tensor mix_batch(const at::Tensor& x, const MixupDraw& draw) {
 
 at::Tensor mix_losses(const at::Tensor& own, const at::Tensor& partner, const MixupDraw& draw) {
   return own * draw.lambda + partner * (1 - draw.lambda);
+}
+
+at::Tensor mix_lengths(const at::Tensor& lengths, const MixupDraw& draw) {
+  return at::maximum(lengths, lengths.index_select(0, draw.perm.to(lengths.device())));
 }
 
 at::Tensor mix_targets(const at::Tensor& targets, const MixupDraw& draw) {

@@ -49,6 +49,10 @@ at::Tensor mix_batch(const at::Tensor& x, const MixupDraw& draw);
 /// (`partner`, i.e. labels[perm]): lambda * own + (1 - lambda) * partner, float32 scalars.
 at::Tensor mix_losses(const at::Tensor& own, const at::Tensor& partner, const MixupDraw& draw);
 
+/// Real frames of the mixed rows: max(lengths, lengths[perm]), int64 [B] (the union: a mixed row is real wherever
+/// either of its two rows is; there the shorter row contributes its padding, the silence value).
+at::Tensor mix_lengths(const at::Tensor& lengths, const MixupDraw& draw);
+
 /// Mixed multi-label targets: lambda * t + (1 - lambda) * t[perm], float32 [B, C] for `targets` [B, C].
 at::Tensor mix_targets(const at::Tensor& targets, const MixupDraw& draw);
 

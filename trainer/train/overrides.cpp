@@ -72,7 +72,7 @@ std::string flag_of_field(const std::string& pointer) {
   static const std::map<std::string, std::string> kSpecial = {
       {"/data", "data"},          {"/stream/stream", "stream"},           {"/stream/h5_cache", "h5-cache"},
       {"/model/model", "model"},  {"/optim/adamw_impl", "adamw"},         {"/eval/batch_size", "eval-batch-size"},
-      {"/eval/split", ""},        {"/augment/mixup", "mixup"}};
+      {"/eval/split", ""},        {"/augment/mixup", "mixup"},            {"/view/resolved", ""}};
   if (const auto it = kSpecial.find(pointer); it != kSpecial.end()) return it->second;
   const std::size_t second = pointer.find('/', 1);
   const std::string group = pointer.substr(1, second == std::string::npos ? std::string::npos : second - 1);

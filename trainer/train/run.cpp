@@ -103,16 +103,32 @@ void Run::check_dataset() {
   const Dataset meta = load_dataset(cfg_.data.data, /*load_mel=*/false);
   for (const auto& name : kSplitNames) meta.require_files(name);
   check_task(meta);
+  resolve_view(meta);
   if (multilabel_ || verification_)
     std::tie(s_.positive_index, s_.positive_name) = std::pair<int64_t, std::string>{-1, "none"};
   else std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
-  check_training_memory(cfg_, meta.info, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
+  check_training_memory(cfg_, model_info_, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
   if (!resume_from_ && !cfg_.train.init_from.empty()) check_init_weights(meta);
   if (!resume_from_) return;
   check_checkpoint_fits(*resume_from_, meta.info, meta.class_names, resume_checkpoint(cfg_.train.resume).string(),
                         cfg_.data.data.string());
   if (resume_from_->positive_index != s_.positive_index)
     throw FormatError("--resume: the checkpoint's positive class is '" + resume_from_->positive_class + "'");
+}
+
+void Run::resolve_view(const Dataset& meta) {
+  TrainingView view = training_view(cfg_, meta.train);
+  cfg_.view = view.options;
+  cfg_.view_resolved = true;
+  cfg_.eval.view = view.options;
+  model_info_ = view.model_info;
+  if (meta.train.meta.schema_version < 3)
+    log_.info(fmt("%s is a schema-%lld dataset: read as tiles of its stored short segments (%lld frames)",
+                  cfg_.data.data.string().c_str(), static_cast<long long>(meta.train.meta.schema_version),
+                  static_cast<long long>(model_info_.n_frames)));
+  else
+    log_.info(fmt("training view: %s of %lld frames", cfg_.view.view.c_str(),
+                  static_cast<long long>(model_info_.n_frames)));
 }
 
 void Run::prepare_run_dir() {
@@ -136,21 +152,25 @@ void Run::load_data() {
   if (data_.train.streamed())
     log_.info(fmt("streaming the spectrograms from the HDF5 files (chunk cache %lld MiB per split, shuffle windows "
                   "of %g MiB)", static_cast<long long>(cfg_.data.stream.h5_cache), cfg_.loader.stream_window));
-  log_.info(fmt("data %s: %lld/%lld/%lld files, %lld train segments, %lld classes; device %s",
+  log_.info(fmt("data %s: %lld/%lld/%lld clips, %lld train frames, %lld classes; device %s",
                 cfg_.data.data.string().c_str(), static_cast<long long>(data_.train.files()),
                 static_cast<long long>(data_.val.files()), static_cast<long long>(data_.test.files()),
-                static_cast<long long>(data_.train.valid_segments()), static_cast<long long>(data_.num_classes()),
+                static_cast<long long>(data_.train.total_frames()), static_cast<long long>(data_.num_classes()),
                 s_.device.str().c_str()));
 }
 
 void Run::make_loader() {
   LoaderOptions loader_opts = cfg_.loader;
   if (cfg_.train.cuda_graph && s_.device.is_cuda()) loader_opts.drop_last = true;
-  loader_ = std::make_unique<BatchLoader>(loader_split(), loader_opts, cfg_.model.seed, s_.device, rank_, world_);
+  view_ = split_view(data_.train, cfg_.view, /*evaluation=*/false);
+  loader_ = std::make_unique<BatchLoader>(loader_split(), *view_, model_info_.n_frames, loader_opts, cfg_.model.seed,
+                                          s_.device, rank_, world_);
   if (loader_->batches_per_epoch() == 0)
-    throw InvalidArgument(fmt("--batch-size %lld with --drop-last leaves no batch: train has %lld segments",
+    throw InvalidArgument(fmt("--batch-size %lld with --drop-last leaves no batch: train has %lld examples",
                               static_cast<long long>(cfg_.loader.batch_size),
-                              static_cast<long long>(loader_->segments())));
+                              static_cast<long long>(loader_->examples())));
+  log_.info(fmt("train: %lld examples an epoch (%s view)", static_cast<long long>(loader_->examples()),
+                std::string(view_->name()).c_str()));
   if (loader_->device_resident())
     log_.info(fmt("train split resident on %s (%.1f MiB)", s_.device.str().c_str(),
                   static_cast<double>(loader_->resident_bytes()) / (1 << 20)));
@@ -160,11 +180,14 @@ void Run::resolve_pos_weight() {
   if (s_.positive_index < 0) {
     s_.pos_weight = 1.0;
   } else if (cfg_.train.pos_weight == "auto") {
-    const at::Tensor nvl = data_.train.num_valid_long;
-    const double pos = data_.train.label.eq(s_.positive_index).to(at::kLong).mul(nvl).sum().item<double>();
-    const double all = nvl.sum().item<double>();
+    const at::Tensor label = data_.train.label.to(at::kLong).contiguous();
+    double pos = 0, all = 0;
+    for (const auto& e : loader_->epoch_examples(0)) {
+      pos += label.data_ptr<int64_t>()[e.clip] == s_.positive_index ? 1 : 0;
+      all += 1;
+    }
     s_.pos_weight = pos > 0 ? (all - pos) / pos : 1.0;
-    if (pos == 0) log_.warn("no training segment of the positive class '" + s_.positive_name + "': pos_weight 1");
+    if (pos == 0) log_.warn("no training example of the positive class '" + s_.positive_name + "': pos_weight 1");
   } else {
     s_.pos_weight = std::stod(cfg_.train.pos_weight);
   }
@@ -172,7 +195,7 @@ void Run::resolve_pos_weight() {
 }
 
 void Run::set_up_model() {
-  model_ = make_model(cfg_.model, data_.info, data_.num_classes());
+  model_ = make_model(cfg_.model, model_info_, data_.num_classes());
   std::tie(input_mean_, input_std_) = input_statistics(data_.train);
   model_->set_input_normalization(input_mean_, input_std_);
   model_->to(s_.device);

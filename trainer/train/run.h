@@ -66,16 +66,21 @@ class Run {
   /// Validates the configuration, joins the data-parallel job when there is one, resolves --resume and picks the
   /// device, autocast dtype and threads.
   void set_up_job();
-  /// Picks the positive class from the dataset's metadata and checks that a resumed checkpoint fits the dataset.
+  /// Picks the positive class from the dataset's metadata, resolves and checks the training view (resolve_view) and
+  /// checks that a resumed checkpoint fits the dataset.
   void check_dataset();
+  /// Resolves the --view options left unset for the dataset and the model (resolve_view_options) and checks them
+  /// against the training split (split_view, example_frames) before any frame is read; sets model_info_.
+  void resolve_view(const Dataset& meta);
   /// Rank 0: truncates metrics.jsonl to the resumed epoch, or clears the run files with --overwrite; creates
   /// RUN/checkpoints.
   void prepare_run_dir();
   /// Reads the dataset (RAM or streamed) and logs what it holds.
   void load_data();
-  /// The training split's loader (drop-last with --cuda-graph on CUDA); InvalidArgument when it gives no batch.
+  /// The training split's view and loader (drop-last with --cuda-graph on CUDA); InvalidArgument when it gives no
+  /// batch.
   void make_loader();
-  /// --pos-weight: the number given, or negatives / positives among the valid training segments.
+  /// --pos-weight: the number given, or negatives / positives among the training examples of the first epoch.
   void resolve_pos_weight();
   /// Builds model, optimizer, schedule, scaler (and the CUDA Graph step), seeds the ranks > 0, restores a resumed
   /// checkpoint and broadcasts rank 0's model to the job.
@@ -220,6 +225,10 @@ class Run {
   /// --init-from's weights, from check_init_weights until apply_init_weights.
   std::optional<InitWeights> init_;
   Dataset data_;
+  /// The dataset's parameters with n_frames the training view's example length: what the model is built for.
+  MelInfo model_info_;
+  /// The view the training split is read through (made by make_loader; the loader keeps a reference).
+  std::unique_ptr<data::views::View> view_;
   StepSetup s_;
   std::shared_ptr<Classifier> model_;
   std::vector<at::Tensor> params_;

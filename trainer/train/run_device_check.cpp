@@ -32,7 +32,7 @@ void Run::check_device(const Batch& batch) {
   at::Tensor x = batch.x;
   if (cfg_.train.channels_last && s_.device.is_cuda()) x = x.unsqueeze(1).contiguous(at::MemoryFormat::ChannelsLast);
   DeviceCheckResult r = run_device_check(
-      *model_, x, s_.autocast, [&](const ModelOutput& out) { return training_loss(out, batch); }, check_fault_);
+      *model_, x, batch.lengths, s_.autocast, [&](const ModelOutput& out) { return training_loss(out, batch); }, check_fault_);
   const std::string line = (world_ > 1 ? fmt("rank %d: ", rank_) : std::string()) + r.summary();
   const bool passed = r.passed();
   record_device_check(std::move(r));

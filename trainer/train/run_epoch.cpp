@@ -107,18 +107,19 @@ Run::EpochTraining Run::train_epoch(int64_t epoch) {
 }
 
 ModelOutput Run::forward_backward(const Batch& batch, bool last_micro, double& lr, at::Tensor& loss) {
-  at::Tensor x = batch.x;
-  if (cfg_.augment.enabled()) x = spec_augment(x, cfg_.augment);
+  at::Tensor x = batch.x, lengths = batch.lengths;
+  if (cfg_.augment.enabled()) x = spec_augment(x, cfg_.augment, nullptr, lengths);
   std::optional<MixupDraw> mix;
   if (cfg_.mixup.enabled()) {
     mix = draw_mixup(x.size(0), cfg_.mixup.alpha, x.device());
     x = mix_batch(x, *mix);
+    lengths = mix_lengths(lengths, *mix);
   }
   if (cfg_.train.channels_last && s_.device.is_cuda()) x = x.unsqueeze(1).contiguous(at::MemoryFormat::ChannelsLast);
   if (graph_) {
     TraceRange range("graph step");
     lr = schedule_->lr(step_);
-    ModelOutput out = graph_->step(x, batch.y, lr, loss);
+    ModelOutput out = graph_->step(x, lengths, batch.y, lr, loss);
     ++step_;
     return out;
   }
@@ -126,7 +127,7 @@ ModelOutput Run::forward_backward(const Batch& batch, bool last_micro, double& l
   {
     TraceRange range("forward");
     AutocastGuard autocast(s_.device.type(), s_.autocast);
-    out = model_->forward(x);
+    out = model_->forward(x, lengths);
     loss = training_loss(out, batch, mix ? &*mix : nullptr);
   }
   TraceRange range("backward");

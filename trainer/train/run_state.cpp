@@ -90,7 +90,7 @@ void Run::check_init_weights(const Dataset& meta) {
   const std::string what = "--init-from '" + cfg_.train.init_from.string() + "'";
   init_ = load_init_weights(cfg_.train.init_from);
   const bool reset = cfg_.train.reset_heads;
-  const nlohmann::json mine = make_model(cfg_.model, meta.info, meta.num_classes())->config_json();
+  const nlohmann::json mine = make_model(cfg_.model, model_info_, meta.num_classes())->config_json();
   if (const std::string diff = model_config_difference(init_->model_config, mine); !diff.empty())
     throw InvalidArgument(what + ": its model differs from this run's: " + diff +
                           "; give the same --model, --hidden, --rnn and --rnn-hidden and a dataset of the same mel "

@@ -59,20 +59,31 @@ std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std:
 
 std::pair<double, double> input_statistics(const Split& split) {
   double sum = 0, sum_sq = 0, count = 0;
-  const at::Tensor nvl = split.num_valid_long.to(at::kLong).contiguous();
-  const int64_t block = std::max<int64_t>(split.files_per_chunk(), split.streamed() ? 1 : split.files());
-  for (int64_t f0 = 0; f0 < split.files(); f0 += block) {
-    const at::Tensor files = split.read_files(f0, std::min(block, split.files() - f0));
-    for (int64_t i = 0; i < files.size(0); ++i) {
-      const at::Tensor v = files[i].narrow(0, 0, nvl.data_ptr<int64_t>()[f0 + i]).to(at::kDouble);
-      sum += v.sum().item<double>();
-      sum_sq += v.square().sum().item<double>();
-      count += static_cast<double>(v.numel());
-    }
+  const int64_t block_frames = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * std::max<int64_t>(split.info.n_mels, 1)));
+  const auto& off = split.meta.frame_offset;
+  for (int64_t c0 = 0; c0 < split.files();) {
+    int64_t c1 = c0 + 1;
+    while (c1 < split.files() && off[static_cast<std::size_t>(c1 + 1)] - off[static_cast<std::size_t>(c0)] <= block_frames)
+      ++c1;
+    const at::Tensor v = split.read_clips(c0, c1 - c0).to(at::kDouble);
+    sum += v.sum().item<double>();
+    sum_sq += v.square().sum().item<double>();
+    count += static_cast<double>(v.numel());
+    c0 = c1;
   }
   const double mean = count > 0 ? sum / count : 0.0;
   const double var = count > 0 ? std::max(0.0, sum_sq / count - mean * mean) : 1.0;
   return {mean, var > 0 ? std::sqrt(var) : 1.0};
+}
+
+TrainingView training_view(const TrainConfig& config, const Split& train) {
+  TrainingView v;
+  v.options = config.view_resolved ? config.view
+                                   : resolve_view_options(config.view, train, config.model.model, config.given);
+  split_view(train, v.options, /*evaluation=*/false);
+  v.model_info = train.info;
+  v.model_info.n_frames = example_frames(v.options, train);
+  return v;
 }
 
 double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda) {

@@ -11,13 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "reader/mel_info.h"
+#include "views/view_options.h"
+
 namespace torch::nn {
 class Module;
 }
-
-namespace melforge::data {
-struct MelInfo;
-}  // namespace melforge::data
 
 namespace melforge::trainer {
 
@@ -63,9 +62,23 @@ inline constexpr const char* kNoPositiveClass = "none";
 std::pair<int64_t, std::string> pick_positive_class(const Dataset& dataset, const std::string& name,
                                                     const Logger& log);
 
-/// {mean, standard deviation} of every value of the valid long segments of `split` (summed in double; standard
-/// deviation 1 for an empty or constant split).
+/// {mean, standard deviation} of every value of every frame of `split` (the real frames only: schema 3 stores real
+/// frames alone, and a schema-1/2 split's clips are its valid segments), summed in double; standard deviation 1 for
+/// an empty or constant split. Reads a streamed split a block of clips at a time.
 std::pair<double, double> input_statistics(const Split& split);
+
+/// What a training run reads its training split through.
+struct TrainingView {
+  /// The --view options, resolved for the split and the model (resolve_view_options) unless the configuration was
+  /// already resolved (TrainConfig::view_resolved).
+  data::views::ViewOptions options;
+  /// The split's parameters with n_frames the view's example length (example_frames): what the model is built for.
+  MelInfo model_info;
+};
+
+/// The training view of `config` for the training split `train` (metadata suffices), checked before any frame is
+/// read (split_view refuses a view the split's schema cannot give). Throws InvalidArgument naming the flag.
+TrainingView training_view(const TrainConfig& config, const Split& train);
 
 /// Bytes of host memory training the model of `config` needs at the least: on the CPU 16 bytes a parameter (weights,
 /// gradients and AdamW's two moments) plus the activations of the larger of a training batch (kept for backward and

@@ -2,6 +2,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/where.h>
@@ -20,14 +21,18 @@ namespace melforge::trainer {
 
 namespace {
 
-/// [B, size] bool: true inside any of `count` bands per row, widths uniform in [0, min(width, size)].
-at::Tensor band_mask(int64_t batch, int64_t size, int64_t count, int64_t width, const std::optional<at::Generator>& gen,
-                     const at::TensorOptions& on) {
-  const int64_t w_max = std::min(width, size);
-  const at::Tensor w = at::randint(0, w_max + 1, {batch, count, 1}, gen, on.dtype(at::kLong));
-  const at::Tensor room = (size - w + 1).to(at::kFloat);
-  const at::Tensor s = (at::rand({batch, count, 1}, gen, on.dtype(at::kFloat)) * room).floor_().to(at::kLong);
-  const at::Tensor idx = at::arange(size, on.dtype(at::kLong));
+/// [B, axis] bool: true inside any of `count` bands per row; row b's bands lie within its first sizes[b] positions
+/// (`sizes`: int64 [B, 1, 1], each in [1, axis]), widths uniform in [0, min(width, sizes[b])], starts uniform in
+/// [0, sizes[b] - w].
+at::Tensor band_mask(int64_t batch, int64_t axis, const at::Tensor& sizes, int64_t count, int64_t width,
+                     const std::optional<at::Generator>& gen, const at::TensorOptions& on) {
+  const at::Tensor w_max = sizes.clamp_max(width);
+  const at::Tensor w = (at::rand({batch, count, 1}, gen, on.dtype(at::kFloat)) * (w_max + 1).to(at::kFloat))
+                           .floor_().to(at::kLong).minimum(w_max);
+  const at::Tensor room = (sizes - w + 1).to(at::kFloat);
+  const at::Tensor s = (at::rand({batch, count, 1}, gen, on.dtype(at::kFloat)) * room).floor_().to(at::kLong)
+                           .minimum(sizes - w);
+  const at::Tensor idx = at::arange(axis, on.dtype(at::kLong));
   return ((idx >= s) & (idx < s + w)).any(1);
 }
 
@@ -55,21 +60,30 @@ void add_options(po::options_description& desc, SpecAugmentOptions& opts) {
       "SpecAugment: maximum width of a frequency mask; widths are uniform in [0, BANDS]");
 }
 
-at::Tensor spec_augment(const at::Tensor& x, const SpecAugmentOptions& opts, at::Generator* gen) {
+at::Tensor spec_augment(const at::Tensor& x, const SpecAugmentOptions& opts, at::Generator* gen,
+                        const at::Tensor& lengths) {
   opts.validate();
   const bool ok = x.defined() && (x.dim() == 3 || (x.dim() == 4 && x.size(1) == 1)) && x.is_floating_point();
   if (!ok) throw InvalidArgument("spec_augment: expected a float tensor [B, M, T] or [B, 1, M, T]");
   if (!opts.enabled() || x.numel() == 0) return x;
   const int64_t b = x.size(0), m = x.size(-2), t = x.size(-1);
+  if (lengths.defined() && (lengths.dim() != 1 || lengths.size(0) != b))
+    throw InvalidArgument("spec_augment: lengths must be int64 [B] with B = " + std::to_string(b));
   const std::optional<at::Generator> g = gen ? std::optional<at::Generator>(*gen) : std::nullopt;
   const at::TensorOptions on = at::TensorOptions().device(x.device());
+  const at::Tensor len = lengths.defined() ? lengths.to(x.device(), at::kLong).clamp(1, t)
+                                           : at::full({b}, t, on.dtype(at::kLong));
   const at::Tensor x3 = x.reshape({b, m, t});
+  const at::Tensor real = at::arange(t, on.dtype(at::kLong)).lt(len.unsqueeze(1)).unsqueeze(1);  // [B, 1, T]
   at::Tensor mask = at::zeros_like(x3, at::TensorOptions().dtype(at::kBool));
   if (opts.time_masks > 0 && opts.time_width > 0)
-    mask = mask | band_mask(b, t, opts.time_masks, opts.time_width, g, on).unsqueeze(1);
+    mask = mask | band_mask(b, t, len.view({b, 1, 1}), opts.time_masks, opts.time_width, g, on).unsqueeze(1);
   if (opts.freq_masks > 0 && opts.freq_width > 0)
-    mask = mask | band_mask(b, m, opts.freq_masks, opts.freq_width, g, on).unsqueeze(2);
-  const at::Tensor fill = x3.mean({1, 2}, true, at::kFloat).to(x.scalar_type());
+    mask = mask | (band_mask(b, m, at::full({b, 1, 1}, m, on.dtype(at::kLong)), opts.freq_masks, opts.freq_width, g,
+                             on).unsqueeze(2) & real);
+  const at::Tensor real_f = real.to(at::kFloat);
+  const at::Tensor fill = ((x3.to(at::kFloat) * real_f).sum({1, 2}, true) / (real_f.sum({1, 2}, true) * m))
+                              .to(x.scalar_type());
   return at::where(mask, fill, x3).view(x.sizes());
 }
 

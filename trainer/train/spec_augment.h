@@ -34,10 +34,14 @@ void add_options(boost::program_options::options_description& desc, SpecAugmentO
 
 /// A masked copy of `x`, [B, M, T] (or [B, 1, M, T]), any float dtype, on any device. For each example
 /// independently, `time_masks` bands of frames [s, s + w) and `freq_masks` bands of mel rows are drawn, w uniform in
-/// [0, min(width, size)] and s uniform in [0, size - w]; masks may overlap. Masked cells are set to the mean of that
-/// example's unmasked input (over all M x T cells), a neutral level for log-mel values, where 0 is not. `gen`: a
-/// generator of x's device (the device's default generator when null). Returns `x` itself when `opts` is not
-/// enabled(). Throws InvalidArgument for another shape.
-at::Tensor spec_augment(const at::Tensor& x, const SpecAugmentOptions& opts, at::Generator* gen = nullptr);
+/// [0, min(width, size)] and s uniform in [0, size - w]; masks may overlap. With `lengths` (int64 [B], real frames
+/// per row, on any device; undefined: every frame real) a row's time axis is its first lengths[b] frames: time masks
+/// lie within them and frequency masks cover them only, so padding is never masked and no mask falls in padding
+/// alone. Masked cells are set to the mean of that example's input over its real cells (M x lengths[b]; before
+/// masking), a neutral level for log-mel values, where 0 is not. `gen`: a generator of x's device (the device's
+/// default generator when null). Returns `x` itself when `opts` is not enabled(). Throws InvalidArgument for another
+/// shape.
+at::Tensor spec_augment(const at::Tensor& x, const SpecAugmentOptions& opts, at::Generator* gen = nullptr,
+                        const at::Tensor& lengths = {});
 
 }  // namespace melforge::trainer
