@@ -13,6 +13,7 @@
 #include "eval/evaluate.h"
 #include "melforge/common/errors.h"
 #include "models/cnn.h"
+#include "clip_fixture.h"
 #include "test_util.h"
 #include "trainer_fixture.h"
 
@@ -273,6 +274,32 @@ TEST_CASE("padding never reaches a vote: a clip that is mostly padding is scored
   c10::NoGradGuard no_grad;
   const at::Tensor alone = at::softmax(model->inner().forward(first.t().unsqueeze(0)).logits, 1)[0];
   CHECK(at::allclose(a.files.class_probs[0], alone, 1e-5, 1e-6));
+}
+
+TEST_CASE("schema-1 and schema-2 datasets evaluate every valid short segment as a tile, each clip voted",
+          "[trainer][evaluate][legacy]") {
+  const int schema = GENERATE(1, 2);
+  CAPTURE(schema);
+  const Dataset ds = load_dataset(test::legacy_dataset(schema));
+  const Split& split = ds.test;
+  REQUIRE(split.meta.schema_version == schema);
+  at::manual_seed(3);
+  CnnConfig c = CnnConfig::from_info(ds.info, ds.num_classes());
+  c.hidden = 16;
+  CountingModel model(c);
+  const EvalOptions opts = tile_options(split);
+  const EvalResult r = evaluate(model, split, 0, 1.0, opts, at::kCPU);
+  CHECK(r.coverage.examples == split.meta.valid_segments());
+  CHECK(r.coverage.example_frames == ds.info.n_frames);
+  CHECK(r.coverage.clips_scored == split.files());
+  CHECK(r.coverage.frames_covered == r.coverage.frames);
+  CHECK(r.coverage.padded_frames == 0);
+  CHECK(model.padded_rows == 0);
+  const Naive n = naive_eval(model.inner(), split, ds.info.n_frames, 0, 1.0, Vote::mean, 0.5);
+  CHECK(r.segment.confusion == n.confusion);
+  for (int64_t f = 0; f < split.files(); ++f)
+    for (int64_t k = 0; k < ds.num_classes(); ++k)
+      CHECK(r.files.class_probs[f][k].item<double>() == Approx(n.file_probs[f][k]).margin(1e-5));
 }
 
 TEST_CASE("evaluate under bfloat16 autocast stays close and restores the autocast state", "[trainer][evaluate]") {
