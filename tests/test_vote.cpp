@@ -1,7 +1,9 @@
 // The file-level vote (kernels/vote) against a naive loop written here, on hand-made ties and boundaries and on
-// random inputs over GENERATE'd shapes; and the file-level metrics (kernels/metrics) on a hand-counted case.
+// random inputs over GENERATE'd shapes; the clip vote (vote_clips: examples in any order, any number per clip)
+// against its own naive loop and against the dense vote; and the file-level metrics (kernels/metrics) on a hand-counted case.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -145,6 +147,116 @@ TEST_CASE("vote: bad inputs are refused", "[vote]") {
   CHECK_THROWS_AS(run(p, d, {1, 1}, {2, 3, 1, 0}, Vote::mean, 0.5), InvalidArgument);
   CHECK_THROWS_AS(run(p, d, {1, 1}, shape, Vote::mean, std::nan("")), InvalidArgument);
   CHECK_NOTHROW(run(p, d, {1, 3}, shape, Vote::majority, 0.5));
+}
+
+namespace {
+
+/// vote_clips' semantics as plain loops: for each clip, scan every example and keep those naming it.
+Naive naive_clip_vote(const std::vector<float>& p, const std::vector<float>& d, const std::vector<int64_t>& clip,
+                      int64_t clips, int64_t C, Vote vote, double threshold) {
+  Naive out;
+  for (int64_t f = 0; f < clips; ++f) {
+    std::vector<double> mean(C, 0.0), votes(C, 0.0);
+    double det_sum = 0, det_votes = 0, n = 0;
+    for (std::size_t e = 0; e < clip.size(); ++e) {
+      if (clip[e] != f) continue;
+      int64_t best = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        mean[c] += p[e * C + c];
+        if (p[e * C + c] > p[e * C + best]) best = c;
+      }
+      votes[best] += 1;
+      det_sum += d[e];
+      det_votes += d[e] >= threshold ? 1 : 0;
+      n += 1;
+    }
+    for (auto& m : mean) m /= n;
+    int64_t pred = 0;
+    for (int64_t c = 1; c < C; ++c) {
+      const bool better = vote == Vote::mean ? mean[c] > mean[pred]
+                                             : votes[c] > votes[pred] || (votes[c] == votes[pred] && mean[c] > mean[pred]);
+      if (better) pred = c;
+    }
+    if (vote == Vote::majority)
+      for (auto& v : votes) v /= n;
+    out.class_probs.push_back(vote == Vote::mean ? mean : votes);
+    out.score.push_back(vote == Vote::mean ? det_sum / n : det_votes / n);
+    out.detected.push_back(vote == Vote::mean ? det_sum / n >= threshold : det_votes / n > 0.5);
+    out.predicted.push_back(pred);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("vote_clips: equals a naive loop over examples in any order", "[vote]") {
+  const int64_t F = GENERATE(1, 7);
+  const int64_t max_per_clip = GENERATE(1, 5);
+  const int64_t C = GENERATE(1, 3);
+  const Vote v = GENERATE(Vote::mean, Vote::majority);
+  const double threshold = GENERATE(0.25, 0.5);
+  CAPTURE(F, max_per_clip, C, to_string(v), threshold);
+  std::mt19937 rng(static_cast<uint32_t>(F * 100 + max_per_clip * 10 + C));
+  std::vector<int64_t> clip;
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t k = std::uniform_int_distribution<int64_t>(1, max_per_clip)(rng); k > 0; --k) clip.push_back(f);
+  std::shuffle(clip.begin(), clip.end(), rng);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> p(clip.size() * static_cast<std::size_t>(C)), d(clip.size());
+  for (auto& x : p) x = u(rng);
+  for (auto& x : d) x = u(rng);
+  const FileVotes got = vote_clips(p, d, clip, F, C, v, threshold);
+  const Naive ref = naive_clip_vote(p, d, clip, F, C, v, threshold);
+  for (int64_t f = 0; f < F; ++f) {
+    CAPTURE(f);
+    CHECK(got.predicted[f] == ref.predicted[f]);
+    CHECK(got.detection_score[f] == Approx(ref.score[f]).margin(1e-6));
+    CHECK((got.detected[f] != 0) == ref.detected[f]);
+    for (int64_t c = 0; c < C; ++c) CHECK(got.class_probs[f * C + c] == Approx(ref.class_probs[f][c]).margin(1e-6));
+  }
+}
+
+TEST_CASE("vote_clips: one example per valid long segment is the dense vote with S = 1", "[vote]") {
+  const Vote v = GENERATE(Vote::mean, Vote::majority);
+  const int64_t F = 5, L = 4, C = 3;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> p(F * L * C), d(F * L);
+  for (auto& x : p) x = u(rng);
+  for (auto& x : d) x = u(rng);
+  const std::vector<int64_t> nvl = {1, 4, 2, 3, 4};
+  std::vector<float> ep, ed;
+  std::vector<int64_t> clip;
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t l = 0; l < nvl[f]; ++l) {
+      ep.insert(ep.end(), p.begin() + (f * L + l) * C, p.begin() + (f * L + l + 1) * C);
+      ed.push_back(d[f * L + l]);
+      clip.push_back(f);
+    }
+  const FileVotes dense = aggregate_files(p, d, nvl, {F, L, 1, C}, v, 0.5);
+  const FileVotes clips = vote_clips(ep, ed, clip, F, C, v, 0.5);
+  CHECK(clips.predicted == dense.predicted);
+  CHECK(clips.class_probs == dense.class_probs);
+  CHECK(clips.detection_score == dense.detection_score);
+  CHECK(clips.detected == dense.detected);
+}
+
+TEST_CASE("vote_clips: every clip needs an example, indices and sizes are checked", "[vote]") {
+  const std::vector<float> p = {0.2f, 0.8f, 0.6f, 0.4f};
+  const std::vector<float> d = {0.9f, 0.1f};
+  CHECK_NOTHROW(vote_clips(p, d, std::vector<int64_t>{0, 1}, 2, 2, Vote::mean, 0.5));
+  CHECK_THROWS_WITH(vote_clips(p, d, std::vector<int64_t>{0, 0}, 2, 2, Vote::mean, 0.5),
+                    Catch::Contains("clip 1 has no example"));
+  CHECK_THROWS_AS(vote_clips(p, d, std::vector<int64_t>{0, 2}, 2, 2, Vote::mean, 0.5), InvalidArgument);
+  CHECK_THROWS_AS(vote_clips(p, d, std::vector<int64_t>{0, -1}, 2, 2, Vote::mean, 0.5), InvalidArgument);
+  CHECK_THROWS_AS(vote_clips(p, std::vector<float>{0.5f}, std::vector<int64_t>{0, 1}, 2, 2, Vote::mean, 0.5),
+                  InvalidArgument);
+  CHECK_THROWS_AS(vote_clips(p, d, std::vector<int64_t>{0, 1}, 2, 3, Vote::mean, 0.5), InvalidArgument);
+  CHECK_THROWS_AS(vote_clips(p, d, std::vector<int64_t>{0, 1}, 2, 2, Vote::mean, std::nan("")), InvalidArgument);
+  const FileVotes none = vote_clips(p, std::span<const float>(), std::vector<int64_t>{1, 0}, 2, 2, Vote::majority, 0.5);
+  CHECK(none.predicted == std::vector<int64_t>{0, 1});
+  CHECK(none.detection_score == std::vector<float>{0.0f, 0.0f});
+  CHECK(none.detected == std::vector<uint8_t>{0, 0});
 }
 
 TEST_CASE("file metrics: counts and scores by hand", "[vote][metrics]") {

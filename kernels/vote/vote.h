@@ -1,6 +1,7 @@
 #pragma once
-/// The file-level vote of `melforge-train eval` and `predict`: per-file decisions from the class and detection
-/// probabilities of a file's segments. Plain C++ (no LibTorch), so the trainer's predict, its tests and the Python
+/// The file-level vote of `melforge-train eval` and `predict`: per-file (per-clip) decisions from the class and
+/// detection probabilities of a clip's examples (vote_clips: the tiles of a view, any number per clip), or of a
+/// schema-1/2 file's segments in the dense [F, L, S, C] layout (aggregate_files). Plain C++ (no LibTorch), so the trainer's predict, its tests and the Python
 /// package (melforge.evaluate_files, melforge.predict) all run this one function.
 #include <cstdint>
 #include <span>
@@ -9,13 +10,12 @@
 
 namespace melforge::vote {
 
-/// How a file's long segments are combined.
+/// How a clip's units (its examples for vote_clips, its valid long segments for aggregate_files) are combined.
 enum class Vote {
-  /// Mean of the long-segment probabilities over the valid long segments.
+  /// Mean of the units' probabilities.
   mean,
-  /// Each valid long segment votes for its argmax class; the most votes wins, ties broken by the mean
-  /// probability. The detection head: positive when more than half of the valid long segments are at or above
-  /// the threshold; its score is that fraction.
+  /// Each unit votes for its argmax class; the most votes wins, ties broken by the mean probability. The detection
+  /// head: positive when more than half of the units are at or above the threshold; its score is that fraction.
   majority,
 };
 /// "mean" or "majority".
@@ -56,5 +56,16 @@ struct FileVotes {
 FileVotes aggregate_files(std::span<const float> probs, std::span<const float> det_probs,
                           std::span<const int64_t> num_valid_long, const VoteShape& shape, Vote vote,
                           double threshold);
+
+/// Per-clip decisions from the outputs of E examples of F clips (any number of examples per clip, in any order):
+/// `probs` softmax probabilities [E, C], `det_probs` sigmoid detection probabilities [E] (empty: no detection head,
+/// then detection_score is 0 and detected 0 for every clip), `clip` [E] the clip of each example, in [0, clips).
+/// Each example is one unit of `vote` (the semantics of aggregate_files with one short segment per unit): mean, or
+/// majority with ties broken by the mean probability and then the first class; double accumulation, float32
+/// results. Every clip must have at least one example (a clip without one would go unscored): InvalidArgument
+/// naming the first such clip, as for a size that does not match, a clip index outside [0, clips), num_classes < 1
+/// or a threshold that is not finite.
+FileVotes vote_clips(std::span<const float> probs, std::span<const float> det_probs, std::span<const int64_t> clip,
+                     int64_t clips, int64_t num_classes, Vote vote, double threshold);
 
 }  // namespace melforge::vote

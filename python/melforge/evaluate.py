@@ -1,4 +1,5 @@
-"""File-level evaluation: the vote of `melforge-train eval` over a file's segments, and its file-level metrics.
+"""Clip-level (file-level) evaluation: the vote of `melforge-train eval` over a clip's examples (the tiles of a view,
+any number per clip), and its file-level metrics.
 
 Both run in C++ (kernels/vote and kernels/metrics, the code melforge-train itself runs), so the per-file decisions
 and the accuracy / confusion are the ones `melforge-train eval` reports for the same segment probabilities.
@@ -21,15 +22,16 @@ class FileEvaluation:
     Attributes
     ----------
     file_index : int64 [F]
-        The file each row is about: `arange(F)` for [F, L, S, C] inputs, the sorted distinct `file_index` values
-        for per-segment inputs.
+        The file (clip) each row is about: `arange(F)` for [F, L, S, C] inputs, the sorted distinct `file_index`
+        values for per-example inputs.
     class_probs : float32 [F, C]
-        Mean vote: the mean class probabilities over the file's valid long segments; majority: vote fractions.
+        Mean vote: the mean class probabilities over the clip's examples (dense form: its valid long segments);
+        majority: vote fractions.
     predicted : int64 [F]
         Predicted class per file.
     detection_score : float32 [F] or None
-        Mean vote: mean detection probability; majority: fraction of positive long segments. None without
-        `det_probs`.
+        Mean vote: mean detection probability; majority: fraction of positive examples (long segments). None
+        without `det_probs`.
     detected : bool [F] or None
         The detection decision per file; None without `det_probs`.
     predicted_names : list of str or None
@@ -110,26 +112,28 @@ def _dense_from_segments(probs, det, file_index, long_index):
 def evaluate_files(class_probs, det_probs=None, num_valid_long=None, labels=None, vote: str = "mean",
                    threshold: float = 0.5, class_names: Optional[Sequence[str]] = None, *, file_index=None,
                    long_index=None, positive_class=None) -> FileEvaluation:
-    """The file-level vote and metrics of `melforge-train eval`.
+    """The clip-level (file-level) vote and metrics of `melforge-train eval`.
 
     Two input forms:
 
+    - Per example, as a loop over `melforge.Loader` batches of any view collects them (tiles, crops or whole clips;
+      `melforge-train eval` votes over the tiles of every clip): `class_probs` [N, C], `det_probs` [N],
+      `file_index` int [N] (the clip of each example), `labels` int [N] (all examples of a clip share it). Rows may
+      come in any order (a shuffled Loader). Each example is one unit of the vote: the mean vote averages a clip's
+      examples, the majority vote counts their argmax classes (ties by the mean probability) - exactly eval's vote
+      over the clip's tiles. Padding is not an example: a padded tile is one example, scored by the model over its
+      real frames (the Loader's mask / lengths).
+    - Per segment of a schema-1/2 dataset with `long_index` (the long segment of each row): eval's old grouping,
+      the S short segments of a long segment averaged first, then the vote over the long segments.
     - Dense: `class_probs` float [F, L, S, C] (softmax probabilities of every short segment of every long segment),
       `det_probs` [F, L, S] (sigmoid of the detection logits), `num_valid_long` int [F] in [1, L] (default L;
       long segments >= it are ignored, as a dataset's padding), `labels` int [F].
-    - Per segment, as a loop over `melforge.Loader` batches collects them: `class_probs` [N, C], `det_probs` [N],
-      `file_index` int [N] (the Loader's third item), `labels` int [N] (its second item; all segments of a file
-      must share it) and, for the exact long-segment grouping of eval, `long_index` int [N] (the long segment of
-      each row). Rows may come in any order (a shuffled Loader). Without `long_index` every row counts as its own
-      long segment of one short segment: the mean vote is then the mean over the file's segments, which equals
-      eval's mean vote when every long segment has its S short segments (as a dataset's valid segments do); the
-      majority vote needs `long_index` and raises InvalidArgument without it.
 
     Example, with a model returning (logits [B, C], detection logits [B])::
 
         probs, dets, files, ys = [], [], [], []
         for x, y, f in melforge.Loader(melforge.Dataset(folder, "test"), batch_size=256, shuffle=False):
-            logits, det = model(x)
+            logits, det = model(x)  # with a padded view: model(x, lengths), pooling over real frames
             probs.append(logits.softmax(1)); dets.append(det.sigmoid()); files.append(f); ys.append(y)
         r = melforge.evaluate_files(torch.cat(probs), torch.cat(dets), labels=torch.cat(ys),
                                     file_index=torch.cat(files), class_names=names, positive_class=1)
@@ -137,11 +141,11 @@ def evaluate_files(class_probs, det_probs=None, num_valid_long=None, labels=None
 
     Parameters
     ----------
-    class_probs : array or torch.Tensor, float32 [F, L, S, C] or [N, C]
+    class_probs : array or torch.Tensor, float32 [N, C] (per example) or [F, L, S, C] (dense)
     det_probs : array or torch.Tensor, float32 [F, L, S] or [N], optional
         Without it the detection outputs (and metrics["detection"]) are None.
     num_valid_long : int [F], optional (dense form only)
-    labels : int [F] (dense) or [N] (per segment), optional
+    labels : int [N] (per example) or [F] (dense), optional
         With labels, `metrics` holds eval's file-level report.
     vote : {"mean", "majority"}
         As `melforge-train eval --vote` (see FileEvaluation).
@@ -149,7 +153,8 @@ def evaluate_files(class_probs, det_probs=None, num_valid_long=None, labels=None
         Detection probability at or above which a segment is positive, in (0, 1).
     class_names : sequence of str, optional
         Names of the C classes (metrics' per-class keys, `predicted_names`).
-    file_index, long_index : int [N], optional (per-segment form)
+    file_index : int [N], optional (per-example form): the clip of each example.
+    long_index : int [N], optional: with file_index, schema-1/2 rows grouped by long segment as eval did.
     positive_class : int or str, optional
         The detection head's class (index or name) for metrics["detection"], as the checkpoint's positive class.
 
@@ -172,11 +177,18 @@ def evaluate_files(class_probs, det_probs=None, num_valid_long=None, labels=None
                                         "follows from file_index / long_index")
         if det is not None and det.shape != probs.shape[:1]:
             raise _core.InvalidArgument(f"evaluate_files: det_probs must be [N] = [{probs.shape[0]}]")
-        if long_index is None and vote != "mean":
-            raise _core.InvalidArgument("evaluate_files: the majority vote over per-segment rows needs long_index")
         fi = _numpy(file_index, np.int64, "file_index")
         li = None if long_index is None else _numpy(long_index, np.int64, "long_index")
-        dense, dense_det, nvl, files, fpos = _dense_from_segments(probs, det, fi, li)
+        if li is None:
+            if fi.shape != probs.shape[:1]:
+                raise _core.InvalidArgument(f"evaluate_files: file_index must be [N] = [{probs.shape[0]}], got "
+                                            f"{list(fi.shape)}")
+            files, fpos = np.unique(fi, return_inverse=True)
+            fpos = np.ascontiguousarray(fpos.reshape(-1), dtype=np.int64)
+            clip_det = det if det is not None else np.zeros(0, dtype=np.float32)
+            voted = _core.vote_clips(probs, clip_det, fpos, len(files), vote, float(threshold))
+        else:
+            dense, dense_det, nvl, files, fpos = _dense_from_segments(probs, det, fi, li)
         file_labels = None
         if labels is not None:
             y = _numpy(labels, np.int64, "labels")
@@ -201,8 +213,10 @@ def evaluate_files(class_probs, det_probs=None, num_valid_long=None, labels=None
         file_labels = None if labels is None else _numpy(labels, np.int64, "labels")
         if file_labels is not None and file_labels.shape != (F,):
             raise _core.InvalidArgument(f"evaluate_files: labels must be [F] = [{F}]")
-    cp, pred, score, detected = _core.vote_files(dense, dense_det, nvl, vote, float(threshold))
-    C = dense.shape[3]
+    if file_index is None or long_index is not None:
+        voted = _core.vote_files(dense, dense_det, nvl, vote, float(threshold))
+    cp, pred, score, detected = voted
+    C = probs.shape[-1]
     names = None if class_names is None else [str(n) for n in class_names]
     if names is not None and len(names) != C:
         raise _core.InvalidArgument(f"evaluate_files: {len(names)} class names for {C} classes")

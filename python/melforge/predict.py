@@ -1,9 +1,10 @@
 """`melforge.predict`: `melforge-train predict` from Python, with the model in PyTorch.
 
-Input listing (kernels/inputs: FolderWalk), whole-file windows (kernels/windows: streamed decode and resample, one
-long segment every hop, log-mel, float16 rounding as the dataset stores it) and the file-level vote over the windows
-(kernels/vote) are the C++ code the binary runs;
-the model is `melforge.models` in torch, with the weights of a checkpoint or of an export.
+Input listing (kernels/inputs: FolderWalk), whole-clip features (kernels/featurize ClipFeaturizer: decode and
+resample the whole file, the log-mel of the whole clip, float16 rounding as a schema-3 dataset stores it), the tiles
+(data/views: the model's input width, min_real 0, so every frame of the file is scored and the last tile is padded and
+masked by its length) and the clip vote over the tiles (kernels/vote) are the C++ code the binary runs; the model is
+`melforge.models` in torch, with the weights of a checkpoint or of an export.
 """
 from __future__ import annotations
 
@@ -66,35 +67,70 @@ def _resolve_device(device: str):
     return torch.device("cuda:0" if cuda else "cpu")
 
 
-_BATCH_SEGMENTS = 1024  # as kPredictBatchSegments of trainer/predict/predict.h
+_BATCH_SEGMENTS = 1024  # tiles per forward pass, as kPredictBatchSegments of trainer/predict/predict.h
 
 
-def _score_file(model, featurize, path, hop, num_short, vote, threshold, device, class_names, want_windows,
+def _frames(seconds: float, mel) -> int:
+    """FrameRate::frames of data/views: seconds * sample_rate / hop_length, rounded half away from zero."""
+    x = float(seconds) * float(mel["sample_rate"]) / float(mel["hop_length"])
+    return int(np.floor(x + 0.5)) if x >= 0 else -int(np.floor(-x + 0.5))
+
+
+def _tiles(config, mel, hop: float):
+    """(tile, hop) in frames as trainer/predict/predict.cpp's predict_tiles: the model's input width (its config's
+    n_frames), every trained tile hop of a tiles-trained schema-3 model (else the tile); `hop` seconds overrides."""
+    from .models import model_config_of
+
+    tile = int(model_config_of(config).get("n_frames", mel["n_frames"]))
+    step = tile
+    train_config = config.get("config") if isinstance(config, dict) else None
+    if isinstance(train_config, (str, bytes)):
+        train_config = json.loads(train_config)
+    view = train_config.get("view") if isinstance(train_config, dict) else None
+    if float(mel.get("long_seconds", 0)) <= 0 and isinstance(view, dict) and view.get("view") == "tiles":
+        if _frames(view.get("tile_seconds", 0), mel) == tile:
+            tile_hop = float(view.get("tile_hop", 0))
+            step = _frames(tile_hop if tile_hop > 0 else view["tile_seconds"], mel)
+    if hop > 0:
+        step = _frames(hop, mel)
+    if not 1 <= step <= tile:
+        raise _core.InvalidArgument(f"--hop {hop} s gives {step} frames between tiles; it must be 1 .. the tile's "
+                                    f"{tile} frames")
+    return tile, step
+
+
+def _score_file(model, featurize, path, tile, hop, mel, vote, threshold, device, class_names, want_windows,
                 has_detection=True):
-    """The row of one file (as trainer/predict/predict.cpp predict_file): its windows (kernels/windows, streamed)
-    through the model a fixed-size batch at a time, then the vote of `eval` over all of them (kernels/vote)."""
+    """The row of one file (as trainer/predict/predict.cpp predict_file): its whole-clip frames, their tiles through
+    the model a fixed-size batch at a time (each with its real length), then the clip vote over all of them."""
     import torch
 
-    windows = featurize.windows(path, hop, max(1, _BATCH_SEGMENTS // num_short))
+    frames, num_samples = featurize(path)
+    starts, reals = _core.tile_examples(frames.shape[0], tile, hop)
+    W, M = len(starts), frames.shape[1]
     probs, dets = [], []
-    while (batch := windows.next()) is not None:
-        mel, _ = batch
-        n, S, M, T = mel.shape
-        logits, detection = model(torch.from_numpy(mel.reshape(n * S, M, T)).to(device))
-        probs.append(torch.softmax(logits.float(), 1).reshape(n, S, -1).cpu().numpy())
-        dets.append(torch.sigmoid(detection.float()).reshape(n, S).cpu().numpy())
+    for first in range(0, W, _BATCH_SEGMENTS):
+        n = min(_BATCH_SEGMENTS, W - first)
+        x = np.full((n, M, tile), featurize.pad_value, dtype=np.float32)
+        for b in range(n):
+            s, r = int(starts[first + b]), int(reals[first + b])
+            x[b, :, :r] = frames[s:s + r].T
+        lengths = torch.from_numpy(np.ascontiguousarray(reals[first:first + n]))
+        logits, detection = model(torch.from_numpy(x).to(device), lengths.to(device))
+        probs.append(torch.softmax(logits.float(), 1).cpu().numpy())
+        if detection is not None:
+            dets.append(torch.sigmoid(detection.float()).cpu().numpy())
     probs = np.ascontiguousarray(np.concatenate(probs), dtype=np.float32)
-    dets = np.ascontiguousarray(np.concatenate(dets), dtype=np.float32)
-    W = probs.shape[0]
-    cp, pred, score, detected = _core.vote_files(probs[None], dets[None], np.array([W], dtype=np.int64), vote,
-                                                 float(threshold))
+    dets = np.ascontiguousarray(np.concatenate(dets) if dets else np.zeros(0), dtype=np.float32)
+    cp, pred, score, detected = _core.vote_clips(probs, dets, np.zeros(W, dtype=np.int64), 1, vote, float(threshold))
     row = dict(probs=cp[0], predicted=int(pred[0]), score=float(score[0]), detected=bool(detected[0]),
                num_windows=W)
     if want_windows:
-        wp, wpred, wscore, wdet = _core.vote_files(probs[:, None], dets[:, None], np.ones(W, dtype=np.int64),
-                                                   "mean", float(threshold))
-        start, end = windows.times()
-        row["windows"] = [{"path": path, "window": k, "start": float(start[k]), "end": float(end[k]),
+        wp, wpred, wscore, wdet = _core.vote_clips(probs, dets, np.arange(W, dtype=np.int64), W, "mean",
+                                                   float(threshold))
+        rate, step = float(mel["sample_rate"]), float(mel["hop_length"])
+        row["windows"] = [{"path": path, "window": k, "start": float(starts[k]) * step / rate,
+                           "end": min(float(starts[k] + reals[k]) * step, float(num_samples)) / rate,
                            "predicted": class_names[int(wpred[k])],
                            "probabilities": {n: float(p) for n, p in zip(class_names, wp[k])},
                            "detection_score": float(wscore[k]) if has_detection else None,
@@ -117,7 +153,7 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
         Audio files, or folders searched recursively for the extensions melforge-build scans (hidden entries
         skipped unless `include_hidden`), sorted by path within each folder.
     vote : {"mean", "majority"}
-        File-level vote over all the windows of a file (as `--vote`).
+        File-level vote over all the tiles of a file (as `--vote`).
     threshold : float
         Detection probability at or above which the detection head says positive, in (0, 1).
     threads : int
@@ -127,10 +163,10 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
     include_hidden : bool
         Also read entries whose name starts with '.' inside input folders.
     hop : float
-        Seconds between window starts, in (0, long_seconds] of the model (as `--hop`); 0: long_seconds.
+        Seconds between tile starts, at most the tile (as `--hop`); 0: the hop the model was trained with.
     windows : bool
-        Add to each scored row "windows": the objects `--windows FILE.json` writes for the file (path, window,
-        start, end, predicted, probabilities, detection_score, detected).
+        Add to each scored row "windows": the objects `--windows FILE.json` writes for the file, one per tile (path,
+        window, start, end, predicted, probabilities, detection_score, detected).
     strict : bool
         Raise AudioError at the first input that cannot be scored (as `--strict`) instead of an error row.
 
@@ -139,7 +175,7 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
     list of dict
         One per input file, in order: {"path", "predicted" (class name), "probabilities" ({class name: float}),
         "positive_class", "detection_score" (float), "detected" (bool) (these three None for a model trained
-        with --positive-class none), "num_windows" (int)}, or
+        with --positive-class none), "num_windows" (int: the tiles)}, or
         {"path", "error"} for a file or folder that cannot be read (the others are still scored) - the objects of
         `melforge-train predict --format json`.
 
@@ -186,17 +222,15 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
     inputs = _core.collect_inputs(paths, include_hidden)
     if not inputs:
         raise _core.InvalidArgument("no audio files found in the inputs")
-    if hop > float(mel["long_seconds"]):
-        raise _core.InvalidArgument(f"--hop {hop} s exceeds the model's window (long_seconds "
-                                    f"{mel['long_seconds']} s): windows would leave gaps")
-    featurize = _core.Featurizer(json.dumps(mel), threads)
+    tile, step = _tiles(config, mel, hop)
+    featurize = _core.ClipFeaturizer(json.dumps(mel), threads)
     rows = [{"path": p, "error": e} for p, e in inputs]
     with torch.no_grad():
         for row in rows:
             if not row["error"]:
                 try:
-                    row.update(_score_file(model, featurize, row["path"], hop, int(mel["num_short"]), vote,
-                                           threshold, dev, class_names, windows, positive_class is not None))
+                    row.update(_score_file(model, featurize, row["path"], tile, step, mel, vote, threshold, dev,
+                                           class_names, windows, positive_class is not None))
                 except _core.IoError as e:  # AudioError is an IoError
                     row["error"] = str(e)
             if row["error"] and strict:

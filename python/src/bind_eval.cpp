@@ -1,5 +1,5 @@
-/// The file-level vote and metrics of `melforge-train eval` (kernels/vote, kernels/metrics) for
-/// melforge.evaluate_files, and the input listing and featurization of `melforge-train predict` for melforge.predict.
+/// The clip vote and metrics of `melforge-train eval` (kernels/vote, kernels/metrics) for melforge.evaluate_files,
+/// and the input listing, whole-clip features and tiles of `melforge-train predict` for melforge.predict.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -18,12 +18,14 @@
 
 #include "bindings.h"
 #include "reader/mel_info.h"
+#include "featurize/clip_features.h"
 #include "featurize/featurize.h"
 #include "inputs/inputs.h"
+#include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 #include "metrics/metrics.h"
+#include "views/view.h"
 #include "vote/vote.h"
-#include "windows/windows.h"
 
 namespace nb = nanobind;
 
@@ -74,86 +76,69 @@ std::string file_metrics_json(LongIn labels, LongIn predicted,
   return m.to_json(class_names).dump();
 }
 
-/// featurize::Featurizer for Python: built from the "mel" JSON text, returns NumPy arrays.
-class PyFeaturizer {
+nb::tuple vote_clips(nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> probs,
+                     nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> det_probs, LongIn clip,
+                     int64_t clips, const std::string& vote_name, double threshold) {
+  const vote::Vote v = vote::parse_vote(vote_name);
+  const auto C = static_cast<int64_t>(probs.shape(1));
+  vote::FileVotes out;
+  {
+    nb::gil_scoped_release release;
+    out = vote::vote_clips({probs.data(), probs.size()}, {det_probs.data(), det_probs.size()},
+                           {clip.data(), clip.size()}, clips, C, v, threshold);
+  }
+  const auto F = static_cast<std::size_t>(clips), Cs = static_cast<std::size_t>(C);
+  return nb::make_tuple(to_numpy(std::move(out.class_probs), {F, Cs}), to_numpy(std::move(out.predicted), {F}),
+                        to_numpy(std::move(out.detection_score), {F}), to_numpy(std::move(out.detected), {F}));
+}
+
+/// featurize::ClipFeaturizer for Python: built from the "mel" JSON text (a checkpoint's or an export's), returns
+/// NumPy arrays.
+class PyClipFeaturizer {
  public:
-  PyFeaturizer(const std::string& mel_json, int threads) {
+  PyClipFeaturizer(const std::string& mel_json, int threads) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(mel_json);
     } catch (const nlohmann::json::exception& e) {
       throw FormatError(std::string("mel parameters: not valid JSON: ") + e.what());
     }
-    const featurize::DatasetParams p = data::MelInfo::from_json(j).dataset_params();
+    const data::MelInfo info = data::MelInfo::from_json(j);
+    pad_value_ = mel::silence_value(info.mel_args());
     nb::gil_scoped_release release;
-    featurizer_ = std::make_unique<featurize::Featurizer>(p, threads);
+    featurizer_ = std::make_unique<featurize::ClipFeaturizer>(info.mel_args(), mel::parse_dtype(info.dtype),
+                                                              static_cast<int>(info.channel), threads);
   }
+  /// (float32 [frames, n_mels], samples) of one file.
   nb::tuple call(const std::string& path) {
-    featurize::FloatFeatures f;
+    featurize::ClipFeatures f;
     {
       nb::gil_scoped_release release;
       f = (*featurizer_)(path);
     }
-    const featurize::DatasetParams& p = featurizer_->params();
-    const int nvl = f.num_valid_long;
-    return nb::make_tuple(to_numpy(std::move(f.values), {static_cast<std::size_t>(p.num_long),
-                                                          static_cast<std::size_t>(p.num_short),
-                                                          static_cast<std::size_t>(p.n_mels),
-                                                          static_cast<std::size_t>(p.n_frames)}),
-                          nvl);
+    const auto T = static_cast<std::size_t>(f.n_frames), M = static_cast<std::size_t>(f.n_mels);
+    return nb::make_tuple(to_numpy(std::move(f.frames), {T, M}), f.num_samples);
   }
-
-  /// The kernels' featurizer (PyFileWindows reads with it).
-  featurize::Featurizer& kernel() { return *featurizer_; }
+  float pad_value() const { return pad_value_; }
 
  private:
-  std::unique_ptr<featurize::Featurizer> featurizer_;
+  std::unique_ptr<featurize::ClipFeaturizer> featurizer_;
+  float pad_value_ = 0;
 };
 
-/// windows::FileWindows for Python: a file's whole-file windows, a batch at a time (the featurizer it reads with is
-/// kept alive by the binding).
-class PyFileWindows {
- public:
-  PyFileWindows(PyFeaturizer& f, const std::string& path, double hop_seconds, int64_t batch_windows)
-      : params_(f.kernel().params()) {
-    const int64_t hop = windows::hop_samples(hop_seconds, params_.segment, params_.mel.sample_rate);
-    nb::gil_scoped_release release;
-    windows_ = std::make_unique<windows::FileWindows>(f.kernel(), path, hop, batch_windows);
+/// (start, real) int64 [W] each: the tiles of `tile` frames every `hop` frames, min_real 0, over a clip of
+/// `clip_frames` frames (data::views::make_tiles_view_frames, the view predict and eval read).
+nb::tuple tile_examples(int64_t clip_frames, int64_t tile, int64_t hop) {
+  const std::vector<data::views::Example> ex =
+      data::views::make_tiles_view_frames(tile, hop, 0.0)->examples(std::vector<int64_t>{clip_frames}, 0, 0);
+  std::vector<int64_t> start, real;
+  for (const auto& e : ex) {
+    start.push_back(e.start);
+    real.push_back(e.real);
   }
-  /// Window start and end times, seconds, float64 [count] each (a padded last window ends where the audio ends).
-  nb::tuple times() const {
-    const windows::WindowPlan& p = windows_->plan();
-    const auto rate = static_cast<double>(params_.mel.sample_rate);
-    std::vector<double> start, end;
-    for (int64_t k = 0; k < p.count; ++k) {
-      start.push_back(static_cast<double>(p.start(k)) / rate);
-      end.push_back(static_cast<double>(p.start(k) + p.audio_samples(k)) / rate);
-    }
-    const auto n = static_cast<std::size_t>(p.count);
-    return nb::make_tuple(to_numpy(std::move(start), {n}), to_numpy(std::move(end), {n}));
-  }
-  /// (float32 [n, num_short, n_mels, n_frames], index of the first window) of the next batch, or None at the end.
-  nb::object next() {
-    windows::WindowBatch b;
-    bool more = false;
-    {
-      nb::gil_scoped_release release;
-      more = windows_->next(b);
-    }
-    if (!more) return nb::none();
-    return nb::make_tuple(to_numpy(std::move(b.values),
-                                   {static_cast<std::size_t>(b.count), static_cast<std::size_t>(params_.num_short),
-                                    static_cast<std::size_t>(params_.n_mels),
-                                    static_cast<std::size_t>(params_.n_frames)}),
-                          b.first);
-  }
-  /// Windows of the file.
-  int64_t count() const { return windows_->plan().count; }
-
- private:
-  featurize::DatasetParams params_;
-  std::unique_ptr<windows::FileWindows> windows_;
-};
+  const auto n = ex.size();
+  return nb::make_tuple(to_numpy(std::move(start), {n}), to_numpy(std::move(real), {n}));
+}
 
 std::vector<std::tuple<std::string, std::string>> collect_inputs(const std::vector<std::string>& paths,
                                                                  bool include_hidden) {
@@ -183,28 +168,21 @@ void bind_eval(nb::module_& m) {
   m.def("collect_inputs", &collect_inputs, nb::arg("paths"), nb::arg("include_hidden") = false,
         "The (path, error) inputs melforge-train predict reads for files and folders (kernels/inputs): folders "
         "walked recursively for audio extensions, sorted per input, unreadable entries with their error.");
-  nb::class_<PyFeaturizer>(m, "Featurizer",
-                           "The features of audio files as a dataset with the given \"mel\" parameters stores them "
-                           "(kernels/featurize, as melforge-train predict).")
+  m.def("vote_clips", &vote_clips, nb::arg("probs"), nb::arg("det_probs"), nb::arg("clip"), nb::arg("clips"),
+        nb::arg("vote"), nb::arg("threshold"),
+        "Clip vote of melforge-train eval over any number of examples per clip (kernels/vote vote_clips): probs "
+        "float32 [E, C], det_probs float32 [E] (or empty), clip int64 [E] in [0, clips) -> (class_probs float32 "
+        "[clips, C], predicted int64, detection_score float32, detected uint8 [clips]); every clip needs an example.");
+  m.def("tile_examples", &tile_examples, nb::arg("clip_frames"), nb::arg("tile"), nb::arg("hop"),
+        "(start, real) int64 [W] of the tiles (tile frames every hop, min_real 0: every frame) over one clip.");
+  nb::class_<PyClipFeaturizer>(m, "ClipFeaturizer",
+                               "The log-mel frames of whole audio files as a schema-3 dataset with the given \"mel\" "
+                               "parameters stores them (kernels/featurize ClipFeaturizer, as melforge-train predict).")
       .def(nb::init<const std::string&, int>(), nb::arg("mel_json"), nb::arg("threads") = 0)
-      .def("__call__", &PyFeaturizer::call, nb::arg("path"),
-           "(float32 [num_long, num_short, n_mels, n_frames], num_valid_long) of one file; raises AudioError "
-           "naming the file when it cannot be used.")
-      .def(
-          "windows",
-          [](PyFeaturizer& f, const std::string& path, double hop_seconds, int64_t batch_windows) {
-            return new PyFileWindows(f, path, hop_seconds, batch_windows);
-          },
-          nb::arg("path"), nb::arg("hop_seconds") = 0.0, nb::arg("batch_windows") = 128, nb::keep_alive<0, 1>(),
-          "The whole-file windows of `path` (kernels/windows, as melforge-train predict): one long segment every "
-          "hop_seconds (0: long_seconds), read as a stream a batch at a time; raises AudioError naming the file "
-          "when it cannot be opened or is too short, InvalidArgument for a bad hop.");
-  nb::class_<PyFileWindows>(m, "FileWindows", "The windows of one file, from Featurizer.windows().")
-      .def("times", &PyFileWindows::times, "(start, end) seconds, float64 [count] each.")
-      .def("next", &PyFileWindows::next,
-           "(float32 [n, num_short, n_mels, n_frames], first window index) of the next batch, or None at the end; "
-           "raises AudioError when the file turns out unreadable.")
-      .def_prop_ro("count", &PyFileWindows::count, "Number of windows.");
+      .def("__call__", &PyClipFeaturizer::call, nb::arg("path"),
+           "(float32 [frames, n_mels], samples) of one file; raises AudioError naming the file when it cannot be "
+           "decoded.")
+      .def_prop_ro("pad_value", &PyClipFeaturizer::pad_value, "The value of a padded frame position (silence).");
 }
 
 }  // namespace melforge::python

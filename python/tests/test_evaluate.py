@@ -1,5 +1,6 @@
-"""melforge.evaluate_files: the file-level vote and metrics of `melforge-train eval`, checked against the binary's
-own report on a trained checkpoint, and its per-segment form (a Loader loop's rows) against the dense form."""
+"""melforge.evaluate_files: the clip vote and metrics of `melforge-train eval`, checked against the binary's own
+report on a trained checkpoint (every clip's tiles, min_real 0, the last one padded and masked), its per-example form
+in any order, and the dense form of schema-1/2 rows."""
 import json
 
 import numpy as np
@@ -16,26 +17,39 @@ def trained(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("evaluate"))
 
 
-def segment_outputs(trained, split):
-    """Softmax / sigmoid outputs [F, L, S, C] / [F, L, S] of the checkpoint's model on every segment of `split`
-    (h5py + melforge.models), with the split's labels, num_valid_long, class names and the checkpoint."""
+def tile_outputs(trained, split):
+    """Softmax / sigmoid outputs [E, C] / [E] of the checkpoint's model on every tile of every clip of `split` (a
+    schema-3 file read with h5py: tiles of the model's n_frames side by side, min_real 0, the last one padded with the
+    silence value and masked by its length), with each tile's clip, the split's labels, class names and the
+    checkpoint."""
     h5py = pytest.importorskip("h5py")
     torch = pytest.importorskip("torch")
     ck = torch.load(trained["checkpoint"], map_location="cpu")
     model = melforge.models.build_model(ck)
     model.load_state_dict(ck["model"])
     model.eval()
+    tile = int(melforge.models.model_config_of(ck)["n_frames"])
+    mel = ck["mel"] if isinstance(ck["mel"], (str, bytes)) else json.dumps(ck["mel"])
+    pad = melforge._core.ClipFeaturizer(mel, 1).pad_value
     with h5py.File(trained["data"] / f"{split}.h5", "r") as f:
-        mel = f["mel"][...].astype(np.float32)
+        assert int(f.attrs["schema_version"]) == 3
+        frames = f["frames"][...].astype(np.float32)
+        offset = f["frame_offset"][...].astype(np.int64)
         labels = f["label"][...].astype(np.int64)
-        nvl = f["num_valid_long"][...].astype(np.int64)
         names = list(f["class_names"].asstr()[...])
-    F, L, S, M, T = mel.shape
+    xs, lengths, clips = [], [], []
+    for c in range(len(labels)):
+        clip = frames[offset[c]:offset[c + 1]]
+        for start in range(0, len(clip), tile):
+            real = min(tile, len(clip) - start)
+            x = np.full((tile, clip.shape[1]), pad, dtype=np.float32)
+            x[:real] = clip[start:start + real]
+            xs.append(x.T)
+            lengths.append(real)
+            clips.append(c)
     with torch.no_grad():
-        logits, det = model(torch.from_numpy(mel.reshape(-1, M, T)))
-    probs = torch.softmax(logits, 1).numpy().reshape(F, L, S, -1)
-    dets = torch.sigmoid(det).numpy().reshape(F, L, S)
-    return probs, dets, labels, nvl, names, ck
+        logits, det = model(torch.from_numpy(np.stack(xs)), torch.tensor(lengths))
+    return (torch.softmax(logits, 1).numpy(), torch.sigmoid(det).numpy(), np.array(clips), labels, names, ck)
 
 
 def eval_report(trained, split, vote):
@@ -50,10 +64,12 @@ def eval_report(trained, split, vote):
 @pytest.mark.parametrize("vote", ["mean", "majority"])
 @pytest.mark.parametrize("split", ["val", "test"])
 def test_equals_melforge_train_eval(trained, split, vote):
-    probs, dets, labels, nvl, names, ck = segment_outputs(trained, split)
+    probs, dets, clips, labels, names, ck = tile_outputs(trained, split)
     want = eval_report(trained, split, vote)
-    got = melforge.evaluate_files(probs, dets, nvl, labels=labels, vote=vote, class_names=names,
-                                  positive_class=ck["positive_class"])
+    order = np.random.default_rng(3).permutation(len(clips))
+    got = melforge.evaluate_files(probs[order], dets[order], labels=labels[clips[order]], vote=vote,
+                                  file_index=clips[order], class_names=names, positive_class=ck["positive_class"])
+    np.testing.assert_array_equal(got.file_index, np.arange(len(labels)))
     m = got.metrics
     assert m["count"] == want["count"] == len(labels)
     assert m["confusion"] == want["confusion"]
@@ -70,31 +86,23 @@ def test_equals_melforge_train_eval(trained, split, vote):
     assert got.class_probs.shape == (len(labels), len(names)) and got.class_probs.dtype == np.float32
 
 
-@pytest.mark.needs_torch
-@pytest.mark.needs_h5py
-@pytest.mark.parametrize("vote", ["mean", "majority"])
-def test_per_segment_rows_in_any_order_equal_the_dense_form(trained, vote):
-    probs, dets, labels, nvl, names, ck = segment_outputs(trained, "test")
-    F, L, S, C = probs.shape
-    dense = melforge.evaluate_files(probs, dets, nvl, labels=labels, vote=vote, positive_class=ck["positive_index"])
-    f, l, s = np.meshgrid(np.arange(F), np.arange(L), np.arange(S), indexing="ij")
-    valid = l < nvl[:, None, None]
-    order = np.random.default_rng(5).permutation(int(valid.sum()))
-    rows_p, rows_d = probs[valid][order], dets[valid][order]
-    rows_f, rows_l = f[valid][order] + 100, l[valid][order]
-    rows_y = labels[rows_f - 100]
-    got = melforge.evaluate_files(rows_p, rows_d, labels=rows_y, vote=vote, file_index=rows_f, long_index=rows_l,
-                                  positive_class=ck["positive_index"])
-    np.testing.assert_array_equal(got.file_index, np.arange(F) + 100)
-    np.testing.assert_array_equal(got.predicted, dense.predicted)
-    np.testing.assert_array_equal(got.detected, dense.detected)
-    np.testing.assert_allclose(got.class_probs, dense.class_probs, atol=1e-6)
-    np.testing.assert_allclose(got.detection_score, dense.detection_score, atol=1e-6)
-    assert got.metrics == dense.metrics
-    if vote == "mean":
-        no_long = melforge.evaluate_files(rows_p, rows_d, labels=rows_y, file_index=rows_f)
-        np.testing.assert_array_equal(no_long.predicted, dense.predicted)
-        np.testing.assert_allclose(no_long.class_probs, dense.class_probs, atol=1e-6)
+def test_per_example_rows_equal_the_dense_form_with_one_segment_per_long():
+    rng = np.random.default_rng(5)
+    probs, nvl = rng.random((6, 3, 1, 4)).astype(np.float32), rng.integers(1, 4, size=6)
+    dets = rng.random((6, 3, 1)).astype(np.float32)
+    f, l = np.meshgrid(np.arange(6), np.arange(3), indexing="ij")
+    valid = l < nvl[:, None]
+    order = rng.permutation(int(valid.sum()))
+    rows_p, rows_d, rows_f = probs[:, :, 0][valid][order], dets[:, :, 0][valid][order], f[valid][order]
+    for vote in ("mean", "majority"):
+        dense = melforge.evaluate_files(probs, dets, nvl, vote=vote)
+        got = melforge.evaluate_files(rows_p, rows_d, vote=vote, file_index=rows_f + 10)
+        np.testing.assert_array_equal(got.file_index, np.arange(6) + 10)
+        np.testing.assert_array_equal(got.predicted, dense.predicted)
+        np.testing.assert_array_equal(got.detected, dense.detected)
+        np.testing.assert_allclose(got.class_probs, dense.class_probs, atol=1e-6)
+        grouped = melforge.evaluate_files(rows_p, rows_d, vote=vote, file_index=rows_f, long_index=l[valid][order])
+        np.testing.assert_array_equal(grouped.predicted, dense.predicted)
 
 
 def naive_mean_vote(probs, nvl):
@@ -141,8 +149,8 @@ def test_bad_inputs_are_refused():
         melforge.evaluate_files(p, threshold=1.5)
     with pytest.raises(melforge.InvalidArgument, match="F, L, S, C"):
         melforge.evaluate_files(p[0])
-    with pytest.raises(melforge.InvalidArgument, match="long_index"):
-        melforge.evaluate_files(p.reshape(-1, 3), file_index=[0, 0, 1, 1], vote="majority")
+    with pytest.raises(melforge.InvalidArgument, match="file_index"):
+        melforge.evaluate_files(p.reshape(-1, 3), file_index=[0, 0, 1], vote="majority")
     with pytest.raises(melforge.InvalidArgument, match="different labels"):
         melforge.evaluate_files(p.reshape(-1, 3), file_index=[0, 0, 1, 1], labels=[0, 1, 2, 2])
     with pytest.raises(melforge.InvalidArgument, match="class names"):

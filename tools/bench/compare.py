@@ -354,7 +354,7 @@ def main():
         ts = sum(x["train_s"] for x in lines)
         mf_runs.append({"samples_per_s": sum(x["samples_per_s"] * x["train_s"] for x in lines) / ts,
                         "wait": sum(x["data_wait_fraction"] * x["train_s"] for x in lines) / ts,
-                        "test_acc": rep["test"]["segment"]["accuracy"], "test_file_acc": rep["test"]["file"]["accuracy"],
+                        "test_acc": rep["test"]["tiles"]["accuracy"], "test_file_acc": rep["test"]["file"]["accuracy"],
                         "wall_s": wall, "rss": rss})
         pd = os.path.join(WORK, "run-py")
         _, wall, rss = run([py, os.path.join(HERE, "py_trainer.py"), "train", "--data", ds, "--out", pd, "--epochs",

@@ -1,6 +1,8 @@
 #include "embed/embed_command.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
 #include <c10/core/GradMode.h>
 
@@ -11,6 +13,7 @@
 #include "eval/batching.h"
 #include "eval/multilabel.h"
 #include "eval/verification.h"
+#include "featurize/clip_features.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
 #include "models/model.h"
@@ -44,7 +47,7 @@ void add_options(po::options_description& desc, EmbedOptions& o) {
       "split", po::value(&o.split)->default_value(o.split), "split of --data: train, val or test")(
       "out", po::value(&o.out)->value_name("FILE"), "HDF5 file to write (embedding, path, label, class_names)")(
       "eval-batch-size", po::value(&o.batch_size)->default_value(o.batch_size)->value_name("N"),
-      "short segments per forward pass")(
+      "tiles per forward pass (schema-1/2 splits; whole clips are batched by length)")(
       "threads", po::value(&o.threads)->default_value(o.threads)->value_name("N"),
       "CPU threads (0: all cores)")("device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
       "include-hidden", po::bool_switch(&o.include_hidden), "read entries of input folders whose name starts with '.'")(
@@ -88,18 +91,24 @@ Embedded embed_dataset(Classifier& model, const EmbedOptions& opts, at::Device d
   return e;
 }
 
-/// One audio file's embedding: the L2-normalised mean over its valid short segments.
-at::Tensor embed_features(Classifier& model, const FileFeatures& f, const MelInfo& info, at::Device device) {
-  const at::Tensor x = f.mel.slice(0, 0, f.num_valid_long).reshape({-1, info.n_mels, info.n_frames}).to(device);
-  const at::Tensor mean = model.forward(x).embedding.to(at::kFloat).mean(0).to(at::kCPU);
-  return mean / mean.norm().clamp_min(1e-12);
+/// One audio file's embedding: the L2-normalised embedding of the whole utterance, `frames` float32 [T, n_mels]
+/// (one forward pass over all T frames, every one real).
+at::Tensor embed_frames(Classifier& model, const at::Tensor& frames, at::Device device) {
+  const at::Tensor x = frames.t().unsqueeze(0).contiguous().to(device);
+  const at::Tensor lengths = at::full({1}, frames.size(0), at::TensorOptions().dtype(at::kLong).device(device));
+  const ModelOutput out = model.forward(x, lengths);
+  if (!out.embedding.defined())
+    throw InvalidArgument("embed: the model (" + model.kind() + ") gives no speaker embedding");
+  const at::Tensor e = out.embedding.to(at::kFloat).squeeze(0).to(at::kCPU);
+  return e / e.norm().clamp_min(1e-12);
 }
 
 Embedded embed_audio(Classifier& model, const MelInfo& info, const EmbedOptions& opts, at::Device device,
                      std::ostream& log) {
   const std::vector<PredictInput> files = collect_inputs(opts.inputs, opts.include_hidden);
   if (files.empty()) throw InvalidArgument("no audio files found in the inputs");
-  Featurizer featurize(info, opts.threads);
+  featurize::ClipFeaturizer clips(info.mel_args(), mel::parse_dtype(info.dtype), static_cast<int>(info.channel),
+                                  opts.threads);
   ModeGuard mode(model);
   model.eval();
   c10::NoGradGuard no_grad;
@@ -109,7 +118,8 @@ Embedded embed_audio(Classifier& model, const MelInfo& info, const EmbedOptions&
     std::string error = in.error;
     try {
       if (error.empty()) {
-        rows.push_back(embed_features(model, featurize(in.path), info, device));
+        featurize::ClipFeatures f = clips(in.path);
+        rows.push_back(embed_frames(model, at::from_blob(f.frames.data(), {f.n_frames, f.n_mels}, at::kFloat), device));
         e.paths.push_back(in.path.string());
         e.labels.push_back(-1);
       }

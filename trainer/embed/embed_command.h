@@ -1,10 +1,12 @@
 #pragma once
 /// `melforge-train embed`: the per-file speaker embeddings of a `--task verification` checkpoint, for a split of a
-/// dataset folder or for raw audio files (featurized as melforge-build computes the dataset's spectrograms), written
-/// as an HDF5 file that h5py reads.
+/// dataset folder (embed_split: whole clips) or for raw audio files (each decoded whole, its frames computed as
+/// melforge-build stores a schema-3 clip, one forward pass over the whole utterance), written as an HDF5 file that
+/// h5py reads.
 ///
 /// The file (written to `<out>.partial` and renamed into place when complete):
-/// - `embedding`: float32 [N, E], each row the L2-normalised mean of the file's valid short-segment embeddings;
+/// - `embedding`: float32 [N, E], each row the L2-normalised embedding of the whole file (pooled over its real
+///   frames; a schema-1/2 dataset split: the mean over its stored short segments);
 /// - `path`: UTF-8 strings [N], the dataset's `path` of each file (raw audio: the path as found);
 /// - `label`: int32 [N], the class index in `class_names` (raw audio: -1), and `class_names`: UTF-8 strings;
 /// - `skipped_path`, `skipped_reason`: UTF-8 strings, the raw audio inputs that could not be embedded and why;
@@ -34,7 +36,7 @@ struct EmbedOptions {
   std::vector<std::filesystem::path> inputs;
   /// The HDF5 file to write.
   std::filesystem::path out;
-  /// Short segments per forward pass (whole files, at least one per pass).
+  /// Tiles per forward pass of a schema-1/2 split (a schema-3 split's whole clips are batched by length).
   int64_t batch_size = 1024;
   /// CPU threads for decoding and spectrograms of raw audio (0: all cores).
   int threads = 0;

@@ -9,6 +9,7 @@
 #include "melforge/common/fs_util.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/setup.h"
 #include "util.h"
 
@@ -37,6 +38,23 @@ std::string summary_line(const char* level, const Metrics& m) {
              std::isfinite(m.loss) ? fmt("  loss %.4f", m.loss).c_str() : "");
 }
 
+/// What an evaluation scored: "  scored F of F clips (S s of audio), P % of their frames (...)".
+std::string coverage_line(const Coverage& c) {
+  const std::string view = c.view == "tiles" ? fmt("tiles of %lld frames, last tile of each clip padded and masked",
+                                                   static_cast<long long>(c.example_frames))
+                                             : std::string("whole clips");
+  return fmt("  scored %lld of %lld clips (%.1f of %.1f s of audio), %.2f %% of their frames (%s; %lld examples)",
+             static_cast<long long>(c.clips_scored), static_cast<long long>(c.clips), c.seconds_scored, c.seconds,
+             100.0 * c.fraction(), view.c_str(), static_cast<long long>(c.examples));
+}
+
+/// The view `model_kind` was trained through: the checkpoint's resolved "view" group, or (a checkpoint of a
+/// schema-1/2 run from before views) the view resolve_view_options gives `split`.
+data::views::ViewOptions trained_view(const Checkpoint& c, const Split& split, const std::string& model_kind) {
+  const TrainConfig config = TrainConfig::from_json(c.config);
+  return config.view_resolved ? config.view : resolve_view_options(config.view, split, model_kind);
+}
+
 /// The multi-label summary: mAP, ROC-AUC, F1 at the threshold and at the tuned one, and per class AP and AUC.
 std::string multilabel_summary(const metrics::MultilabelMetrics& m, const std::vector<std::string>& classes) {
   std::string out = fmt("  files %lld  loss %.4f  mAP macro %.4f micro %.4f  ROC-AUC macro %.4f\n",
@@ -52,8 +70,9 @@ std::string multilabel_summary(const metrics::MultilabelMetrics& m, const std::v
 
 /// `eval` of a --task multilabel checkpoint: the threshold is tuned on val, then `eval.split` is evaluated.
 nlohmann::json run_multilabel_eval(const Checkpoint& c, Classifier& model, const DataOptions& data,
-                                   const EvalOptions& eval, at::Device device, std::ostream& out) {
+                                   EvalOptions eval, at::Device device, std::ostream& out) {
   const Split val = load_split(data.data / "val.h5", "val", data.stream);
+  eval.view = trained_view(c, val, model.kind());
   const double tuned = tuned_threshold(evaluate_multilabel(model, val, eval, device), val);
   const Split split = eval.split == "val" ? val : load_split(data.data / (eval.split + ".h5"), eval.split, data.stream);
   const EvalResult r = evaluate_multilabel(model, split, eval, device, at::kFloat, tuned);
@@ -63,6 +82,7 @@ nlohmann::json run_multilabel_eval(const Checkpoint& c, Classifier& model, const
   report["tuned_threshold"] = tuned;
   out << "checkpoint (epoch " << c.epoch << ", task multilabel) on " << eval.split << " of " << data.data.string()
       << ": " << split.files() << " files, aggregate " << eval.aggregate << "\n"
+      << coverage_line(r.coverage) << "\n"
       << multilabel_summary(r.multilabel, c.class_names) << fmt("  %.2f s, %.0f files/s\n", r.seconds, r.files_per_s);
   return report;
 }
@@ -77,7 +97,8 @@ nlohmann::json run_verification_eval(const Checkpoint& c, Classifier& model, con
   const std::vector<verification::Trial> trials =
       split_trials(split_labels(split), split.paths, opts.verify, /*use_list=*/true, split.name, &said);
   if (!said.empty()) out << said << "\n";
-  const at::Tensor emb = embed_split(model, split, eval.batch_size, device);
+  Coverage coverage;
+  const at::Tensor emb = embed_split(model, split, eval.batch_size, device, at::kFloat, &coverage);
   if (const int64_t bad = first_non_finite_row(emb); bad >= 0)
     throw Error("the checkpoint " + opts.checkpoint.string() + " gives a non-finite embedding for file '" +
                 split.paths[static_cast<std::size_t>(bad)] + "' of " + split.path.string());
@@ -86,18 +107,21 @@ nlohmann::json run_verification_eval(const Checkpoint& c, Classifier& model, con
     const Split train = load_split(data.data / "train.h5", "train", data.stream);
     cohort = cohort_rows(embed_split(model, train, eval.batch_size, device), opts.verify);
   }
-  const EvalResult r = score_trials(emb, trials, opts.verify, cohort);
+  EvalResult r = score_trials(emb, trials, opts.verify, cohort);
+  r.coverage = coverage;
   if (!opts.det_png.empty()) verification::write_det_png(opts.det_png, r.det, r.verification.eer);
   const nlohmann::json v = verification_json(r, opts.verify);
   nlohmann::json report = {{"task", kTaskVerification}, {"EER", v["EER"]}, {"minDCF_0.01", v["minDCF_0.01"]},
-                           {"minDCF_0.05", v["minDCF_0.05"]}, {"verification", v}, {"files", split.files()}};
+                           {"minDCF_0.05", v["minDCF_0.05"]}, {"verification", v}, {"files", split.files()},
+                           {"coverage", r.coverage.to_json()}};
   const auto& m = r.verification;
   out << "checkpoint (epoch " << c.epoch << ", task verification) on " << eval.split << " of " << data.data.string()
       << ": " << split.files() << " files, " << m.targets << " target and " << m.nontargets << " non-target trials ("
       << (opts.verify.trials.empty() ? std::string("generated") : opts.verify.trials.string()) << "), "
       << v["scoring"].get<std::string>() << " scoring\n"
       << fmt("  EER %.4f %%  minDCF(0.01) %.4f  minDCF(0.05) %.4f  (EER threshold %.4f)\n", 100.0 * m.eer,
-             m.min_dcf_01, m.min_dcf_05, m.eer_threshold);
+             m.min_dcf_01, m.min_dcf_05, m.eer_threshold)
+      << coverage_line(r.coverage) << "\n";
   if (!opts.det_png.empty()) out << "DET curve: " << opts.det_png.string() << "\n";
   return report;
 }
@@ -161,7 +185,9 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
       c.config["train"]["bce_weight"].is_number())
     bce_weight = c.config["train"]["bce_weight"].get<double>();
   log.debug("evaluating " + opts.checkpoint.string() + " on " + split.path.string() + " (" + device.str() + ")");
-  const EvalResult r = evaluate(*model, split, c.positive_index, bce_weight, eval, device);
+  EvalOptions through = eval;
+  through.view = trained_view(c, split, model->kind());
+  const EvalResult r = evaluate(*model, split, c.positive_index, bce_weight, through, device);
   nlohmann::json report = r.to_json(c.class_names);
   report["checkpoint"] = fs::absolute(opts.checkpoint).string();
   report["data"] = fs::absolute(data.data).string();
@@ -172,7 +198,8 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
   out << "checkpoint " << opts.checkpoint.string() << " (epoch " << c.epoch << ") on " << eval.split << " of "
       << data.data.string() << ": " << split.files() << " files, vote " << eval.vote << ", threshold "
       << eval.threshold << ", positive class '" << c.positive_class << "'\n";
-  out << summary_line("segments", r.segment) << "\n" << summary_line("files", r.file) << "\n";
+  out << coverage_line(r.coverage) << "\n";
+  out << summary_line("tiles", r.segment) << "\n" << summary_line("clips", r.file) << "\n";
   out << fmt("  %.2f s, %.0f files/s\n", r.seconds, r.files_per_s);
   if (!opts.out.empty()) {
     write_json_atomically(opts.out, report);

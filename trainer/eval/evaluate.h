@@ -1,15 +1,19 @@
 #pragma once
-/// Evaluation of a model on a split: segment-level metrics over every valid short segment, and file-level metrics
-/// from many files per forward pass (aggregate_files).
+/// Evaluation of a model on a split: every frame of every clip is scored. The split is read through its evaluation
+/// view (eval/batching.h: the tiles the model was trained on with min_real 0, the last tile of a clip padded and
+/// masked; whole clips for speaker models), tile-level metrics over every example, and clip-level (file) metrics from
+/// the vote over each clip's examples (vote_clips).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "eval/batching.h"
 #include "eval/metrics.h"
 #include "metrics/multilabel.h"
 #include "verification/verification.h"
+#include "views/view_options.h"
 
 namespace boost::program_options {
 class options_description;
@@ -24,15 +28,19 @@ struct Split;
 struct EvalOptions {
   /// Split to evaluate: train, val or test (`eval` only).
   std::string split = "test";
-  /// Short segments per forward pass (whole files are packed into it, at least one file per pass).
+  /// Examples (tiles) per forward pass; whole clips are batched by length under view.clip_batch_seconds instead.
   int64_t batch_size = 1024;
-  /// File-level vote over long segments: mean or majority.
+  /// Clip-level vote over the clip's tiles: mean or majority.
   std::string vote = "mean";
   /// Detection probability at or above which the binary head says "positive", in (0, 1); with --task multilabel,
   /// the class probability at or above which a file carries a class.
   double threshold = 0.5;
-  /// --task multilabel: how a file's segment probabilities become its per-class score: mean or max.
+  /// --task multilabel: how a clip's tile probabilities become its per-class score: mean or max.
   std::string aggregate = "mean";
+  /// The view the model was trained through (resolved: resolve_view_options). Not a flag of this group: `train` sets
+  /// it from its own view flags, `eval` from the checkpoint. The evaluation reads the same tiles with min_real 0
+  /// (evaluation_view_options): every frame of every clip.
+  data::views::ViewOptions view;
 
   /// Throws InvalidArgument naming the flag.
   void validate() const;
@@ -43,16 +51,19 @@ void add_options(boost::program_options::options_description& desc, EvalOptions&
 
 /// The result of one evaluation.
 struct EvalResult {
-  /// Over every valid short segment (loss included).
+  /// Over every example of the evaluation view, the tiles (loss included); "tiles" in the report (schema 1/2: the
+  /// stored short segments).
   Metrics segment;
-  /// Over files (loss NaN).
+  /// Over clips (files), from the vote over each clip's tiles (loss NaN).
   Metrics file;
+  /// What was scored: every clip, the frames covered (all of them), the view.
+  Coverage coverage;
   /// Per-file decisions, on the CPU, in the split's file order.
   FileScores files;
   /// Wall time of the evaluation, seconds; and files per second.
   double seconds = 0;
   double files_per_s = 0;
-  /// --task multilabel: true, and `multilabel` holds the metrics (`segment.loss` the mean BCE per segment; the
+  /// --task multilabel: true, and `multilabel` holds the metrics (`segment.loss` the mean BCE per tile; the
   /// other multi-class fields stay empty) and `file_scores` the per-file class probabilities, float32 CPU [F, C].
   bool is_multilabel = false;
   metrics::MultilabelMetrics multilabel;
@@ -63,15 +74,19 @@ struct EvalResult {
   verification::ErrorRates verification;
   std::vector<verification::DetPoint> det;
 
-  /// {"segment": ..., "file": ..., "seconds", "files_per_s"}; multi-label: {"multilabel": ..., "seconds",
-  /// "files_per_s"}; verification: {"verification": ErrorRates::to_json(), "seconds", "files_per_s"}.
+  /// {"tiles": ..., "file": ..., "coverage": Coverage::to_json(), "seconds", "files_per_s"}; multi-label:
+  /// {"multilabel": ..., "coverage", "seconds", "files_per_s"}; verification: {"verification":
+  /// ErrorRates::to_json(), "coverage", "seconds", "files_per_s"}.
   nlohmann::json to_json(const std::vector<std::string>& class_names) const;
 };
 
-/// Evaluates `model` (put in eval mode, no autograd; its mode is restored afterwards) on `split` with the
-/// combined loss of models/model.h (`positive_class`, `bce_weight`). The split's data are moved to `device`
-/// batch by batch; `autocast` (at::kBFloat16 / at::kHalf, or at::kFloat for none) sets the forward's precision.
-/// One host sync at the end. Throws FormatError when the split is empty.
+/// Evaluates `model` (put in eval mode, no autograd; its mode is restored afterwards) on every clip of `split`
+/// through the evaluation view of opts.view (plan_evaluation: tiles with min_real 0, each clip's last tile padded
+/// and masked by its length), with the combined loss of models/model.h (`positive_class`, `bce_weight`) per tile and
+/// the clip vote opts.vote over each clip's tiles. The tiles are gathered on the CPU (the next batch while the model
+/// runs) and moved to `device`; `autocast` (at::kBFloat16 / at::kHalf, or at::kFloat for none) sets the forward's
+/// precision. One host sync at the end. Throws FormatError when the split is empty, InvalidArgument when the tiles
+/// are not the model's input width.
 EvalResult evaluate(Classifier& model, const Split& split, int64_t positive_class, double bce_weight,
                     const EvalOptions& opts, at::Device device, at::ScalarType autocast = at::kFloat);
 

@@ -2,12 +2,12 @@
 
 #include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "melforge/common/errors.h"
 #include "util.h"
@@ -87,34 +87,43 @@ void MetricAccumulator::reset() {
   have_loss_ = false;
 }
 
-FileScores aggregate_files(const at::Tensor& probs, const at::Tensor& det_probs, const at::Tensor& num_valid_long,
-                           Vote vote, double threshold) {
-  if (probs.dim() != 4 || det_probs.dim() != 3 || num_valid_long.dim() != 1 ||
-      det_probs.sizes() != probs.sizes().slice(0, 3) || num_valid_long.size(0) != probs.size(0))
-    throw InvalidArgument("aggregate_files: expected probs [F, L, S, C], det_probs [F, L, S], num_valid_long [F]");
-  const int64_t L = probs.size(1), C = probs.size(3);
-  const at::Device dev = probs.device();
-  const at::Tensor nvl = num_valid_long.to(dev, at::kLong);
-  const at::Tensor mask = at::arange(L, nvl.options()).unsqueeze(0).lt(nvl.unsqueeze(1));
-  const at::Tensor maskd = mask.to(at::kDouble);
-  const at::Tensor n = nvl.to(at::kDouble);
-  const at::Tensor long_probs = probs.to(at::kDouble).mean(2);
-  const at::Tensor long_det = det_probs.to(at::kDouble).mean(2);
-  const at::Tensor mean_probs = (long_probs * maskd.unsqueeze(2)).sum(1) / n.unsqueeze(1);
+at::Tensor clip_counts(const at::Tensor& clip, int64_t clips) {
+  const auto opts = at::TensorOptions().dtype(at::kDouble).device(clip.device());
+  return at::zeros({clips}, opts).index_add_(0, clip, at::ones({clip.size(0)}, opts));
+}
 
+at::Tensor clip_means(const at::Tensor& values, const at::Tensor& clip, const at::Tensor& counts) {
+  const at::Tensor v = values.to(at::kDouble);
+  return at::zeros({counts.size(0), v.size(1)}, v.options()).index_add_(0, clip, v) / counts.unsqueeze(1);
+}
+
+FileScores vote_clips(const at::Tensor& probs, const at::Tensor& det_probs, const at::Tensor& clip, int64_t clips,
+                      Vote vote, double threshold) {
+  if (probs.dim() != 2 || clip.dim() != 1 || clip.size(0) != probs.size(0) ||
+      (det_probs.defined() && (det_probs.dim() != 1 || det_probs.size(0) != probs.size(0))))
+    throw InvalidArgument("vote_clips: expected probs [E, C], det_probs [E] (or none) and clip [E]");
+  const at::Tensor c = clip.to(probs.device(), at::kLong);
+  const at::Tensor counts = clip_counts(c, clips);
+  const at::Tensor mean_probs = clip_means(probs, c, counts);
+  const at::Tensor det = det_probs.defined() ? det_probs.to(at::kDouble).unsqueeze(1)
+                                             : at::zeros({probs.size(0), 1}, mean_probs.options());
   FileScores out;
   if (vote == Vote::mean) {
     out.class_probs = mean_probs;
     out.predicted = mean_probs.argmax(1);
-    out.detection_score = (long_det * maskd).sum(1) / n;
+    out.detection_score = clip_means(det, c, counts).squeeze(1);
     out.detected = out.detection_score.ge(threshold);
   } else {
-    const at::Tensor votes = at::zeros({probs.size(0), C}, long_probs.options())
-                                 .scatter_add_(1, long_probs.argmax(2), maskd);
-    out.class_probs = votes / n.unsqueeze(1);
+    const at::Tensor votes = at::zeros_like(mean_probs).index_put_(
+        {c, probs.argmax(1)}, at::ones({probs.size(0)}, mean_probs.options()), /*accumulate=*/true);
+    out.class_probs = votes / counts.unsqueeze(1);
     out.predicted = (votes * 2.0 + mean_probs).argmax(1);
-    out.detection_score = (long_det.ge(threshold).to(at::kDouble) * maskd).sum(1) / n;
+    out.detection_score = clip_means(det.ge(threshold), c, counts).squeeze(1);
     out.detected = out.detection_score.gt(0.5);
+  }
+  if (!det_probs.defined()) {
+    out.detection_score = at::zeros_like(out.detection_score);
+    out.detected = at::zeros_like(out.detected);
   }
   out.class_probs = out.class_probs.to(at::kFloat);
   out.detection_score = out.detection_score.to(at::kFloat);

@@ -1,6 +1,6 @@
 #pragma once
-/// Classification metrics, accumulated on the device without host syncs, and the file-level vote over a file's
-/// segments. The math is plain and tested on hand-computed cases (tests/test_trainer_metrics.cpp); the metrics
+/// Classification metrics, accumulated on the device without host syncs, and the clip-level (file) vote over a
+/// clip's examples. The math is plain and tested on hand-computed cases (tests/test_trainer_metrics.cpp); the metrics
 /// from counts and the CPU vote are kernels/metrics and kernels/vote.
 #include <ATen/core/Tensor.h>
 
@@ -48,7 +48,7 @@ class MetricAccumulator {
   bool have_loss_ = false;
 };
 
-/// The file-level vote (kernels/vote/vote.h): mean or majority, parse_vote and to_string.
+/// The clip-level vote (kernels/vote/vote.h): mean or majority, parse_vote and to_string.
 using vote::parse_vote;
 using vote::to_string;
 using vote::Vote;
@@ -65,13 +65,19 @@ struct FileScores {
   at::Tensor detected;
 };
 
-/// File-level decisions from segment outputs, on the device of `probs` (evaluate keeps them there, with no host
-/// sync per batch); the same semantics as vote::aggregate_files (kernels/vote), which predict uses on the CPU and
-/// which test_trainer_metrics checks this against. `probs`: softmax probabilities [F, L, S, C]; `det_probs`: sigmoid
-/// of the detection logits [F, L, S]; `num_valid_long`: int64 [F] in [1, L] (long segments >= it are ignored).
-/// Per long segment the short-segment probabilities are averaged first, then `vote` combines the valid long
-/// segments.
-FileScores aggregate_files(const at::Tensor& probs, const at::Tensor& det_probs, const at::Tensor& num_valid_long,
-                           Vote vote, double threshold);
+/// Per-clip decisions from example outputs, on the device of `probs` with no host sync: vote::vote_clips's semantics
+/// (tested against it in test_trainer_metrics). `probs`: softmax probabilities [E, C]; `det_probs`: sigmoid of the
+/// detection logits [E], or undefined (no detection head: detection_score 0, detected false); `clip`: int64 [E],
+/// each example's clip in [0, clips). The caller guarantees every clip has an example (evaluate plans them so; a clip
+/// without one would give NaN).
+FileScores vote_clips(const at::Tensor& probs, const at::Tensor& det_probs, const at::Tensor& clip, int64_t clips,
+                      Vote vote, double threshold);
+
+/// Examples per clip, float64 [clips] on the device of `clip` (int64 [E]).
+at::Tensor clip_counts(const at::Tensor& clip, int64_t clips);
+
+/// The mean over each clip's rows: `values` [E, K] (any float type), `clip` int64 [E] -> float64 [clips, K], divided
+/// by `counts` (clip_counts).
+at::Tensor clip_means(const at::Tensor& values, const at::Tensor& clip, const at::Tensor& counts);
 
 }  // namespace melforge::trainer

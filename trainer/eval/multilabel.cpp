@@ -2,20 +2,19 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/amax.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/binary_cross_entropy_with_logits.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/from_blob.h>
+#include <ATen/ops/index_reduce.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
 #include <chrono>
-#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
 #include "eval/batching.h"
+#include "eval/metrics.h"
 #include "melforge/common/errors.h"
 #include "models/model.h"
 #include "util.h"
@@ -45,13 +44,15 @@ at::Tensor multilabel_loss(const ModelOutput& out, const at::Tensor& targets) {
   return at::binary_cross_entropy_with_logits(out.logits.to(at::kFloat), targets.to(at::kFloat));
 }
 
-at::Tensor aggregate_multilabel(const at::Tensor& probs, const at::Tensor& num_valid_long, const std::string& aggregate) {
-  const int64_t L = probs.size(1), S = probs.size(2);
-  const at::Tensor valid = at::arange(L, num_valid_long.options()).unsqueeze(0).lt(num_valid_long.unsqueeze(1));
-  const at::Tensor mask = valid.to(at::kFloat).view({-1, L, 1, 1});
-  const at::Tensor masked = probs.to(at::kFloat) * mask;
-  if (aggregate == "max") return at::amax(masked, {1, 2});
-  return masked.sum({1, 2}) / (num_valid_long.to(at::kFloat) * static_cast<double>(S)).unsqueeze(1);
+at::Tensor aggregate_multilabel_clips(const at::Tensor& probs, const at::Tensor& clip, int64_t clips,
+                                      const std::string& aggregate) {
+  if (probs.dim() != 2 || clip.dim() != 1 || clip.size(0) != probs.size(0))
+    throw InvalidArgument("aggregate_multilabel_clips: expected probs [E, C] and clip [E]");
+  const at::Tensor c = clip.to(probs.device(), at::kLong);
+  if (aggregate == "max")
+    return at::zeros({clips, probs.size(1)}, probs.options().dtype(at::kFloat))
+        .index_reduce_(0, c, probs.to(at::kFloat), "amax", /*include_self=*/false);
+  return clip_means(probs, c, clip_counts(c, clips)).to(at::kFloat);
 }
 
 at::Tensor multilabel_file_scores(const at::Tensor& logits, const std::string& aggregate) {
@@ -62,44 +63,34 @@ at::Tensor multilabel_file_scores(const at::Tensor& logits, const std::string& a
 EvalResult evaluate_multilabel(Classifier& model, const Split& split, const EvalOptions& opts, at::Device device,
                                at::ScalarType autocast, double tuned) {
   opts.validate();
-  if (!split.has_mel() || split.files() == 0)
-    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no files to evaluate");
+  if (!split.has_frames() || split.files() == 0)
+    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no clips to evaluate");
   if (!split.multilabel())
     throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no multi-label targets matrix");
   const auto start = std::chrono::steady_clock::now();
-  const int64_t F = split.files(), L = split.info.num_long, S = split.info.num_short, M = split.info.n_mels,
-                T = split.info.n_frames, C = static_cast<int64_t>(split.class_names.size());
+  const int64_t F = split.files(), C = static_cast<int64_t>(split.class_names.size());
+  const EvalPlan plan = plan_evaluation(split, evaluation_view_options(opts.view, split, model.kind()),
+                                        opts.batch_size);
+  check_model_frames(model, plan);
   ModeGuard mode(model);
   model.eval();
   c10::NoGradGuard no_grad;
   AutocastGuard autocast_guard(device.type(), autocast);
-  const at::Tensor nvl = split.num_valid_long.to(at::kCPU, at::kLong).contiguous();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-  std::vector<at::Tensor> scores;
-  int64_t segments = 0;
-  for (const auto& [f0, f1] : file_ranges(nvl.data_ptr<int64_t>(), F, S, opts.batch_size)) {
-    const int64_t nb = f1 - f0;
-    std::vector<int64_t> local;
-    for (int64_t f = f0; f < f1; ++f)
-      for (int64_t l = 0; l < nvl.data_ptr<int64_t>()[f]; ++l) local.push_back((f - f0) * L + l);
-    const auto V = static_cast<int64_t>(local.size());
-    const at::Tensor lidx = at::from_blob(local.data(), {V}, at::kLong).clone();
-    const at::Tensor x = split.read_files(f0, nb).reshape({nb * L, S, M, T}).index_select(0, lidx).reshape({V * S, M, T});
-    const at::Tensor rows = lidx.div(L, "floor").add(f0).repeat_interleave(S);
-    const at::Tensor y = split.targets.index_select(0, rows).to(device);
-    const ModelOutput out = model.forward(x.to(device));
-    loss_sum += multilabel_loss(out, y).to(at::kDouble) * static_cast<double>(V * S);
-    segments += V * S;
-    const at::Tensor probs = at::sigmoid(out.logits.to(at::kFloat)).view({V, S, C});
-    const at::Tensor padded =
-        at::zeros({nb * L, S, C}, probs.options()).index_copy_(0, lidx.to(device), probs).view({nb, L, S, C});
-    scores.push_back(aggregate_multilabel(padded, nvl.slice(0, f0, f1).to(device), opts.aggregate));
-  }
+  std::vector<at::Tensor> probs, clips;
+  for_each_batch(split, plan, [&](const ExampleBatch& b) {
+    const at::Tensor y = split.targets.index_select(0, b.clip).to(device);
+    const ModelOutput out = forward_batch(model, b, device);
+    loss_sum += multilabel_loss(out, y).to(at::kDouble) * static_cast<double>(y.size(0));
+    probs.push_back(at::sigmoid(out.logits.to(at::kFloat)));
+    clips.push_back(b.clip.to(device));
+  });
   EvalResult r;
   r.is_multilabel = true;
-  r.file_scores = at::cat(scores).to(at::kCPU);
-  r.segment.count = segments;
-  r.segment.loss = loss_sum.item<double>() / static_cast<double>(segments);
+  r.file_scores = aggregate_multilabel_clips(at::cat(probs), at::cat(clips), F, opts.aggregate).to(at::kCPU);
+  r.segment.count = plan.coverage.examples;
+  r.segment.loss = loss_sum.item<double>() / static_cast<double>(plan.coverage.examples);
+  r.coverage = plan.coverage;
   r.multilabel = metrics::multilabel_metrics(to_doubles(r.file_scores), to_bytes(split.targets), F, C, opts.threshold,
                                              tuned, r.segment.loss);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

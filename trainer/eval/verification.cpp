@@ -2,10 +2,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/from_blob.h>
 #include <ATen/ops/linspace.h>
-#include <ATen/ops/ones.h>
-#include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
 #include <boost/program_options.hpp>
@@ -15,6 +12,7 @@
 
 #include "data/dataset.h"
 #include "eval/batching.h"
+#include "eval/metrics.h"
 #include "melforge/common/errors.h"
 #include "models/model.h"
 #include "util.h"
@@ -33,18 +31,6 @@ void read_verify_field(const nlohmann::json& j, const char* name, T& value) {
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(std::string("verify options: field '") + name + "': " + e.what());
   }
-}
-
-/// The mean embedding of each file of one forward pass: `emb` [V * S, E] of the V valid long segments (S short
-/// segments each) whose files are `owner` [V] (0-based within the pass of `files` files).
-at::Tensor file_means(const at::Tensor& emb, const at::Tensor& owner, int64_t files, int64_t per_long) {
-  const int64_t E = emb.size(1);
-  const at::Tensor seg_owner = owner.repeat_interleave(per_long);
-  const at::Tensor sums = at::zeros({files, E}, emb.options().dtype(at::kFloat)).index_add_(0, seg_owner,
-                                                                                           emb.to(at::kFloat));
-  const at::Tensor counts = at::zeros({files}, sums.options()).index_add_(
-      0, seg_owner, at::ones({seg_owner.size(0)}, sums.options()));
-  return sums / counts.unsqueeze(1);
 }
 
 }  // namespace
@@ -95,37 +81,27 @@ void add_options(po::options_description& desc, VerifyOptions& o) {
 }
 
 at::Tensor embed_split(Classifier& model, const Split& split, int64_t batch_size, at::Device device,
-                       at::ScalarType autocast) {
-  if (!split.has_mel() || split.files() == 0)
-    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no files to embed");
-  const int64_t F = split.files(), L = split.info.num_long, S = split.info.num_short, M = split.info.n_mels,
-                T = split.info.n_frames;
+                       at::ScalarType autocast, Coverage* coverage) {
+  if (!split.has_frames() || split.files() == 0)
+    throw FormatError("split '" + split.name + "' (" + split.path.string() + ") has no clips to embed");
+  const data::views::ViewOptions trained = resolve_view_options(data::views::ViewOptions{}, split, model.kind());
+  const EvalPlan plan = plan_evaluation(split, evaluation_view_options(trained, split, model.kind()), batch_size);
+  if (coverage) *coverage = plan.coverage;
   ModeGuard mode(model);
   model.eval();
   c10::NoGradGuard no_grad;
   AutocastGuard autocast_guard(device.type(), autocast);
-  const at::Tensor nvl = split.num_valid_long.to(at::kCPU, at::kLong).contiguous();
-  const int64_t* valid = nvl.data_ptr<int64_t>();
-  std::vector<at::Tensor> means;
-  for (const auto& [f0, f1] : file_ranges(valid, F, S, batch_size)) {
-    std::vector<int64_t> local, owner;
-    for (int64_t f = f0; f < f1; ++f)
-      for (int64_t l = 0; l < valid[f]; ++l) {
-        local.push_back((f - f0) * L + l);
-        owner.push_back(f - f0);
-      }
-    const auto as_tensor = [](const std::vector<int64_t>& v) {
-      return at::from_blob(const_cast<int64_t*>(v.data()), {static_cast<int64_t>(v.size())}, at::kLong).clone();
-    };
-    const at::Tensor block = split.read_files(f0, f1 - f0).reshape({(f1 - f0) * L, S, M, T});
-    const at::Tensor x = block.index_select(0, as_tensor(local)).reshape({-1, M, T}).to(device);
-    const ModelOutput out = model.forward(x);
+  std::vector<at::Tensor> embeddings, clips;
+  for_each_batch(split, plan, [&](const ExampleBatch& b) {
+    const ModelOutput out = forward_batch(model, b, device);
     if (!out.embedding.defined())
       throw InvalidArgument("embed: the model (" + model.kind() + ") gives no speaker embedding");
-    means.push_back(file_means(out.embedding, as_tensor(owner).to(device), f1 - f0, S).to(at::kCPU));
-  }
-  const at::Tensor mean = at::cat(means);
-  return mean / mean.norm(2, 1, true).clamp_min(1e-12);
+    embeddings.push_back(out.embedding.to(at::kFloat));
+    clips.push_back(b.clip.to(device));
+  });
+  const at::Tensor clip = at::cat(clips);
+  const at::Tensor mean = clip_means(at::cat(embeddings), clip, clip_counts(clip, split.files())).to(at::kFloat);
+  return (mean / mean.norm(2, 1, true).clamp_min(1e-12)).to(at::kCPU);
 }
 
 std::vector<int32_t> split_labels(const Split& split) {

@@ -1,6 +1,6 @@
 #pragma once
-/// Speaker-verification evaluation (`--task verification`): one embedding per file (the L2-normalised mean of the
-/// embeddings of its valid short segments), trials (a VoxCeleb-style list, or generated from the split's classes),
+/// Speaker-verification evaluation (`--task verification`): one embedding per clip (the embedding of the whole
+/// utterance, pooled over its real frames; schema 1/2: the L2-normalised mean over its stored short segments), trials (a VoxCeleb-style list, or generated from the split's classes),
 /// cosine or AS-norm scores, EER and minDCF (kernels/verification), and the DET curve.
 #include <ATen/core/Tensor.h>
 
@@ -52,13 +52,15 @@ struct VerifyOptions {
 /// Registers --trials --trial-count --trial-seed --as-norm --cohort-size.
 void add_options(boost::program_options::options_description& desc, VerifyOptions& opts);
 
-/// One embedding per file of `split`: float32 CPU [files, E], row f the L2-normalised mean of the embeddings of the
-/// valid short segments of file f (ModelOutput::embedding of `model`, a speaker model; eval mode, no autograd, its
-/// mode restored). Whole files are packed into forward passes of at most `batch_size` short segments; `autocast` as
-/// evaluate(). A row whose output is not finite stays NaN (first_non_finite_row finds it). Throws InvalidArgument
+/// One embedding per clip of `split`: float32 CPU [files, E], row f the L2-normalised ModelOutput::embedding of
+/// `model` (a speaker model; eval mode, no autograd, its mode restored) over the whole clip f: the clips view of a
+/// schema-3 split (evaluation_view_options), clips batched by length under clip_batch_seconds of padded frames and
+/// each pooled over its real frames; a schema-1/2 split's stored short segments (tiles, at most `batch_size` per
+/// pass), their embeddings averaged per clip. `autocast` as evaluate(). A row whose output is not finite stays NaN (first_non_finite_row finds it). Throws InvalidArgument
 /// when the model gives no embedding, FormatError when the split has no files.
+/// `coverage`, when not null, receives what the embeddings cover (every clip, every frame).
 at::Tensor embed_split(Classifier& model, const Split& split, int64_t batch_size, at::Device device,
-                       at::ScalarType autocast = at::kFloat);
+                       at::ScalarType autocast = at::kFloat, Coverage* coverage = nullptr);
 
 /// The first row of `embeddings` [N, E] holding a NaN or an infinity, or -1.
 int64_t first_non_finite_row(const at::Tensor& embeddings);

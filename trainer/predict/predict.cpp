@@ -16,21 +16,26 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <fstream>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
 #include "eval/metrics.h"
+#include "eval/batching.h"
+#include "featurize/clip_features.h"
 #include "featurize/featurize.h"
-#include "windows/windows.h"
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/options.h"
 #include "melforge/common/utf8.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
+#include "views/gather.h"
+#include "views/view.h"
 #include "util.h"
 
 namespace po = boost::program_options;
@@ -64,42 +69,57 @@ at::Device resolve_device(const std::string& name) {
   return cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
 
-/// The model's outputs on every window of a file: softmax probabilities float32 [W, S, C] and sigmoid detection
-/// probabilities [W, S], row-major, with the windows' plan. A per-class sigmoid (multi-label) would fill `probs`
-/// the same way; only the vote over them changes.
-struct WindowScores {
-  windows::WindowPlan plan;
+/// The model's outputs on every tile of a file: softmax probabilities float32 [W, C] and sigmoid detection
+/// probabilities [W] (empty without a detection head), row-major, with each tile's start and end, seconds.
+struct TileScores {
   std::vector<float> probs;
   std::vector<float> det;
+  std::vector<double> start, end;
+  int64_t count = 0;
 };
 
-/// Runs the windows of `fw` through `model` a batch at a time; `info` gives the segments' [n_mels, n_frames].
-WindowScores score_file(Classifier& model, windows::FileWindows& fw, const MelInfo& info, at::Device device) {
-  WindowScores w;
-  w.plan = fw.plan();
-  windows::WindowBatch batch;
-  while (fw.next(batch)) {
-    const at::Tensor x = at::from_blob(batch.values.data(), {batch.count * info.num_short, info.n_mels, info.n_frames},
-                                       at::kFloat);
-    const ModelOutput out = model.forward(x.to(device));
+/// Runs the tiles of `frames` (float32 [T, n_mels], one clip of `num_samples` samples) through `model`
+/// kPredictBatchSegments at a time, each padded with `pad` past its real frames and masked by its length.
+TileScores score_clip(Classifier& model, const at::Tensor& frames, int64_t num_samples, const PredictTiles& tiles,
+                      const MelInfo& info, float pad, at::Device device) {
+  const int64_t T = frames.size(0), M = frames.size(1);
+  const std::vector<data::views::Example> examples =
+      data::views::make_tiles_view_frames(tiles.tile, tiles.hop, 0.0)->examples(std::vector<int64_t>{T}, 0, 0);
+  TileScores w;
+  w.count = static_cast<int64_t>(examples.size());
+  const double rate = static_cast<double>(info.sample_rate), hop = static_cast<double>(info.hop_length);
+  for (const auto& e : examples) {
+    w.start.push_back(static_cast<double>(e.start) * hop / rate);
+    w.end.push_back(std::min(static_cast<double>(e.start + e.real) * hop, static_cast<double>(num_samples)) / rate);
+  }
+  for (int64_t first = 0; first < w.count; first += kPredictBatchSegments) {
+    const int64_t B = std::min(kPredictBatchSegments, w.count - first);
+    at::Tensor x = at::empty({B, M, tiles.tile}, at::kFloat);
+    at::Tensor lengths = at::empty({B}, at::kLong);
+    for (int64_t b = 0; b < B; ++b)
+      lengths.data_ptr<int64_t>()[b] = data::views::gather_example(
+          examples[static_cast<std::size_t>(first + b)], frames.data_ptr<float>(), M, tiles.tile, pad,
+          x.data_ptr<float>() + b * M * tiles.tile);
+    const ModelOutput out =
+        model.fixed_frames() > 0 ? model.forward(x.to(device)) : model.forward(x.to(device), lengths.to(device));
     const at::Tensor p = at::softmax(out.logits.to(at::kFloat), 1).to(at::kCPU).contiguous();
-    const at::Tensor d = at::sigmoid(out.detection.to(at::kFloat)).to(at::kCPU).contiguous();
     w.probs.insert(w.probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
-    w.det.insert(w.det.end(), d.data_ptr<float>(), d.data_ptr<float>() + d.numel());
+    if (out.detection.defined()) {
+      const at::Tensor d = at::sigmoid(out.detection.to(at::kFloat)).to(at::kCPU).contiguous();
+      w.det.insert(w.det.end(), d.data_ptr<float>(), d.data_ptr<float>() + d.numel());
+    }
   }
   return w;
 }
 
-/// The vote over `w`'s windows, each as a file of one long segment (`windows` true: one result per window, always
-/// the mean over its short segments) or the whole file as one file of W long segments (`vote`).
-vote::FileVotes vote_windows(const WindowScores& w, int64_t S, int64_t C, bool per_window, Vote v, double threshold) {
-  const int64_t W = w.plan.count;
-  const std::vector<int64_t> valid(static_cast<std::size_t>(per_window ? W : 1), per_window ? 1 : W);
-  const vote::VoteShape shape{per_window ? W : 1, per_window ? 1 : W, S, C};
-  return vote::aggregate_files(w.probs, w.det, valid, shape, per_window ? Vote::mean : v, threshold);
+/// The vote over `w`'s tiles: the whole file as one clip (`vote`), or (`per_tile`) each tile on its own.
+vote::FileVotes vote_tiles(const TileScores& w, int64_t C, bool per_tile, Vote v, double threshold) {
+  std::vector<int64_t> clip(static_cast<std::size_t>(w.count), 0);
+  if (per_tile) std::iota(clip.begin(), clip.end(), int64_t{0});
+  return vote::vote_clips(w.probs, w.det, clip, per_tile ? w.count : 1, C, per_tile ? Vote::mean : v, threshold);
 }
 
-/// Writes the --windows file as windows are scored: CSV (path, window, start, end, predicted, detection_score,
+/// Writes the --windows file (one row per tile) as files are scored: CSV (path, window, start, end, predicted, detection_score,
 /// detected, p_<class>...) or a JSON array of objects with the same fields (probabilities by class name). Without a
 /// detection head (`detection` false: --positive-class none) the detection fields are empty (CSV) or null (JSON).
 class WindowWriter {
@@ -117,14 +137,13 @@ class WindowWriter {
       file_ << '\n';
     }
   }
-  /// Adds the windows of one file (`votes`: one per window, from vote_windows).
-  void add(const std::string& file, const WindowScores& w, const vote::FileVotes& votes, int sample_rate) {
+  /// Adds the tiles of one file (`votes`: one per tile, from vote_tiles).
+  void add(const std::string& file, const TileScores& w, const vote::FileVotes& votes) {
     if (path_.empty()) return;
     const auto C = class_names_.size();
-    for (int64_t k = 0; k < w.plan.count; ++k) {
+    for (int64_t k = 0; k < w.count; ++k) {
       const auto kk = static_cast<std::size_t>(k);
-      const double start = static_cast<double>(w.plan.start(k)) / sample_rate;
-      const double end = static_cast<double>(w.plan.start(k) + w.plan.audio_samples(k)) / sample_rate;
+      const double start = w.start[kk], end = w.end[kk];
       const std::string& predicted = class_names_[static_cast<std::size_t>(votes.predicted[kk])];
       if (format_ == "json") {
         nlohmann::json probs = nlohmann::json::object();
@@ -252,7 +271,7 @@ void add_options(po::options_description& desc, PredictOptions& opts) {
      "checkpoint to predict with")
     ("format", po::value<std::string>(&opts.format)->default_value(opts.format), "output format: csv or json")
     ("vote", po::value<std::string>(&opts.vote)->default_value(opts.vote),
-     "file-level vote over long segments: mean or majority")
+     "file-level vote over the file's tiles: mean or majority")
     ("threshold", po::value<double>(&opts.threshold)->default_value(opts.threshold, default_text(opts.threshold)),
      "detection probability at or above which the detection head says positive, in (0, 1)")
     ("threads", po::value<int>(&opts.threads)->default_value(opts.threads),
@@ -261,11 +280,10 @@ void add_options(po::options_description& desc, PredictOptions& opts) {
     ("include-hidden", po::bool_switch(&opts.include_hidden),
      "also read files and folders whose name starts with '.' inside input folders (default: ignored)")
     ("hop", po::value<double>(&opts.hop)->value_name("SECONDS"),
-     "seconds between window starts, at most the model's long_seconds (default: long_seconds, the windows the "
-     "builder cuts)")
+     "seconds between tile starts, at most the tile (default: the hop the model was trained with)")
     ("windows", po::value<std::string>()->value_name("FILE")->notifier([&opts](const std::string& s) {
        opts.windows = s;
-     }), "also write every window's scores with start and end times to FILE (.csv or .json)")
+     }), "also write every tile's scores with start and end times to FILE (.csv or .json)")
     ("windows-format", po::value<std::string>(&opts.windows_format)->value_name("csv|json"),
      "format of the --windows file (default: from its extension)")
     ("strict", po::bool_switch(&opts.strict),
@@ -275,51 +293,53 @@ void add_options(po::options_description& desc, PredictOptions& opts) {
      "audio files or folders (searched recursively)");
 }
 
-struct Featurizer::Impl {
-  std::unique_ptr<featurize::Featurizer> featurizer;
-  std::vector<int64_t> shape;
-};
-
-Featurizer::Featurizer(const MelInfo& info, int threads) : impl_(std::make_unique<Impl>()) {
-  impl_->featurizer = std::make_unique<featurize::Featurizer>(info.dataset_params(), threads);
-  impl_->shape = info.file_shape();
+at::Tensor featurize_clip(const fs::path& path, const MelInfo& info, int threads) {
+  featurize::ClipFeaturizer clips(info.mel_args(), mel::parse_dtype(info.dtype), static_cast<int>(info.channel),
+                                  threads);
+  featurize::ClipFeatures f = clips(path);
+  return at::from_blob(f.frames.data(), {f.n_frames, f.n_mels}, at::kFloat).clone();
 }
 
-Featurizer::~Featurizer() = default;
-
-featurize::Featurizer& Featurizer::kernel() { return *impl_->featurizer; }
-
-FileFeatures Featurizer::operator()(const fs::path& path) {
-  featurize::FloatFeatures f = (*impl_->featurizer)(path);
-  FileFeatures out;
-  out.num_valid_long = f.num_valid_long;
-  out.mel = at::empty(impl_->shape, at::kFloat);
-  std::memcpy(out.mel.data_ptr<float>(), f.values.data(), f.values.size() * sizeof(float));
-  return out;
-}
-
-FileFeatures featurize_file(const fs::path& path, const MelInfo& info, int threads) {
-  Featurizer f(info, threads);
-  return f(path);
+PredictTiles predict_tiles(const MelInfo& info, const nlohmann::json& train_config, int64_t model_frames,
+                           double hop_seconds) {
+  if (!std::isfinite(hop_seconds) || hop_seconds < 0)
+    throw InvalidArgument("--hop must be a number of seconds > 0 (got " + std::to_string(hop_seconds) + ")");
+  const data::views::FrameRate rate{info.sample_rate, info.hop_length};
+  PredictTiles t;
+  t.tile = model_frames > 0 ? model_frames : info.n_frames;
+  t.hop = t.tile;
+  const bool schema3 = info.long_seconds <= 0;
+  if (schema3 && train_config.is_object() && train_config.contains("view")) {
+    const TrainConfig config = TrainConfig::from_json(train_config);
+    if (config.view.view == "tiles" && rate.frames(config.view.tile_seconds) == t.tile)
+      t.hop = rate.frames(config.view.hop_seconds());
+  }
+  if (hop_seconds > 0) t.hop = rate.frames(hop_seconds);
+  if (t.hop < 1 || t.hop > t.tile)
+    throw InvalidArgument("--hop " + std::to_string(hop_seconds) + " s gives " + std::to_string(t.hop) +
+                          " frames between tiles; it must be 1 .. the tile's " + std::to_string(t.tile) + " frames (" +
+                          std::to_string(static_cast<double>(t.tile * info.hop_length) / info.sample_rate) + " s)");
+  return t;
 }
 
 namespace {
 
-/// Scores one input (its windows, then the vote) into `row`, adding its windows to `windows_out`.
-void predict_file(Classifier& model, const MelInfo& info, Featurizer& featurize, const PredictOptions& opts,
-                  int64_t hop, at::Device device, WindowWriter& windows_out, Row& row) {
+/// Scores one input (its tiles, then the vote) into `row`, adding its tiles to `tiles_out`.
+void predict_file(Classifier& model, const MelInfo& info, featurize::ClipFeaturizer& clips, const PredictOptions& opts,
+                  const PredictTiles& tiles, at::Device device, WindowWriter& tiles_out, Row& row) {
   const Vote vote = parse_vote(opts.vote);
-  const int64_t S = info.num_short;
-  windows::FileWindows fw(featurize.kernel(), row.path, hop, std::max<int64_t>(1, kPredictBatchSegments / S));
-  const WindowScores w = score_file(model, fw, info, device);
-  const int64_t C = static_cast<int64_t>(w.probs.size()) / (w.plan.count * S);
-  const vote::FileVotes file = vote_windows(w, S, C, false, vote, opts.threshold);
+  featurize::ClipFeatures f = clips(row.path);
+  const at::Tensor frames = at::from_blob(f.frames.data(), {f.n_frames, f.n_mels}, at::kFloat);
+  const TileScores w =
+      score_clip(model, frames, f.num_samples, tiles, info, mel::silence_value(info.mel_args()), device);
+  const int64_t C = static_cast<int64_t>(w.probs.size()) / w.count;
+  const vote::FileVotes file = vote_tiles(w, C, false, vote, opts.threshold);
   row.probs = file.class_probs;
   row.predicted = file.predicted[0];
   row.score = file.detection_score[0];
   row.detected = file.detected[0] != 0;
-  row.num_windows = w.plan.count;
-  windows_out.add(row.path, w, vote_windows(w, S, C, true, vote, opts.threshold), static_cast<int>(info.sample_rate));
+  row.num_windows = w.count;
+  tiles_out.add(row.path, w, vote_tiles(w, C, true, vote, opts.threshold));
 }
 
 }  // namespace
@@ -335,7 +355,7 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
   if (C != ck.model_config.value("num_classes", C))
     throw FormatError("checkpoint '" + opts.checkpoint.string() + "': " + std::to_string(C) +
                       " class names for a model of " + ck.model_config["num_classes"].dump() + " classes");
-  const int64_t hop = windows::hop_samples(opts.hop, info.segment_args(), static_cast<int>(info.sample_rate));
+  const PredictTiles tiles = predict_tiles(info, ck.config, model_frames(*model), opts.hop);
   const at::Device device = resolve_device(opts.device);
   model->to(device);
   model->eval();
@@ -343,7 +363,8 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
 
   const std::vector<PredictInput> files = collect_inputs(opts.inputs, opts.include_hidden);
   if (files.empty()) throw InvalidArgument("no audio files found in the inputs");
-  Featurizer featurize(info, opts.threads);
+  featurize::ClipFeaturizer clips(info.mel_args(), mel::parse_dtype(info.dtype), static_cast<int>(info.channel),
+                                  opts.threads);
   WindowWriter windows_out(opts.windows, opts.windows.empty() ? "" : opts.resolved_windows_format(), ck.class_names,
                            ck.positive_index >= 0);
   std::vector<Row> rows(files.size());
@@ -354,7 +375,7 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
     rows[i].error = files[i].error;
     try {
       if (rows[i].error.empty()) {
-        predict_file(*model, info, featurize, opts, hop, device, windows_out, rows[i]);
+        predict_file(*model, info, clips, opts, tiles, device, windows_out, rows[i]);
         windows_scored += rows[i].num_windows;
       }
     } catch (const AudioError& e) {
@@ -376,9 +397,12 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
   }
   windows_out.close();
   opts.format == "csv" ? write_csv(rows, ck.class_names, ck.positive_index >= 0, out) : write_json(rows, ck, out);
+  const auto seconds = [&info](int64_t frames) {
+    return static_cast<double>(frames * info.hop_length) / static_cast<double>(info.sample_rate);
+  };
   log << "predict: " << summary.scored << " file(s) scored, " << summary.failed << " unreadable; " << windows_scored
-      << " window(s) of " << info.long_seconds << " s every " << static_cast<double>(hop) / info.sample_rate
-      << " s; model " << model->kind() << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", "
+      << " tile(s) of " << tiles.tile << " frames (" << seconds(tiles.tile) << " s) every " << tiles.hop
+      << " frames (" << seconds(tiles.hop) << " s) covering every frame of each file; model " << model->kind() << " (epoch " << ck.epoch << "), vote " << to_string(vote) << ", "
       << (ck.positive_index >= 0 ? "detection of '" + ck.positive_class + "' at " + number(opts.threshold)
                                  : std::string("no detection head (--positive-class none)"))
       << ", device " << device.str() << '\n';

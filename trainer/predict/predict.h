@@ -1,13 +1,16 @@
 #pragma once
-/// `melforge-train predict`: classifies raw audio files with a checkpoint. Each file is decoded as a stream and cut
-/// into sliding windows of one long segment (kernels/windows) whose spectrograms are computed with the checkpoint's
-/// mel parameters exactly as melforge-build computes them; the windows are scored a fixed-size batch at a time and
-/// combined per file with the vote of `eval` (kernels/vote).
+/// `melforge-train predict`: classifies raw audio files with a checkpoint as `eval` scores a dataset's clips. Each
+/// file is decoded whole and its log-mel frames computed over the whole clip with the checkpoint's mel parameters
+/// (featurize::ClipFeaturizer: MelEngine::compute_clips, as melforge-build stores a schema-3 clip); the frames are cut
+/// into the tiles the model was trained on (data/views, min_real 0: every frame of the file, the last tile padded and
+/// masked by its length), scored a fixed-size batch at a time, and combined with the clip vote of `eval`
+/// (vote::vote_clips). A checkpoint trained on a schema-1/2 dataset reads tiles of its short segment's n_frames.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -19,7 +22,7 @@ class options_description;
 }
 
 namespace melforge::featurize {
-class Featurizer;
+class ClipFeaturizer;
 }  // namespace melforge::featurize
 
 namespace melforge::data {
@@ -38,7 +41,7 @@ struct PredictOptions {
   std::vector<std::filesystem::path> inputs;
   /// Output format: csv or json.
   std::string format = "csv";
-  /// mean or majority (as EvalOptions::vote).
+  /// mean or majority over a file's tiles (as EvalOptions::vote).
   std::string vote = "mean";
   /// Detection threshold in (0, 1).
   double threshold = 0.5;
@@ -48,9 +51,9 @@ struct PredictOptions {
   std::string device = "auto";
   /// Read entries of input folders whose name starts with '.' (.DS_Store, ._x.wav, .git/); default: ignored.
   bool include_hidden = false;
-  /// Seconds between window starts, in (0, long_seconds] of the checkpoint; 0: long_seconds (the builder's layout).
+  /// Seconds between tile starts, at most the tile; 0: the hop the model was trained with (schema 1/2: the tile).
   double hop = 0;
-  /// File written with every window's scores (empty: none).
+  /// File written with every tile's scores (empty: none).
   std::filesystem::path windows;
   /// Format of `windows`: csv or json; empty: from its extension (.csv, .json).
   std::string windows_format;
@@ -70,40 +73,28 @@ void add_options(boost::program_options::options_description& desc, PredictOptio
 /// The positional-argument name add_options uses for the inputs ("input"), for the command-line parser.
 inline constexpr const char* kPredictInputsName = "input";
 
-/// The features of one audio file as melforge-build computes them for a dataset with parameters `info`:
-/// float32 [num_long, num_short, n_mels, n_frames] (values rounded through float16 when info.dtype is float16,
-/// as the builder stores them), and the number of valid long segments. Throws AudioError naming the file when it
-/// cannot be decoded or is too short under info.short_files == "skip".
-struct FileFeatures {
-  at::Tensor mel;
-  int64_t num_valid_long = 0;
-};
-FileFeatures featurize_file(const std::filesystem::path& path, const MelInfo& info, int threads = 0);
+/// The log-mel frames of one audio file as a schema-3 dataset built with the parameters `info` stores them: float32
+/// [frames, n_mels] (values rounded through float16 when info.dtype is float16). Throws AudioError naming the file
+/// when it cannot be decoded, FormatError when `info`'s parameters cannot be used.
+at::Tensor featurize_clip(const std::filesystem::path& path, const MelInfo& info, int threads = 0);
 
-/// featurize_file with one spectrogram engine built once for many files (featurize_file builds one per call).
-class Featurizer {
- public:
-  /// Builds the CPU engine for `info` with `threads` threads (0: all cores). Throws FormatError when `info` holds
-  /// parameters the kernels refuse or that do not give its n_frames / num_short.
-  explicit Featurizer(const MelInfo& info, int threads = 0);
-  ~Featurizer();
-  Featurizer(const Featurizer&) = delete;
-  Featurizer& operator=(const Featurizer&) = delete;
-  /// As featurize_file.
-  FileFeatures operator()(const std::filesystem::path& path);
-  /// The kernels' featurizer (its engine computes predict's windows).
-  featurize::Featurizer& kernel();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+/// The tiles predict cuts a file into, in frames: the model's input width (`model_frames`, its config's n_frames;
+/// `info.n_frames` when 0) every `hop` frames (the `trained` view's tile hop for a tiles-trained schema-3 model, else
+/// the tile; `hop_seconds` > 0 overrides it). Throws InvalidArgument ("--hop ...") when the hop is not finite, is
+/// negative, rounds to 0 frames or exceeds the tile.
+struct PredictTiles {
+  /// Tile length and hop, frames (1 <= hop <= tile).
+  int64_t tile = 0;
+  int64_t hop = 0;
 };
+PredictTiles predict_tiles(const MelInfo& info, const nlohmann::json& train_config, int64_t model_frames,
+                           double hop_seconds);
 
 /// The inputs predict reads (kernels/inputs, shared with melforge.predict).
 using inputs::collect_inputs;
 using inputs::PredictInput;
 
-/// Windows of one forward pass: as many as give at most this many short segments (at least one window).
+/// Tiles per forward pass.
 inline constexpr int64_t kPredictBatchSegments = 1024;
 
 /// What run_predict did.
@@ -115,7 +106,8 @@ struct PredictSummary {
 };
 
 /// Runs predict: one line (CSV, with a header) or object (JSON array) per input file with its path, predicted
-/// class, class probabilities, detection score and decision from the vote over all its windows. Files that cannot
+/// class, class probabilities, detection score and decision from the vote over all its tiles ("num_windows": the
+/// tiles). Files that cannot
 /// be read are reported as such with the reason and counted in `failed` (the other files are still scored); with
 /// opts.strict the first one throws AudioError naming it instead, after the rows of the files before it. Throws
 /// AudioError when no file could be scored, IoError when the --windows file cannot be written.

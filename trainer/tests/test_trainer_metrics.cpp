@@ -1,5 +1,5 @@
-// Classification metrics on hand-computed cases, the device-side accumulator, and the file-level votes of
-// aggregate_files against kernels/vote's CPU vote (which tests/test_vote.cpp checks against a naive loop).
+// Classification metrics on hand-computed cases, the device-side accumulator, and the clip vote of vote_clips
+// against kernels/vote's CPU vote (which tests/test_vote.cpp checks against a naive loop).
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -7,6 +7,7 @@
 #include "catch_torch.h"
 
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "eval/metrics.h"
@@ -188,27 +189,29 @@ TEST_CASE("vote names", "[trainer][metrics]") {
   CHECK_THROWS_AS(parse_vote("median"), InvalidArgument);
 }
 
-TEST_CASE("majority ties are broken by the mean probability, padding is ignored", "[trainer][metrics]") {
-  // One file, L = 3 with 2 valid long segments (S = 1): segment 0 votes class 0 (0.55), segment 1 votes class 1
-  // (0.9); the invalid segment 2 would make class 0 win if it were counted.
-  const at::Tensor probs = at::tensor({0.55f, 0.45f, 0.1f, 0.9f, 1.0f, 0.0f}).view({1, 3, 1, 2});
-  const at::Tensor det = at::tensor({0.6f, 0.4f, 1.0f}).view({1, 3, 1});
-  const at::Tensor nvl = at::tensor({2}, at::kLong);
-  const FileScores maj = aggregate_files(probs, det, nvl, Vote::majority, 0.5);
+TEST_CASE("majority ties are broken by the mean probability, each clip votes over its own examples",
+          "[trainer][metrics]") {
+  // Clip 0 has two examples: one votes class 0 (0.55), one class 1 (0.9); clip 1's single example (class 0 at 1.0)
+  // would make class 0 win clip 0 if it were counted there.
+  const at::Tensor probs = at::tensor({0.55f, 0.45f, 0.1f, 0.9f, 1.0f, 0.0f}).view({3, 2});
+  const at::Tensor det = at::tensor({0.6f, 0.4f, 1.0f});
+  const at::Tensor clip = at::tensor({0, 0, 1}, at::kLong);
+  const FileScores maj = vote_clips(probs, det, clip, 2, Vote::majority, 0.5);
   CHECK(maj.predicted[0].item<int64_t>() == 1);
   CHECK(maj.class_probs[0][0].item<float>() == 0.5f);
   CHECK(maj.class_probs[0][1].item<float>() == 0.5f);
   CHECK(maj.detection_score[0].item<float>() == 0.5f);
   CHECK_FALSE(maj.detected[0].item<bool>());  // exactly half is not "more than half"
-  const FileScores mean = aggregate_files(probs, det, nvl, Vote::mean, 0.5);
+  CHECK(maj.predicted[1].item<int64_t>() == 0);
+  const FileScores mean = vote_clips(probs, det, clip, 2, Vote::mean, 0.5);
   CHECK(mean.predicted[0].item<int64_t>() == 1);
   CHECK(mean.class_probs[0][0].item<float>() == Approx(0.325));
   CHECK(mean.detection_score[0].item<float>() == Approx(0.5));
   CHECK(mean.detected[0].item<bool>());
-  CHECK_THROWS_AS(aggregate_files(probs, det.view({1, 3}), nvl, Vote::mean, 0.5), InvalidArgument);
+  CHECK_THROWS_AS(vote_clips(probs, det.view({1, 3}), clip, 2, Vote::mean, 0.5), InvalidArgument);
 }
 
-TEST_CASE("the accumulator and the votes on CUDA equal the CPU", "[trainer][metrics][cuda]") {
+TEST_CASE("the accumulator on CUDA equals the CPU", "[trainer][metrics][cuda]") {
   if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
   at::manual_seed(3);
   const at::Tensor logits = at::randn({500, 4}), det = at::randn({500}), y = at::randint(0, 4, {500}, at::kLong);
@@ -219,34 +222,27 @@ TEST_CASE("the accumulator and the votes on CUDA equal the CPU", "[trainer][metr
   CHECK(a.confusion == b.confusion);
   CHECK(a.det_confusion == b.det_confusion);
   CHECK(a.loss == b.loss);
-  const at::Tensor probs = at::softmax(at::randn({6, 3, 2, 4}), 3), dp = at::rand({6, 3, 2});
-  const at::Tensor nvl = at::tensor({1, 2, 3, 3, 2, 1}, at::kLong);
-  for (Vote v : {Vote::mean, Vote::majority}) {
-    const FileScores c = aggregate_files(probs, dp, nvl, v, 0.5);
-    const FileScores g = aggregate_files(probs.cuda(), dp.cuda(), nvl.cuda(), v, 0.5);
-    CHECK(at::equal(c.predicted, g.predicted.cpu()));
-    CHECK(at::allclose(c.class_probs, g.class_probs.cpu()));
-    CHECK(at::equal(c.detected, g.detected.cpu()));
-  }
 }
 
-TEST_CASE("the ATen vote equals the CPU vote of kernels/vote", "[trainer][metrics]") {
-  const int64_t F = GENERATE(1, 6);
-  const int64_t L = GENERATE(1, 3);
-  const int64_t S = GENERATE(1, 4);
+TEST_CASE("the ATen clip vote equals the CPU clip vote of kernels/vote", "[trainer][metrics]") {
+  const int64_t F = GENERATE(1, 9);
+  const int64_t per_clip = GENERATE(1, 4);
   const int64_t C = GENERATE(2, 5);
   const Vote v = GENERATE(Vote::mean, Vote::majority);
-  const double threshold = GENERATE(0.3, 0.5);
-  CAPTURE(F, L, S, C, to_string(v), threshold);
-  at::manual_seed(static_cast<uint64_t>(7 + F * 1000 + L * 100 + S * 10 + C));
-  const at::Tensor probs = at::softmax(at::randn({F, L, S, C}) * 2, 3).contiguous();
-  const at::Tensor det = at::rand({F, L, S}).contiguous();
-  const at::Tensor nvl = at::randint(1, L + 1, {F}, at::kLong).contiguous();
-  const FileScores a = aggregate_files(probs, det, nvl, v, threshold);
-  const vote::FileVotes b = vote::aggregate_files(
+  const bool detection = GENERATE(true, false);
+  CAPTURE(F, per_clip, C, to_string(v), detection);
+  at::manual_seed(static_cast<uint64_t>(11 + F * 100 + per_clip * 10 + C));
+  const at::Tensor counts = at::randint(1, per_clip + 1, {F}, at::kLong);
+  const at::Tensor clip =
+      at::arange(F, at::kLong).repeat_interleave(counts).index_select(0, at::randperm(counts.sum().item<int64_t>()));
+  const int64_t E = clip.size(0);
+  const at::Tensor probs = at::softmax(at::randn({E, C}) * 2, 1).contiguous();
+  const at::Tensor det = detection ? at::rand({E}).contiguous() : at::Tensor();
+  const FileScores a = vote_clips(probs, det, clip, F, v, 0.4);
+  const vote::FileVotes b = vote::vote_clips(
       {probs.data_ptr<float>(), static_cast<std::size_t>(probs.numel())},
-      {det.data_ptr<float>(), static_cast<std::size_t>(det.numel())},
-      {nvl.data_ptr<int64_t>(), static_cast<std::size_t>(F)}, {F, L, S, C}, v, threshold);
+      detection ? std::span<const float>(det.data_ptr<float>(), static_cast<std::size_t>(E)) : std::span<const float>(),
+      {clip.data_ptr<int64_t>(), static_cast<std::size_t>(E)}, F, C, v, 0.4);
   for (int64_t f = 0; f < F; ++f) {
     CAPTURE(f);
     CHECK(a.predicted[f].item<int64_t>() == b.predicted[f]);
@@ -254,6 +250,20 @@ TEST_CASE("the ATen vote equals the CPU vote of kernels/vote", "[trainer][metric
     CHECK(a.detection_score[f].item<float>() == Approx(b.detection_score[f]).margin(1e-6));
     for (int64_t c = 0; c < C; ++c)
       CHECK(a.class_probs[f][c].item<float>() == Approx(b.class_probs[f * C + c]).margin(1e-6));
+  }
+}
+
+TEST_CASE("the clip vote on CUDA equals the CPU", "[trainer][metrics][cuda]") {
+  if (!torch::cuda::is_available()) MELFORGE_SKIP("no CUDA device");
+  at::manual_seed(5);
+  const at::Tensor clip = at::tensor({0, 2, 1, 0, 2, 2, 1, 3}, at::kLong);
+  const at::Tensor probs = at::softmax(at::randn({8, 3}), 1), det = at::rand({8});
+  for (Vote v : {Vote::mean, Vote::majority}) {
+    const FileScores c = vote_clips(probs, det, clip, 4, v, 0.5);
+    const FileScores g = vote_clips(probs.cuda(), det.cuda(), clip.cuda(), 4, v, 0.5);
+    CHECK(at::equal(c.predicted, g.predicted.cpu()));
+    CHECK(at::allclose(c.class_probs, g.class_probs.cpu()));
+    CHECK(at::equal(c.detected, g.detected.cpu()));
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "catch_torch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -92,21 +93,30 @@ double chance_map(const trainer::Split& split) { return split.targets.mean(0).me
 
 }  // namespace
 
-TEST_CASE("aggregate_multilabel takes the mean or the max over the valid segments of each file",
-          "[trainer][multilabel]") {
-  at::manual_seed(3);
-  const at::Tensor probs = at::rand({3, 2, 4, 5});
-  std::vector<int64_t> valid = {2, 1, 2};
-  const at::Tensor nvl = at::from_blob(valid.data(), {3}, at::kLong).clone();
+TEST_CASE("aggregate_multilabel_clips takes the mean or the max over each clip's examples", "[trainer][multilabel]") {
   const std::string how = GENERATE(std::string("mean"), std::string("max"));
-  const at::Tensor got = trainer::aggregate_multilabel(probs, nvl, how);
-  REQUIRE(got.sizes() == at::IntArrayRef({3, 5}));
+  at::manual_seed(2);
+  const at::Tensor clip = at::tensor({2, 0, 1, 2, 2, 0}, at::kLong);
+  const at::Tensor probs = at::rand({6, 4});
+  const at::Tensor got = trainer::aggregate_multilabel_clips(probs, clip, 3, how);
+  REQUIRE(got.sizes() == at::IntArrayRef({3, 4}));
+  for (int64_t f = 0; f < 3; ++f)
+    for (int64_t c = 0; c < 4; ++c) {
+      double sum = 0, n = 0, best = -1;
+      for (int64_t e = 0; e < 6; ++e) {
+        if (clip[e].item<int64_t>() != f) continue;
+        const double p = probs[e][c].item<float>();
+        sum += p;
+        n += 1;
+        best = std::max(best, p);
+      }
+      CAPTURE(how, f, c);
+      CHECK(got[f][c].item<float>() == Approx(how == "max" ? best : sum / n).margin(1e-6));
+    }
   for (int64_t f = 0; f < 3; ++f) {
-    const at::Tensor rows = probs[f].narrow(0, 0, nvl[f].item<int64_t>()).reshape({-1, 5});
-    const at::Tensor want = how == "max" ? std::get<0>(rows.max(0)) : rows.mean(0);
-    CHECK(at::allclose(got[f], want, 1e-6, 1e-7));
+    const at::Tensor rows = probs.index_select(0, clip.eq(f).nonzero().squeeze(1));
     const at::Tensor logits = at::log(rows) - at::log1p(-rows);
-    CHECK(at::allclose(trainer::multilabel_file_scores(logits, how), want, 1e-5, 1e-6));
+    CHECK(at::allclose(trainer::multilabel_file_scores(logits, how), got[f], 1e-5, 1e-6));
   }
 }
 
@@ -233,10 +243,10 @@ TEST_CASE("positive class none trains without the detection head, the default na
   REQUIRE(lines.size() == 3);
   if (none) {
     CHECK(report["positive_class"] == "none");
-    CHECK_FALSE(report["test"]["segment"].contains("detection"));
+    CHECK_FALSE(report["test"]["tiles"].contains("detection"));
     CHECK_FALSE(report["test"]["file"].contains("detection"));
     CHECK_FALSE(lines.back().contains("val_det_f1"));
-    CHECK(report["test"]["segment"]["accuracy"].get<double>() >= 0.8);
+    CHECK(report["test"]["tiles"]["accuracy"].get<double>() >= 0.8);
     CHECK_THAT(log.str(), Catch::Contains("--positive-class none: no detection head"));
     CHECK(trainer::load_checkpoint(d / "run" / "checkpoints/best.pt").positive_index == -1);
     trainer::PredictOptions p;
@@ -274,7 +284,7 @@ TEST_CASE("positive class none trains without the detection head, the default na
     CHECK(window_rows >= summary.scored);
   } else {
     CHECK(report["positive_class"] == "class0");
-    CHECK(report["test"]["segment"].contains("detection"));
+    CHECK(report["test"]["tiles"].contains("detection"));
     CHECK(lines.back()["val_det_f1"].is_number());
     CHECK_THAT(log.str(), Catch::Contains("detects 'class0' (the first class)") &&
                               Catch::Contains("--positive-class none"));

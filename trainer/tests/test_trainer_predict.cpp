@@ -1,6 +1,6 @@
-// predict: featurize_file gives exactly the spectrograms melforge-build stored for the same files (float16 and
-// float32 builds), and run_predict scores files and folders like evaluate() scores the dataset, listing unreadable
-// files with their reason.
+// predict: featurize_clip gives exactly the frames melforge-build stored for the same files (float16 and float32
+// builds), and run_predict scores files and folders exactly as evaluate() scores the dataset's clips (the same tiles
+// over every frame, the same vote), listing unreadable files with their reason.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 
@@ -14,6 +14,7 @@
 #include "data/dataset.h"
 #include "eval/evaluate.h"
 #include "melforge/common/errors.h"
+#include "mel/mel_math.h"
 #include "melforge/common/h5.h"
 #include "models/cnn.h"
 #include "predict/predict.h"
@@ -32,7 +33,7 @@ using namespace melforge::trainer;
 using melforge::test::TempDir;
 namespace fs = std::filesystem;
 
-TEST_CASE("featurize_file equals the builder's stored spectrograms bit for bit", "[trainer][predict]") {
+TEST_CASE("featurize_clip equals the builder's stored frames bit for bit", "[trainer][predict]") {
   const mel::DType dtype = GENERATE(mel::DType::float16, mel::DType::float32);
   const std::string log = GENERATE("db", "ln");
   CAPTURE(mel::to_string(dtype), log);
@@ -44,38 +45,33 @@ TEST_CASE("featurize_file equals the builder's stored spectrograms bit for bit",
   builder::run_build(c);
   const Dataset ds = load_dataset(d / "out");
 
-  Featurizer featurize(ds.info, 2);
-  int64_t files = 0, partial = 0;
+  int64_t files = 0;
   for (const Split* split : {&ds.train, &ds.val, &ds.test}) {
     for (int64_t f = 0; f < split->files(); ++f) {
       CAPTURE(split->name, split->paths[f]);
-      const FileFeatures got = featurize(d / "in" / split->paths[f]);
-      CHECK(got.num_valid_long == split->num_valid_long[f].item<int64_t>());
-      REQUIRE(got.mel.sizes() == split->mel[f].sizes());
-      CHECK(got.mel.scalar_type() == at::kFloat);
-      CHECK(at::equal(got.mel, split->mel[f]));
+      const at::Tensor got = featurize_clip(d / "in" / split->paths[f], ds.info, 2);
+      const at::Tensor want = split->read_clips(f, 1);
+      REQUIRE(got.sizes() == want.sizes());
+      CHECK(got.scalar_type() == at::kFloat);
+      CHECK(at::equal(got, want));
       ++files;
-      partial += got.num_valid_long < ds.info.num_long;
     }
   }
   CHECK(files == 18);
-  CHECK(partial > 0);
-  const std::string first = ds.train.paths.at(0);
-  CHECK(at::equal(featurize_file(d / "in" / first, ds.info, 1).mel, ds.train.mel[0]));
 }
 
-TEST_CASE("featurize_file refuses unreadable and too short files", "[trainer][predict]") {
+TEST_CASE("featurize_clip refuses unreadable files and gives a very short one its one frame", "[trainer][predict]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 2);
   auto c = test::tiny_build_config(d / "in", d / "out");
   builder::run_build(c);
   const Dataset ds = load_dataset(d / "out", false);
   test::write_text(d / "bad.wav", "not audio");
-  test::write_tone(d / "short.wav", 440, 1000, 8000);  // 0.125 s < one short segment of 0.25 s
-  CHECK_THROWS_AS(featurize_file(d / "bad.wav", ds.info), AudioError);
-  CHECK_THROWS_WITH(featurize_file(d / "short.wav", ds.info), Catch::Contains("short.wav") &&
-                                                                  Catch::Contains("too short"));
-  CHECK_THROWS_AS(featurize_file(d / "missing.wav", ds.info), AudioError);
+  test::write_tone(d / "short.wav", 440, 100, 8000);  // 12.5 ms: less than one STFT window of 256 samples
+  CHECK_THROWS_AS(featurize_clip(d / "bad.wav", ds.info), AudioError);
+  CHECK(featurize_clip(d / "short.wav", ds.info).sizes() == at::IntArrayRef({mel::clip_frames(100, 256, 64, 128),
+                                                                            ds.info.n_mels}));
+  CHECK_THROWS_AS(featurize_clip(d / "missing.wav", ds.info), AudioError);
 }
 
 namespace {
@@ -86,7 +82,7 @@ std::shared_ptr<CnnNetImpl> write_checkpoint(const Dataset& ds, const fs::path& 
   CnnConfig cc = CnnConfig::from_info(ds.info, ds.num_classes());
   cc.hidden = 32;
   auto model = std::make_shared<CnnNetImpl>(cc);
-  model->set_input_normalization(ds.train.mel.mean().item<double>(), ds.train.mel.std().item<double>());
+  model->set_input_normalization(ds.train.frames.mean().item<double>(), ds.train.frames.std().item<double>());
   Checkpoint ck;
   ck.version = kCheckpointVersion;
   ck.model_config = model->config_json();
@@ -118,8 +114,7 @@ std::vector<std::string> split_lines(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("run_predict scores files like evaluate() scores the dataset where their windows coincide",
-          "[trainer][predict]") {
+TEST_CASE("run_predict scores files exactly as evaluate() scores the dataset's clips", "[trainer][predict]") {
   const std::string vote = GENERATE("mean", "majority");
   CAPTURE(vote);
   TempDir d;
@@ -155,8 +150,10 @@ TEST_CASE("run_predict scores files like evaluate() scores the dataset where the
   EvalOptions eo;
   eo.vote = vote;
   eo.threshold = 0.4;
-  int64_t compared = 0, seen = 0;
+  int64_t compared = 0;
   for (const Split* split : {&ds.train, &ds.val, &ds.test}) {
+    eo.view = resolve_view_options(data::views::ViewOptions{}, *split, "cnn");
+    const int64_t tile = example_frames(eo.view, *split);
     const EvalResult r = evaluate(*model, *split, 2, 1.0, eo, at::kCPU);
     for (int64_t f = 0; f < split->files(); ++f) {
       const std::string path = (d / "in" / split->paths[f]).string();
@@ -164,10 +161,7 @@ TEST_CASE("run_predict scores files like evaluate() scores the dataset where the
       REQUIRE(by_path.count(path));
       const auto& row = by_path[path];
       REQUIRE_FALSE(row.contains("error"));
-      const int64_t valid = split->num_valid_long[f].item<int64_t>();
-      CHECK(row["num_windows"].get<int64_t>() >= valid);
-      ++seen;
-      if (row["num_windows"] != valid) continue;  // predict also scores what the dataset dropped or capped
+      CHECK(row["num_windows"].get<int64_t>() == (split->clip_frames(f) + tile - 1) / tile);
       CHECK(row["predicted"] == ds.class_names[r.files.predicted[f].item<int64_t>()]);
       CHECK(row["detection_score"].get<double>() == Approx(r.files.detection_score[f].item<double>()).margin(1e-6));
       CHECK(row["detected"].get<bool>() == r.files.detected[f].item<bool>());
@@ -177,8 +171,7 @@ TEST_CASE("run_predict scores files like evaluate() scores the dataset where the
       ++compared;
     }
   }
-  CHECK(seen == 18);
-  CHECK(compared >= 6);
+  CHECK(compared == 18);
 
   opts.format = "csv";
   opts.inputs = {d / "in/class0", d / "in/class1/broken.wav"};

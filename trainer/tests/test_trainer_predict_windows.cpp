@@ -1,6 +1,6 @@
-// predict over whole files: a model trained on tone against noise reads a file of tone then noise window by window
-// (the issue's acceptance test), the file-level vote sees both parts, --windows writes every window, exit codes and
-// --strict, and a 1-hour file runs in the memory of a short one (streamed decode, fixed-size batches).
+// predict over whole files: a model trained on tone against noise reads a file of tone then noise tile by tile over
+// every frame, the file-level vote sees both parts, --windows writes every tile, exit codes and --strict, and a
+// 1-hour file holds its decoded samples and frames and nothing that grows with it besides.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 #include "melforge_test_paths.h"
@@ -14,7 +14,9 @@
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "mel/mel_math.h"
 #include "predict/predict.h"
+#include "train/checkpoint.h"
 #include "reliability/child_process.h"
 #include "test_util.h"
 #include "trainer_fixture.h"
@@ -64,6 +66,24 @@ fs::path train_tone_noise(const TempDir& d, int64_t epochs) {
   return d / "run/checkpoints/best.pt";
 }
 
+/// The tiles predict cuts a file of `samples` samples into with the checkpoint `ck`: (frames, tile, count) for a hop
+/// of `hop` frames (0: the tile).
+struct Tiling {
+  int64_t frames = 0, tile = 0, hop = 0, count = 0;
+  double seconds(int64_t frame) const { return static_cast<double>(frame * 64) / kRate; }
+};
+Tiling tiling(const fs::path& ck, int64_t samples, int64_t hop = 0) {
+  Tiling t;
+  t.frames = mel::clip_frames(samples, 256, 64, 128);
+  t.tile = load_checkpoint(ck).model_config.at("n_frames").get<int64_t>();
+  t.hop = hop > 0 ? hop : t.tile;
+  for (int64_t start = 0;; start += t.hop) {
+    ++t.count;
+    if (start + t.tile >= t.frames) break;
+  }
+  return t;
+}
+
 /// run_predict with `opts` on CPU with 2 threads: the rows (JSON).
 nlohmann::json predict_json(PredictOptions opts) {
   opts.format = "json";
@@ -76,7 +96,7 @@ nlohmann::json predict_json(PredictOptions opts) {
 
 }  // namespace
 
-TEST_CASE("predict reads a file of tone then noise window by window, and the vote sees both parts",
+TEST_CASE("predict reads a file of tone then noise tile by tile, and the vote sees both parts",
           "[trainer][predict][windows]") {
   TempDir d;
   const fs::path ck = train_tone_noise(d, 4);
@@ -84,6 +104,7 @@ TEST_CASE("predict reads a file of tone then noise window by window, and the vot
   append_signal(mixed, 4.0, 440.0, 0);
   append_signal(mixed, 5.0, 0, 77u);
   write_wav(d / "mixed.wav", mixed);
+  const Tiling t = tiling(ck, 9 * kRate);
 
   PredictOptions opts;
   opts.checkpoint = ck;
@@ -92,47 +113,53 @@ TEST_CASE("predict reads a file of tone then noise window by window, and the vot
   const auto rows = predict_json(opts);
   REQUIRE(rows.size() == 1);
   REQUIRE_FALSE(rows[0].contains("error"));
-  CHECK(rows[0]["num_windows"] == 9);
+  CHECK(rows[0]["num_windows"] == t.count);
   const auto w = read_json(d / "w.json");
-  REQUIRE(w.size() == 9);
-  double mean_tone = 0, first_two_tone = 0;
-  for (int k = 0; k < 9; ++k) {
+  REQUIRE(static_cast<int64_t>(w.size()) == t.count);
+  double mean_tone = 0, first_two_tone = 0, tone_tiles = 0, first_two = 0;
+  for (int64_t k = 0; k < t.count; ++k) {
     CAPTURE(k, w[k].dump());
+    const double start = t.seconds(k * t.tile), end = std::min(t.seconds(k * t.tile + t.tile), 9.0);
     CHECK(w[k]["path"] == (d / "mixed.wav").string());
     CHECK(w[k]["window"] == k);
-    CHECK(w[k]["start"].get<double>() == Approx(k).margin(1e-9));
-    CHECK(w[k]["end"].get<double>() == Approx(k + 1).margin(1e-9));
-    CHECK(w[k]["predicted"] == (k < 4 ? "tone" : "noise"));
+    CHECK(w[k]["start"].get<double>() == Approx(start).margin(1e-9));
+    CHECK(w[k]["end"].get<double>() == Approx(end).margin(1e-9));
+    if (end < 3.95) CHECK(w[k]["predicted"] == "tone");
+    if (start > 4.05) CHECK(w[k]["predicted"] == "noise");
     const double p = w[k]["probabilities"]["tone"].get<double>();
     CHECK(p + w[k]["probabilities"]["noise"].get<double>() == Approx(1).margin(1e-5));
-    mean_tone += p / 9;
-    if (k < 2) first_two_tone += p / 2;
+    mean_tone += p / static_cast<double>(t.count);
+    tone_tiles += w[k]["predicted"] == "tone";
+    if (end <= 2.0) {
+      first_two_tone += p;
+      first_two += 1;
+    }
   }
+  CHECK(w[t.count - 1]["end"].get<double>() == Approx(9.0));  // every frame is in a tile
   const double file_tone = rows[0]["probabilities"]["tone"].get<double>();
   CHECK(file_tone == Approx(mean_tone).margin(1e-5));
-  // What predict scored before whole-file windows: the dataset's num_long = 2 first seconds, all tone.
-  CHECK(first_two_tone > 0.9);
-  // The mean over the whole file weighs both parts: 4 windows of tone, 5 of noise.
+  // The first 2 s alone (what predict scored before whole-file windows) say tone; the mean over the whole file
+  // weighs both parts: 4 s of tone, 5 s of noise.
+  CHECK(first_two_tone / first_two > 0.9);
   CHECK(file_tone > 0.3);
   CHECK(file_tone < 0.75);
-  CHECK(file_tone < first_two_tone - 0.2);
 
   opts.vote = "majority";
   opts.windows.clear();
   const auto majority = predict_json(opts);
   CHECK(majority[0]["predicted"] == "noise");
-  CHECK(majority[0]["probabilities"]["tone"].get<double>() == Approx(4.0 / 9).margin(1e-6));
-  CHECK(majority[0]["probabilities"]["noise"].get<double>() == Approx(5.0 / 9).margin(1e-6));
+  CHECK(majority[0]["probabilities"]["tone"].get<double>() == Approx(tone_tiles / double(t.count)).margin(1e-6));
 
   opts.vote = "mean";
-  opts.hop = 0.5;
+  opts.hop = 0.128;  // 16 frames: tiles overlapping by about half
   opts.windows = d / "w.csv";
-  CHECK(predict_json(opts)[0]["num_windows"] == 17);
+  const Tiling half = tiling(ck, 9 * kRate, 16);
+  CHECK(predict_json(opts)[0]["num_windows"] == half.count);
   std::ifstream csv(d / "w.csv");
   std::string line;
   std::getline(csv, line);
   CHECK(line == "path,window,start,end,predicted,detection_score,detected,p_noise,p_tone");
-  int k = 0;
+  int64_t k = 0;
   for (; std::getline(csv, line); ++k) {
     CAPTURE(k, line);
     const std::string prefix = (d / "mixed.wav").string() + "," + std::to_string(k) + ",";
@@ -143,35 +170,36 @@ TEST_CASE("predict reads a file of tone then noise window by window, and the vot
     std::string predicted;
     fields >> start >> comma >> end >> comma;
     std::getline(fields, predicted, ',');
-    CHECK(start == Approx(0.5 * k));
-    CHECK(end == Approx(0.5 * k + 1));
-    if (end <= 4.0) CHECK(predicted == "tone");
-    if (start >= 4.0) CHECK(predicted == "noise");
+    CHECK(start == Approx(half.seconds(k * 16)));
+    CHECK(end == Approx(std::min(half.seconds(k * 16 + half.tile), 9.0)));
+    if (end < 3.95) CHECK(predicted == "tone");
+    if (start > 4.05) CHECK(predicted == "noise");
   }
-  CHECK(k == 17);
+  CHECK(k == half.count);
 }
 
-TEST_CASE("predict pads a last partial window as the builder pads a short file", "[trainer][predict][windows]") {
+TEST_CASE("predict pads the last tile of a file and scores a file shorter than one tile", "[trainer][predict][windows]") {
   TempDir d;
   const fs::path ck = train_tone_noise(d, 1);
   std::vector<float> s;
   append_signal(s, 4.5, 440.0, 0);
   write_wav(d / "a.wav", s);
   s.clear();
-  append_signal(s, 4.1, 440.0, 0);  // 0.1 s past the 4th window: less than one short segment, not scored
+  append_signal(s, 0.1, 440.0, 0);  // 0.1 s: less than one tile, scored from its real frames
   write_wav(d / "b.wav", s);
   PredictOptions opts;
   opts.checkpoint = ck;
   opts.inputs = {d / "a.wav", d / "b.wav"};
   opts.windows = d / "w.json";
   const auto rows = predict_json(opts);
-  CHECK(rows[0]["num_windows"] == 5);
-  CHECK(rows[1]["num_windows"] == 4);
+  const Tiling a = tiling(ck, 36000);
+  CHECK(rows[0]["num_windows"] == a.count);
+  CHECK(rows[1]["num_windows"] == 1);
   const auto w = read_json(d / "w.json");
-  REQUIRE(w.size() == 9);
-  CHECK(w[4]["start"].get<double>() == Approx(4.0));
-  CHECK(w[4]["end"].get<double>() == Approx(4.5));
-  CHECK(w[8]["end"].get<double>() == Approx(4.0));
+  REQUIRE(static_cast<int64_t>(w.size()) == a.count + 1);
+  CHECK(w[a.count - 1]["end"].get<double>() == Approx(4.5));
+  CHECK(w[a.count]["start"].get<double>() == 0.0);
+  CHECK(w[a.count]["end"].get<double>() == Approx(0.1));
 }
 
 TEST_CASE("predict's exit codes: 3 when some files fail, --strict stops at the first, 2 for bad flags",
@@ -221,7 +249,8 @@ TEST_CASE("predict's exit codes: 3 when some files fail, --strict stops at the f
   }
 }
 
-TEST_CASE("predict on a 1-hour file runs in the memory of a short one", "[trainer][predict][windows][memory]") {
+TEST_CASE("predict on a 1-hour file holds its samples and frames, nothing more grows with it",
+          "[trainer][predict][windows][memory]") {
   TempDir d;
   const fs::path ck = train_tone_noise(d, 1);
   constexpr int kLongRate = 16000;
@@ -261,16 +290,16 @@ TEST_CASE("predict on a 1-hour file runs in the memory of a short one", "[traine
                                 << mib(five_min.peak_rss_bytes) << " MiB; 10 s file " << mib(brief.peak_rss_bytes)
                                 << " MiB; the hour's decoded samples alone: " << mib(whole_file_bytes) << " MiB");
   CHECK(hour.peak_rss_bytes > 0);
-  // 300 windows of 4 short segments fill a whole batch of kPredictBatchSegments (the 10 s file does not: its
-  // forward passes are smaller); past one batch nothing grows with the file but the scores, 48 bytes a window, and
-  // the allocator's settling (measured: +8 to +12 MiB from 5 min to 1 h, +0.5 MiB from 1 h to 2 h). Decoding the
-  // whole hour first, as featurize_file does for a dataset row, would add 110 MiB of samples and 56 MiB of
-  // spectrograms.
-  CHECK(hour.peak_rss_bytes < five_min.peak_rss_bytes + (int64_t{48} << 20));
+  // A file is decoded whole and its frames computed over the whole clip (as melforge-build stores it): the hour's
+  // samples at the model's 8 kHz (110 MiB), its 450,001 frames of 32 bands as float32 (55 MiB) and their float16
+  // bytes (27 MiB) are held at once; the tiles go through the model kPredictBatchSegments at a time, so besides those
+  // only the scores (48 bytes a tile) and the allocator's settling grow with the file.
+  const int64_t frames_bytes = int64_t{450001} * 32 * 6;
+  CHECK(hour.peak_rss_bytes < five_min.peak_rss_bytes + whole_file_bytes + frames_bytes + (int64_t{48} << 20));
   std::ifstream w(d / "hour.windows.csv");
   int64_t lines = 0;
   for (std::string line; std::getline(w, line);) ++lines;
-  CHECK(lines == 1 + 3600);
+  CHECK(lines == 1 + tiling(ck, int64_t{3600} * kRate).count);
 }
 
 }  // namespace melforge_test_trainer_predict_windows

@@ -200,7 +200,7 @@ TEST_CASE("resume --epochs N after a finished run equals a straight N-epoch run 
     CHECK(extended.test->segment.accuracy == straight.test->segment.accuracy);
     CHECK(extended.test->segment.loss == straight.test->segment.loss);
     for (const char* split : {"val", "test"})
-      for (const char* level : {"segment", "file"}) {
+      for (const char* level : {"tiles", "file"}) {
         INFO(split << " " << level);
         CHECK(read_json(d / "extended" / "report.json")[split][level] ==
               read_json(d / "straight" / "report.json")[split][level]);
