@@ -9,6 +9,7 @@
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
+#include "models/input_statistics.h"
 #include "models/model.h"
 #include "options.h"
 #include "train/checkpoint.h"
@@ -58,22 +59,17 @@ std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std:
 }
 
 std::pair<double, double> input_statistics(const Split& split) {
-  double sum = 0, sum_sq = 0, count = 0;
+  InputStatistics stats;
   const int64_t block_frames = std::max<int64_t>(1, (int64_t{64} << 20) / (4 * std::max<int64_t>(split.info.n_mels, 1)));
   const auto& off = split.meta.frame_offset;
   for (int64_t c0 = 0; c0 < split.files();) {
     int64_t c1 = c0 + 1;
     while (c1 < split.files() && off[static_cast<std::size_t>(c1 + 1)] - off[static_cast<std::size_t>(c0)] <= block_frames)
       ++c1;
-    const at::Tensor v = split.read_clips(c0, c1 - c0).to(at::kDouble);
-    sum += v.sum().item<double>();
-    sum_sq += v.square().sum().item<double>();
-    count += static_cast<double>(v.numel());
+    stats.add_frames(split.read_clips(c0, c1 - c0));
     c0 = c1;
   }
-  const double mean = count > 0 ? sum / count : 0.0;
-  const double var = count > 0 ? std::max(0.0, sum_sq / count - mean * mean) : 1.0;
-  return {mean, var > 0 ? std::sqrt(var) : 1.0};
+  return stats.mean_std();
 }
 
 TrainingView training_view(const TrainConfig& config, const Split& train) {
