@@ -1,6 +1,7 @@
 #include "views/split_view.h"
 
 #include <string>
+#include <vector>
 
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
@@ -16,12 +17,19 @@ std::unique_ptr<View> make_split_view(const SplitInfo& split, ViewOptions option
   const FrameRate rate = split_frame_rate(split);
   const int64_t n_frames = split.info.n_frames;
   if (split.schema_version < kClipSchemaVersion) {
-    if (options.view != "tiles" || !default_tile || options.tile_hop > 0)
+    std::vector<std::string> asked;
+    if (options.view != "tiles") asked.push_back("the view '" + options.view + "' (--view)");
+    if (!default_tile) asked.push_back("a tile length (--tile-seconds)");
+    if (options.tile_hop > 0) asked.push_back("a tile hop (--tile-hop)");
+    if (!asked.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < asked.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == asked.size() ? " and " : ", ") + asked[i];
       throw InvalidArgument(split.path.string() + " is a schema " + std::to_string(split.schema_version) +
-                            " dataset (segments of " + std::to_string(n_frames) +
-                            " frames): it is read as tiles of exactly those segments; --view " + options.view +
-                            (default_tile ? "" : ", --tile-seconds") + (options.tile_hop > 0 ? ", --tile-hop" : "") +
-                            " need a schema 3 dataset (rebuild it with this melforge-build)");
+                            " dataset: it is read as tiles of exactly its stored segments (" +
+                            std::to_string(n_frames) + " frames); " + list + (asked.size() > 1 ? " need" : " needs") +
+                            " a schema 3 dataset (rebuild it with this melforge-build)");
+    }
     return make_tiles_view_frames(n_frames, n_frames, 0.0);
   }
   if (default_tile) options.tile_seconds = split.info.short_seconds;
