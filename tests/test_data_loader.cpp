@@ -1,6 +1,8 @@
-// melforge_data (data/): SplitInfo and MelReader against the file as melforge::h5 reads it, and SegmentLoader's
-// epochs: every valid segment once, the planned order, determinism in (seed, epoch) across prefetch depths,
-// drop_last, and each chunk inflated once per shuffled epoch.
+// melforge_data (data/): SplitInfo and MelReader against the file as melforge::h5 reads it, and ExampleLoader's
+// epochs: on a built schema 1/2 dataset through its tiles (every valid segment once, the planned order, determinism
+// in (seed, epoch) across prefetch depths, drop_last, each chunk inflated once per shuffled epoch); on schema 3 files
+// written in the test through tiles, crops and whole clips by length (every row against a naive gather of the
+// written frames, lengths, padding, targets, crops by epoch).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,11 +12,15 @@
 #include <vector>
 
 #include "build_fixture.h"
-#include "loader/segment_loader.h"
+#include "clip_fixture.h"
+#include "loader/example_loader.h"
 #include "melforge/common/errors.h"
 #include "reader/mel_reader.h"
 #include "reader/split_info.h"
 #include "test_util.h"
+#include "views/clips.h"
+#include "views/gather.h"
+#include "views/split_view.h"
 
 namespace melforge_test_data_loader {
 
@@ -44,25 +50,33 @@ std::vector<float> reference_segment(const test::SplitData& ref, const data::Spl
   return {ref.mel.begin() + row * per, ref.mel.begin() + (row + 1) * per};
 }
 
-/// Every batch of `epoch`, concatenated: x, y, file.
+/// Every batch of `epoch`, concatenated: x (rows of each batch's length), lengths, y, clip.
 struct Epoch {
   std::vector<float> x;
-  std::vector<int64_t> y, file;
+  std::vector<int64_t> lengths, y, file, batch_length;
   int64_t batches = 0;
 };
 
-Epoch run_epoch(data::SegmentLoader& loader, int64_t epoch) {
+Epoch run_epoch(data::ExampleLoader& loader, int64_t epoch) {
   Epoch e;
   loader.start_epoch(epoch);
   while (auto b = loader.next()) {
-    const int64_t per = loader.split().info.n_mels * loader.split().info.n_frames;
+    const int64_t per = loader.split().info.n_mels * b->length;
     e.x.insert(e.x.end(), b->x.begin(), b->x.begin() + b->size * per);
+    e.lengths.insert(e.lengths.end(), b->lengths.begin(), b->lengths.begin() + b->size);
     e.y.insert(e.y.end(), b->y.begin(), b->y.begin() + b->size);
-    e.file.insert(e.file.end(), b->file.begin(), b->file.begin() + b->size);
+    e.file.insert(e.file.end(), b->clip.begin(), b->clip.begin() + b->size);
+    e.batch_length.insert(e.batch_length.end(), static_cast<std::size_t>(b->size), b->length);
     CHECK(b->index == e.batches);
     ++e.batches;
   }
   return e;
+}
+
+/// An ExampleLoader of `info` through its default view (schema 1/2: its segments) with options `o`.
+data::ExampleLoader segment_loader(const data::SplitInfo& info, const data::LoaderOptions& o) {
+  std::shared_ptr<const data::views::View> view = data::views::make_split_view(info, {}, true, false);
+  return data::ExampleLoader(info, view, 0, o, data::views::pad_value(info));
 }
 
 }  // namespace
@@ -108,7 +122,8 @@ TEST_CASE("split_file names the missing folder or file", "[data]") {
   CHECK_THROWS_AS(data::split_file(d / "empty", "dev"), InvalidArgument);
 }
 
-TEST_CASE("SegmentLoader delivers every valid segment once per epoch in the planned order", "[data]") {
+TEST_CASE("ExampleLoader delivers every valid segment of a schema 2 split once per epoch in the planned order",
+          "[data]") {
   const auto out = build_dataset(mel::DType::float16);
   const auto info = data::read_split_info(out / "train.h5", "train");
   const auto ref = test::read_split(out / "train.h5");
@@ -123,19 +138,19 @@ TEST_CASE("SegmentLoader delivers every valid segment once per epoch in the plan
   o.prefetch = prefetch;
   o.pool_chunks = pool_chunks;
   o.in_memory = in_memory;
-  data::SegmentLoader loader(info, o);
+  data::ExampleLoader loader = segment_loader(info, o);
   CHECK(loader.in_memory() == (in_memory == 1));
-  const int64_t n = loader.segments();
+  const int64_t n = loader.size();
   REQUIRE(n == info.valid_segments());
   CHECK(loader.batches_per_epoch() == (n + 6) / 7);
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
-    const data::ShufflePlan plan = loader.plan(epoch);
-    std::vector<int64_t> sorted = plan.order;
+    const std::vector<int64_t> order = loader.order(epoch);
+    std::vector<int64_t> sorted = order;
     std::sort(sorted.begin(), sorted.end());
     std::vector<int64_t> all(static_cast<size_t>(n));
     std::iota(all.begin(), all.end(), 0);
     REQUIRE(sorted == all);
-    if (!shuffle) CHECK(plan.order == all);
+    if (!shuffle) CHECK(order == all);
     const int64_t chunks_before = loader.chunks_read();
     const Epoch e = run_epoch(loader, epoch);
     REQUIRE(static_cast<int64_t>(e.y.size()) == n);
@@ -143,8 +158,9 @@ TEST_CASE("SegmentLoader delivers every valid segment once per epoch in the plan
     const int64_t chunks = (info.files() + 1) / 2;
     CHECK(loader.chunks_read() - chunks_before == (in_memory == 1 && epoch > 0 ? 0 : chunks));
     const int64_t per = info.info.n_mels * info.info.n_frames;
+    CHECK(std::all_of(e.lengths.begin(), e.lengths.end(), [&](int64_t l) { return l == info.info.n_frames; }));
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = plan.order[static_cast<size_t>(i)];
+      const int64_t p = order[static_cast<size_t>(i)];
       const auto r = data::segment_at(info.segment_offsets(), info.info.num_short, p);
       CHECK(e.file[static_cast<size_t>(i)] == r.file);
       CHECK(e.y[static_cast<size_t>(i)] == ref.label[static_cast<size_t>(r.file)]);
@@ -154,7 +170,7 @@ TEST_CASE("SegmentLoader delivers every valid segment once per epoch in the plan
   }
 }
 
-TEST_CASE("SegmentLoader's order depends on seed and epoch only", "[data]") {
+TEST_CASE("ExampleLoader's order depends on seed and epoch only", "[data]") {
   const auto out = build_dataset(mel::DType::float32);
   const auto info = data::read_split_info(out / "train.h5", "train");
   auto run = [&](uint64_t seed, int64_t prefetch, int64_t epoch, int in_memory = 0) {
@@ -164,7 +180,7 @@ TEST_CASE("SegmentLoader's order depends on seed and epoch only", "[data]") {
     o.seed = seed;
     o.prefetch = prefetch;
     o.pool_chunks = 2;
-    data::SegmentLoader loader(info, o);
+    data::ExampleLoader loader = segment_loader(info, o);
     return run_epoch(loader, epoch);
   };
   const Epoch a = run(3, 0, 1), b = run(3, 4, 1), c = run(4, 4, 1), e = run(3, 2, 2), r = run(3, 2, 1, 1);
@@ -178,7 +194,7 @@ TEST_CASE("SegmentLoader's order depends on seed and epoch only", "[data]") {
   CHECK(fa == fc);
 }
 
-TEST_CASE("SegmentLoader drop_last drops only the final partial batch", "[data]") {
+TEST_CASE("ExampleLoader drop_last drops only the final partial batch", "[data]") {
   const auto out = build_dataset(mel::DType::float16);
   const auto info = data::read_split_info(out / "train.h5", "train");
   int64_t batch = GENERATE(3, 9);
@@ -186,20 +202,20 @@ TEST_CASE("SegmentLoader drop_last drops only the final partial batch", "[data]"
   data::LoaderOptions o;
   o.batch_size = batch;
   o.drop_last = true;
-  data::SegmentLoader loader(info, o);
-  const int64_t n = loader.segments();
+  data::ExampleLoader loader = segment_loader(info, o);
+  const int64_t n = loader.size();
   REQUIRE(n % batch != 0);
   CHECK(loader.batches_per_epoch() == n / batch);
   const Epoch e = run_epoch(loader, 0);
   CHECK(static_cast<int64_t>(e.y.size()) == n / batch * batch);
-  const data::ShufflePlan plan = loader.plan(0);
+  const std::vector<int64_t> order = loader.order(0);
   for (int64_t i = 0; i < n / batch * batch; ++i) {
-    const auto r = data::segment_at(info.segment_offsets(), info.info.num_short, plan.order[static_cast<size_t>(i)]);
+    const auto r = data::segment_at(info.segment_offsets(), info.info.num_short, order[static_cast<size_t>(i)]);
     CHECK(e.file[static_cast<size_t>(i)] == r.file);
   }
 }
 
-TEST_CASE("SegmentLoader refuses bad options before reading", "[data]") {
+TEST_CASE("ExampleLoader refuses bad options before reading", "[data]") {
   data::LoaderOptions o;
   o.batch_size = 0;
   CHECK_THROWS_AS(o.validate(), InvalidArgument);
@@ -212,10 +228,189 @@ TEST_CASE("SegmentLoader refuses bad options before reading", "[data]") {
   o = {};
   o.in_memory = 2;
   CHECK_THROWS_AS(o.validate(), InvalidArgument);
+  o = {};
+  o.frame_budget = -1;
+  CHECK_THROWS_AS(o.validate(), InvalidArgument);
+  o.frame_budget = 100;
+  o.drop_last = true;
+  CHECK_THROWS_AS(o.validate(), InvalidArgument);
   data::SplitInfo empty;
   empty.path = "/nonexistent/train.h5";
-  empty.info.num_short = 1;
-  CHECK_THROWS_AS(data::SegmentLoader(empty, data::LoaderOptions{}), FormatError);
+  empty.frame_offset = {0};
+  const std::shared_ptr<const data::views::View> view = data::views::make_tiles_view_frames(4, 4, 0.0);
+  CHECK_THROWS_AS(data::ExampleLoader(empty, view, 0, data::LoaderOptions{}, 0.0f), FormatError);
+  CHECK_THROWS_AS(data::ExampleLoader(empty, nullptr, 0, data::LoaderOptions{}, 0.0f), InvalidArgument);
+}
+
+namespace {
+
+/// Clip lengths of the schema 3 loader tests: single frames, around the tile (4) and crop (6) lengths, long ones.
+const std::vector<int64_t> kClipFrames = {1, 7, 2, 13, 1, 30, 5, 4, 1, 9, 17, 3, 6};
+
+/// A schema 3 split with kClipFrames in `dir`, multi-label when `multilabel` (each clip also carries class
+/// (label + 1) % classes when its index is even); returns what was written and the targets matrix.
+test::ClipSplitData clip_split(const std::filesystem::path& path, bool half, bool multilabel,
+                               std::vector<uint8_t>& targets) {
+  const auto d = test::write_clip_split(path, {.clip_frames = kClipFrames, .half = half, .chunk_rows = 5});
+  targets.clear();
+  if (!multilabel) return d;
+  const int64_t classes = 3, files = static_cast<int64_t>(kClipFrames.size());
+  targets.assign(static_cast<std::size_t>(files * classes), 0);
+  for (int64_t f = 0; f < files; ++f) {
+    const int64_t label = d.labels[static_cast<std::size_t>(f)];
+    targets[static_cast<std::size_t>(f * classes + label)] = 1;
+    if (f % 2 == 0) targets[static_cast<std::size_t>(f * classes + (label + 1) % classes)] = 1;
+  }
+  auto file = h5::open_file(path, true);
+  h5::write_uint8_matrix(file, "targets", files, classes, targets);
+  return d;
+}
+
+/// Every row of every batch of one epoch, checked against a naive gather of the written frames; returns the
+/// examples in delivery order.
+std::vector<data::views::Example> check_epoch(data::ExampleLoader& loader, int64_t epoch,
+                                              const test::ClipSplitData& d, const std::vector<uint8_t>& targets,
+                                              float pad) {
+  const int64_t m = loader.split().info.n_mels;
+  const auto examples = loader.examples(epoch);
+  const auto order = loader.order(epoch);
+  REQUIRE(order.size() == examples.size());
+  std::vector<data::views::Example> delivered;
+  loader.start_epoch(epoch);
+  int64_t k = 0;
+  while (auto b = loader.next()) {
+    REQUIRE(b->size >= 1);
+    for (int64_t r = 0; r < b->size; ++r, ++k) {
+      const data::views::Example& e = examples[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])];
+      delivered.push_back(e);
+      const auto i = static_cast<std::size_t>(r);
+      CHECK(b->clip[i] == e.clip);
+      CHECK(b->start[i] == e.start);
+      CHECK(b->lengths[i] == e.real);
+      CHECK(b->y[i] == d.labels[static_cast<std::size_t>(e.clip)]);
+      const auto source = data::views::source_frames(e, b->length);
+      const int64_t base = d.frame_offset[static_cast<std::size_t>(e.clip)];
+      for (int64_t mel = 0; mel < m; ++mel)
+        for (int64_t t = 0; t < b->length; ++t) {
+          const int64_t s = source[static_cast<std::size_t>(t)];
+          const float want = s < 0 ? pad : d.frames[static_cast<std::size_t>((base + s) * m + mel)];
+          REQUIRE(b->x[static_cast<std::size_t>((r * m + mel) * b->length + t)] == want);
+        }
+      const int64_t classes = targets.empty() ? 0 : 3;
+      REQUIRE(b->targets.size() == static_cast<std::size_t>(b->size * classes));
+      for (int64_t c = 0; c < classes; ++c)
+        CHECK(b->targets[static_cast<std::size_t>(r * classes + c)] ==
+              static_cast<float>(targets[static_cast<std::size_t>(e.clip * classes + c)]));
+    }
+  }
+  CHECK(k == static_cast<int64_t>(examples.size()));
+  return delivered;
+}
+
+}  // namespace
+
+TEST_CASE("ExampleLoader serves tiles, crops and whole clips of a schema 3 split as written", "[data][clips]") {
+  test::TempDir dir;
+  const bool half = GENERATE(false, true);
+  const bool multilabel = GENERATE(false, true);
+  const int in_memory = GENERATE(0, 1);
+  const int64_t prefetch = GENERATE(as<int64_t>{}, 0, 2);
+  const bool shuffle = GENERATE(false, true);
+  std::vector<uint8_t> targets;
+  const auto d = clip_split(dir / "train.h5", half, multilabel, targets);
+  const data::SplitInfo info = data::read_split_info(dir / "train.h5", "train");
+  const float pad = data::views::pad_value(info);
+  CHECK(pad == -100.0f);
+  data::views::ViewOptions crops;
+  crops.view = "crops";
+  crops.crop_seconds = 0.06;
+  crops.short_clips = GENERATE(data::views::ShortClips::pad, data::views::ShortClips::repeat);
+  std::vector<std::shared_ptr<const data::views::View>> views = {
+      data::views::make_tiles_view_frames(4, 3, 0.5), data::views::make_view(crops, {16000, 160})};
+  for (const auto& view : views) {
+    data::LoaderOptions o{.batch_size = 4, .shuffle = shuffle, .seed = 5, .prefetch = prefetch, .pool_chunks = 2,
+                          .in_memory = in_memory};
+    data::ExampleLoader loader(info, view, 9, o, pad);
+    const auto e0 = check_epoch(loader, 0, d, targets, pad);
+    const auto e1 = check_epoch(loader, 1, d, targets, pad);
+    CHECK((e0 != e1) == (shuffle || view->varies_by_epoch()));
+    CHECK(check_epoch(loader, 0, d, targets, pad) == e0);
+  }
+  data::LoaderOptions o{.batch_size = 3, .shuffle = shuffle, .seed = 5, .prefetch = prefetch, .in_memory = in_memory,
+                        .frame_budget = 40};
+  data::ExampleLoader clips(info, data::views::make_view({.view = "clips"}, {16000, 160}), 0, o, pad);
+  const auto delivered = check_epoch(clips, 0, d, targets, pad);
+  std::vector<int64_t> seen;
+  for (const auto& e : delivered) seen.push_back(e.clip);
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> all(kClipFrames.size());
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(seen == all);
+  clips.start_epoch(0);
+  int64_t previous = 0;
+  while (auto b = clips.next()) {
+    CHECK(b->size <= 3);
+    CHECK((b->size == 1 || b->size * b->length <= 40));
+    if (!shuffle) CHECK(b->length >= previous);
+    previous = b->length;
+  }
+}
+
+TEST_CASE("ExampleLoader reads each schema 3 block once per streamed epoch", "[data][clips]") {
+  test::TempDir dir;
+  std::vector<uint8_t> targets;
+  const auto d = clip_split(dir / "train.h5", false, false, targets);
+  const data::SplitInfo info = data::read_split_info(dir / "train.h5", "train");
+  const data::ClipReader probe(info, 0);
+  int64_t expected = 0;
+  for (int64_t c0 = 0; c0 < info.files();) {
+    int64_t c1 = c0 + 1;
+    while (c1 < info.files() && probe.chunk_of_clip(c1) == probe.chunk_of_clip(c0)) ++c1;
+    const int64_t r0 = info.frame_offset[static_cast<std::size_t>(c0)];
+    const int64_t r1 = info.frame_offset[static_cast<std::size_t>(c1)];
+    expected += (r1 - 1) / 5 - r0 / 5 + 1;
+    c0 = c1;
+  }
+  data::LoaderOptions o{.batch_size = 4, .seed = 1, .pool_chunks = GENERATE(as<int64_t>{}, 1, 3), .in_memory = 0};
+  data::ExampleLoader loader(info, data::views::make_tiles_view_frames(4, 4, 0.0), 0, o, 0.0f);
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    const int64_t before = loader.chunks_read();
+    run_epoch(loader, epoch);
+    CHECK(loader.chunks_read() - before == expected);
+  }
+  CHECK(expected <= 2 * ((d.frame_offset.back() + 4) / 5));
+}
+
+TEST_CASE("make_split_view: schema 1/2 only as their segments, schema 3 with its default tile", "[data][clips]") {
+  const data::SplitInfo v1 = data::read_split_info(test::legacy_dataset(1) / "train.h5", "train");
+  data::views::ViewOptions o;
+  CHECK(data::views::make_split_view(v1, o, true, false)->examples(v1.clip_frame_counts(), 0, 0).size() ==
+        static_cast<std::size_t>(v1.valid_segments()));
+  for (const char* view : {"crops", "clips"}) {
+    o.view = view;
+    try {
+      data::views::make_split_view(v1, o, true, false);
+      FAIL("no error");
+    } catch (const InvalidArgument& e) {
+      CHECK(std::string(e.what()).find("schema 1") != std::string::npos);
+      CHECK(std::string(e.what()).find(view) != std::string::npos);
+    }
+  }
+  o = {};
+  CHECK_THROWS_AS(data::views::make_split_view(v1, o, false, false), InvalidArgument);
+  test::TempDir dir;
+  test::write_clip_split(dir / "train.h5", {.clip_frames = {3, 19}});
+  const data::SplitInfo v3 = data::read_split_info(dir / "train.h5", "train");
+  const auto tiles = data::views::make_split_view(v3, o, true, false)->examples(v3.clip_frame_counts(), 0, 0);
+  REQUIRE(tiles.size() == 3);
+  CHECK(tiles[0].length == 8);
+  CHECK(tiles[0].real == 3);
+  CHECK(tiles[2].start == 8);
+  CHECK(data::views::make_split_view(v3, o, true, true)->examples(v3.clip_frame_counts(), 0, 0).size() == 4);
+  o.tile_seconds = 0.05;
+  o.tile_hop = 0.02;
+  CHECK(data::views::make_split_view(v3, o, false, false)->examples(v3.clip_frame_counts(), 0, 0) ==
+        data::views::make_tiles_view_frames(5, 2, 0.5)->examples(v3.clip_frame_counts(), 0, 0));
 }
 
 }  // namespace melforge_test_data_loader

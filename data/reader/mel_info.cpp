@@ -1,5 +1,6 @@
 #include "reader/mel_info.h"
 
+#include <cmath>
 #include <sstream>
 #include <variant>
 
@@ -31,12 +32,21 @@ const std::vector<Field>& fields() {
       {"short_samples", &MelInfo::short_samples}, {"num_long", &MelInfo::num_long},
       {"num_short", &MelInfo::num_short},         {"n_frames", &MelInfo::n_frames},
       {"short_files", &MelInfo::short_files},     {"channel", &MelInfo::channel},
+      {"max_seconds", &MelInfo::max_seconds},
   };
   return f;
 }
 
-/// Attributes a file may lack (added after schema version 1 was first written); they keep their default.
-bool optional_attribute(const std::string& name) { return name == "channel"; }
+/// Attributes a file of schema `schema` may lack; they keep their default. channel and max_seconds came after schema
+/// 1 was first written; schema 3 has no segment grid.
+bool optional_attribute(const std::string& name, int64_t schema) {
+  if (name == "channel" || name == "max_seconds") return true;
+  return schema >= kClipSchemaVersion && (name == "long_seconds" || name == "long_samples" || name == "num_long" ||
+                                          name == "num_short" || name == "short_files");
+}
+
+/// Fields a JSON config may lack (written before they existed); they keep their default.
+bool optional_json_field(const std::string& name) { return name == "max_seconds"; }
 
 std::string value_text(const MelInfo& info, const Field& field) {
   std::ostringstream out;
@@ -55,10 +65,12 @@ auto parse_attribute(const std::string& name, const std::string& value, Parse pa
 }  // namespace
 
 MelInfo read_mel_info(const h5::File& file, const std::string& where) {
+  const int64_t schema =
+      h5::has_attribute(file, "schema_version") ? h5::read_attribute_int64(file, "schema_version") : 1;
   MelInfo info;
   for (const auto& field : fields()) {
     if (!h5::has_attribute(file, field.name)) {
-      if (optional_attribute(field.name)) continue;
+      if (optional_attribute(field.name, schema)) continue;
       throw FormatError(where + ": missing attribute '" + field.name + "' (not a melforge-build dataset?)");
     }
     std::visit(
@@ -72,14 +84,21 @@ MelInfo read_mel_info(const h5::File& file, const std::string& where) {
   }
   if (h5::has_attribute(file, "melforge_version"))
     info.melforge_version = h5::read_attribute_string(file, "melforge_version");
-  for (const auto& [name, value] : {std::pair{"sample_rate", info.sample_rate}, {"n_mels", info.n_mels},
-                                    {"num_long", info.num_long}, {"num_short", info.num_short},
-                                    {"n_frames", info.n_frames}, {"short_samples", info.short_samples}}) {
+  std::vector<std::pair<const char*, int64_t>> positive = {{"sample_rate", info.sample_rate},
+                                                           {"n_mels", info.n_mels},
+                                                           {"n_frames", info.n_frames},
+                                                           {"short_samples", info.short_samples}};
+  if (schema < kClipSchemaVersion) positive.insert(positive.end(), {{"num_long", info.num_long},
+                                                                    {"num_short", info.num_short}});
+  for (const auto& [name, value] : positive) {
     if (value <= 0) throw FormatError(where + ": attribute " + name + " = " + std::to_string(value) + " must be > 0");
   }
+  if (!std::isfinite(info.max_seconds) || info.max_seconds < 0)
+    throw FormatError(where + ": attribute max_seconds = " + std::to_string(info.max_seconds) +
+                      " must be >= 0 and finite (0: no cap)");
   try {
     info.mel_args();
-    info.segment_args();
+    if (schema < kClipSchemaVersion) info.segment_args();
   } catch (const FormatError& e) {
     throw FormatError(where + ": " + e.what());
   }
@@ -142,6 +161,7 @@ nlohmann::json MelInfo::to_json() const {
 MelInfo MelInfo::from_json(const nlohmann::json& j) {
   MelInfo info;
   for (const auto& field : fields()) {
+    if (j.is_object() && !j.contains(field.name) && optional_json_field(field.name)) continue;
     if (!j.is_object() || !j.contains(field.name))
       throw FormatError(std::string("mel parameters: missing field '") + field.name + "'");
     try {

@@ -13,15 +13,20 @@
 
 namespace melforge::data {
 
-/// The newest dataset schema version this reader understands (docs/FORMAT.md, "Schema versioning").
-inline constexpr int64_t kSupportedSchemaVersion = 2;
+/// The newest dataset schema version this reader understands (docs/FORMAT.md, "Schema versioning"): 3, clips stored
+/// whole (`frames`, `frame_offset`); 1 and 2 store the dense segment grid (`mel`).
+inline constexpr int64_t kSupportedSchemaVersion = 3;
+/// The first schema version that stores clips whole (no `mel`, no long/short segment grid).
+inline constexpr int64_t kClipSchemaVersion = 3;
 /// The oldest dataset schema version this reader still reads (version 1: no `targets` matrix).
 inline constexpr int64_t kOldestSchemaVersion = 1;
 
 /// Split names in order (0 train, 1 val, 2 test); split `s` is stored in `<dir>/<s>.h5`.
 inline const std::vector<std::string> kSplitNames = {"train", "val", "test"};
 
-/// The parameters that produced a split: the root attributes of docs/FORMAT.md, named as there.
+/// The parameters that produced a split: the root attributes of docs/FORMAT.md, named as there. A schema-3 file has no
+/// long/short segment grid: long_seconds, long_samples, num_long, num_short are 0 and short_files is "" for it, and
+/// short_seconds, short_samples and n_frames describe its default tile (the model input).
 struct MelInfo {
   /// Sample rate of the analysed audio, Hz.
   int64_t sample_rate = 0;
@@ -55,41 +60,46 @@ struct MelInfo {
   double amin = 0;
   /// Offset for `log ln`.
   double log_eps = 0;
-  /// Stored element type of `mel`: `float16` or `float32`.
+  /// Stored element type of `mel` (schema 1/2) or `frames` (schema 3): `float16` or `float32`.
   std::string dtype;
-  /// Long segment length, seconds.
+  /// Long segment length, seconds (schema 1/2; 0 in schema 3).
   double long_seconds = 0;
-  /// Short segment length, seconds.
+  /// Short segment length, seconds (schema 3: the default tile).
   double short_seconds = 0;
-  /// Long segment length, samples at sample_rate.
+  /// Long segment length, samples at sample_rate (schema 1/2; 0 in schema 3).
   int64_t long_samples = 0;
-  /// Short segment length, samples at sample_rate.
+  /// Short segment length, samples at sample_rate (schema 3: the default tile).
   int64_t short_samples = 0;
-  /// Long segments per file (L).
+  /// Long segments per file (L; schema 1/2, 0 in schema 3).
   int64_t num_long = 0;
-  /// Short segments per long segment (S).
+  /// Short segments per long segment (S; schema 1/2, 0 in schema 3).
   int64_t num_short = 0;
-  /// Frames per short segment (T).
+  /// Frames per short segment (T; schema 3: frames of the default tile, the model input width).
   int64_t n_frames = 0;
-  /// `pad` or `skip`.
+  /// `pad` or `skip` (schema 1/2; "" in schema 3).
   std::string short_files;
+  /// Cap on a stored clip's length the build used, seconds; 0 = none (schema 3's `max_seconds`; 0 when absent, as
+  /// in every schema 1/2 file and in configs written before it existed).
+  double max_seconds = 0;
   /// Input channel used, -1 for a mix to mono (-1 when the file has no `channel` attribute).
   int64_t channel = -1;
   /// Version of melforge that wrote the file (informational: not compared between splits).
   std::string melforge_version;
 
-  /// Shape of one file's spectrograms: [num_long, num_short, n_mels, n_frames].
+  /// Shape of one file's spectrograms in schema 1/2: [num_long, num_short, n_mels, n_frames] (zeros in schema 3).
   std::vector<int64_t> file_shape() const { return {num_long, num_short, n_mels, n_frames}; }
   /// The spectrogram parameters as the kernels take them (enums parsed). Throws FormatError on an unknown spelling.
   mel::MelArgs mel_args() const;
-  /// The segmentation parameters (num_long fixed to this dataset's). Throws FormatError on an unknown spelling.
+  /// The segmentation parameters (num_long fixed to this dataset's). Throws FormatError on an unknown spelling (also
+  /// for a schema-3 MelInfo, whose short_files is "": it has no segment grid).
   segment::SegmentArgs segment_args() const;
   /// Everything the featurizer needs to compute a file's features as this dataset stores them (melforge-train
   /// predict and melforge.predict). Throws FormatError on an unknown spelling.
   featurize::DatasetParams dataset_params() const;
   /// Every parameter above as a JSON object keyed by attribute name (for configs and checkpoints).
   nlohmann::json to_json() const;
-  /// The inverse of to_json(). Throws FormatError naming the first missing or mistyped field.
+  /// The inverse of to_json(). Throws FormatError naming the first missing or mistyped field; max_seconds may be
+  /// missing (configs written before schema 3), then 0.
   static MelInfo from_json(const nlohmann::json& j);
   /// "NAME is A in THIS but B in OTHER" for the first parameter that differs from `other` (melforge_version
   /// excluded), with `this_name` and `other_name` naming the two sides; empty when every parameter is equal.
@@ -97,9 +107,11 @@ struct MelInfo {
                                const std::string& other_name) const;
 };
 
-/// Reads and validates the parameter attributes of an open split file (every attribute of MelInfo present and well
-/// formed, the sizes > 0, the spellings understood). `where` (the file's path) starts every message. Throws
-/// FormatError.
+/// Reads and validates the parameter attributes of an open split file of its `schema_version` (1 when the attribute
+/// is missing): every attribute of MelInfo present and well formed (channel and max_seconds optional; in schema 3
+/// long_seconds, long_samples, num_long, num_short and short_files optional, 0 or "" when absent), sample_rate,
+/// n_mels, n_frames, short_samples > 0 (schema 1/2 also num_long, num_short), max_seconds >= 0 and finite, the
+/// spellings understood. `where` (the file's path) starts every message. Throws FormatError.
 MelInfo read_mel_info(const h5::File& file, const std::string& where);
 
 }  // namespace melforge::data

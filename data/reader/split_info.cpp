@@ -56,6 +56,19 @@ std::vector<int64_t> SplitInfo::segment_offsets() const {
   return offsets;
 }
 
+int64_t SplitInfo::clip_frames(int64_t f) const {
+  if (f < 0 || f >= files())
+    throw InvalidArgument(path.string() + ": clip " + std::to_string(f) + " is outside [0, " +
+                          std::to_string(files()) + ")");
+  return frame_offset[static_cast<std::size_t>(f) + 1] - frame_offset[static_cast<std::size_t>(f)];
+}
+
+std::vector<int64_t> SplitInfo::clip_frame_counts() const {
+  std::vector<int64_t> counts(static_cast<std::size_t>(files()));
+  for (std::size_t f = 0; f < counts.size(); ++f) counts[f] = frame_offset[f + 1] - frame_offset[f];
+  return counts;
+}
+
 int64_t SplitInfo::valid_segments() const {
   int64_t n = 0;
   for (const int64_t v : num_valid_long) n += v;
@@ -105,9 +118,138 @@ void check_finite(const fs::path& path, const std::string& name, const MelInfo& 
                     std::to_string(segment % info.num_short) + "); rebuild the dataset, or remove the file");
 }
 
-SplitInfo read_split_info(const fs::path& path, const std::string& expected_split) {
-  const std::string where = path.string();
-  auto file = h5::open_file(path);
+namespace {
+
+/// Bytes of per-file metadata a split holds at least (labels, paths, clip table): the bound of the memory check.
+constexpr int64_t kMetadataBytesPerFile = 64;
+
+/// Throws FormatError naming `where` and `name` unless dataset `name` of `file` is 1-D of `length` entries.
+void check_length(const h5::File& file, const std::string& where, const char* name, int64_t length,
+                  const std::string& whose) {
+  const auto d = h5::dims(h5::open_dataset(file, name));
+  if (d.size() != 1 || d[0] != length)
+    throw FormatError(where + ": " + name + " has shape " + shape_text(d) + " but " + whose + " [" +
+                      std::to_string(length) + "]");
+}
+
+/// Throws FormatError unless dataset `name` of `file` stores integers.
+void check_integer(const h5::File& file, const std::string& where, const char* name) {
+  if (H5Tget_class(h5::dataset_type(h5::open_dataset(file, name)).id()) != H5T_INTEGER)
+    throw FormatError(where + ": " + name + " is not an integer dataset");
+}
+
+/// The whole 1-D integer dataset `name` (length already checked) as int64.
+std::vector<int64_t> read_int64(const h5::File& file, const std::string& where, const char* name, int64_t length) {
+  check_integer(file, where, name);
+  std::vector<int64_t> v(static_cast<std::size_t>(length));
+  if (length > 0) h5::read_rows(h5::open_dataset(file, name), 0, length, H5T_NATIVE_INT64, v.data());
+  return v;
+}
+
+/// Throws FormatError when `files` rows of per-file metadata would not fit in MemAvailable; `what` names the
+/// datasets that claim them.
+void check_metadata_fits(const std::string& where, const std::string& what, int64_t files) {
+  if (const int64_t available = available_memory_bytes(); available >= 0 && files > available / kMetadataBytesPerFile)
+    throw FormatError(where + ": " + what + " claim " + std::to_string(files) +
+                      " files, whose per-file metadata alone needs at least " +
+                      std::to_string(files / (int64_t{1} << 20) * kMetadataBytesPerFile) + " MiB, more than the " +
+                      std::to_string(available >> 20) + " MiB of memory available");
+}
+
+/// Schema 1/2: checks the shape of `mel` and `num_valid_long`; returns F.
+int64_t grid_files(const h5::File& file, const std::string& where, const SplitInfo& s) {
+  auto mel = h5::open_dataset(file, "mel");
+  h5::check_virtual_sources(mel);
+  const auto dims = h5::dims(mel);
+  std::vector<int64_t> expect = s.info.file_shape();
+  if (dims.size() != 5 || !std::equal(expect.begin(), expect.end(), dims.begin() + 1)) {
+    expect.insert(expect.begin(), dims.empty() ? 0 : dims[0]);
+    throw FormatError(where + ": mel has shape " + shape_text(dims) + ", but the attributes say " +
+                      shape_text(expect) + " [files, num_long, num_short, n_mels, n_frames]");
+  }
+  check_length(file, where, "num_valid_long", dims[0], "mel has files");
+  return dims[0];
+}
+
+/// Schema 1/2: reads num_valid_long and fills the clip table (valid segments side by side).
+void read_grid_clips(const h5::File& file, const std::string& where, SplitInfo& s) {
+  const auto valid = h5::read_int32(file, "num_valid_long");
+  if (static_cast<int64_t>(valid.size()) != s.files())
+    throw FormatError(where + ": num_valid_long has " + std::to_string(valid.size()) + " entries but mel has " +
+                      std::to_string(s.files()) + " files");
+  const int64_t per_long = s.info.num_short * s.info.n_frames;
+  s.frame_offset.assign(1, 0);
+  for (int64_t f = 0; f < s.files(); ++f) {
+    const int32_t v = valid[static_cast<std::size_t>(f)];
+    if (v < 1 || v > s.info.num_long)
+      throw FormatError(where + ": num_valid_long[" + std::to_string(f) + "] = " + std::to_string(v) +
+                        " is outside [1, num_long = " + std::to_string(s.info.num_long) + "] (file " +
+                        s.paths[static_cast<std::size_t>(f)] + ")");
+    s.num_valid_long.push_back(v);
+    s.frame_offset.push_back(s.frame_offset.back() + v * per_long);
+    s.num_samples.push_back(v * s.info.long_samples);
+  }
+  s.clip_flags.assign(static_cast<std::size_t>(s.files()), 0);
+}
+
+/// Schema 3: checks `frames` ([N, n_mels], float16 or float32) and the lengths of `frame_offset`, `num_samples` and
+/// `clip_flags`; returns F, checked <= N (every clip holds a frame) before anything sized by it is read.
+int64_t clip_files(const h5::File& file, const std::string& where, const SplitInfo& s) {
+  auto frames = h5::open_dataset(file, "frames");
+  h5::check_virtual_sources(frames);
+  const auto dims = h5::dims(frames);
+  if (dims.size() != 2 || dims[1] != s.info.n_mels)
+    throw FormatError(where + ": frames has shape " + shape_text(dims) + ", expected [frames, n_mels = " +
+                      std::to_string(s.info.n_mels) + "]");
+  const h5::Datatype type = h5::dataset_type(frames);
+  const std::size_t size = H5Tget_size(type.id());
+  if (H5Tget_class(type.id()) != H5T_FLOAT || (size != 2 && size != 4))
+    throw FormatError(where + ": frames is not a float16 or float32 dataset");
+  const auto offset_dims = h5::dims(h5::open_dataset(file, "frame_offset"));
+  if (offset_dims.size() != 1 || offset_dims[0] < 1)
+    throw FormatError(where + ": frame_offset has shape " + shape_text(offset_dims) + ", expected [clips + 1]");
+  const int64_t files = offset_dims[0] - 1;
+  if (files > dims[0])
+    throw FormatError(where + ": frame_offset has shape " + shape_text(offset_dims) + " for " +
+                      std::to_string(files) + " clips, more than the " + std::to_string(dims[0]) +
+                      " rows of frames (every clip holds at least one frame)");
+  check_length(file, where, "num_samples", files, "frame_offset says clips");
+  check_length(file, where, "clip_flags", files, "frame_offset says clips");
+  return files;
+}
+
+/// Schema 3: reads and checks frame_offset, num_samples and clip_flags (lengths already checked).
+void read_clip_table(const h5::File& file, const std::string& where, SplitInfo& s) {
+  const int64_t files = s.files(), total = h5::dims(h5::open_dataset(file, "frames"))[0];
+  s.frame_offset = read_int64(file, where, "frame_offset", files + 1);
+  for (int64_t f = 0; f <= files; ++f) {
+    const int64_t o = s.frame_offset[static_cast<std::size_t>(f)];
+    const int64_t before = f == 0 ? -1 : s.frame_offset[static_cast<std::size_t>(f) - 1];
+    if ((f == 0 && o != 0) || (f > 0 && o <= before))
+      throw FormatError(where + ": frame_offset[" + std::to_string(f) + "] = " + std::to_string(o) +
+                        (f == 0 ? " must be 0" : " is not above frame_offset[" + std::to_string(f - 1) + "] = " +
+                                                     std::to_string(before) + " (every clip holds a frame)"));
+  }
+  if (s.frame_offset.back() != total)
+    throw FormatError(where + ": frame_offset[" + std::to_string(files) + "] = " +
+                      std::to_string(s.frame_offset.back()) + " is not the " + std::to_string(total) +
+                      " rows of frames");
+  s.num_samples = read_int64(file, where, "num_samples", files);
+  const auto flags = read_int64(file, where, "clip_flags", files);
+  for (int64_t f = 0; f < files; ++f) {
+    const auto i = static_cast<std::size_t>(f);
+    if (s.num_samples[i] < 1)
+      throw FormatError(where + ": num_samples[" + std::to_string(f) + "] = " + std::to_string(s.num_samples[i]) +
+                        " must be >= 1 (file " + s.paths[i] + ")");
+    if (flags[i] < 0 || (flags[i] & ~int64_t{kClipFlagsKnown}) != 0)
+      throw FormatError(where + ": clip_flags[" + std::to_string(f) + "] = " + std::to_string(flags[i]) +
+                        " holds bits other than 1 (padded) and 2 (capped) (file " + s.paths[i] + ")");
+    s.clip_flags.push_back(static_cast<uint8_t>(flags[i]));
+  }
+}
+
+/// The checked schema_version of `file`.
+int64_t read_schema_version(const h5::File& file, const std::string& where) {
   if (!h5::has_attribute(file, "schema_version"))
     throw FormatError(where + ": no schema_version attribute (not a melforge-build dataset?)");
   const int64_t version = h5::read_attribute_int64(file, "schema_version");
@@ -116,11 +258,39 @@ SplitInfo read_split_info(const fs::path& path, const std::string& expected_spli
                       " is not supported (this melforge-train reads schema_version " +
                       std::to_string(kOldestSchemaVersion) + " to " + std::to_string(kSupportedSchemaVersion) +
                       "); rebuild the dataset with a matching melforge-build");
+  return version;
+}
+
+/// Reads `label` and `path` (lengths checked) into `s` and checks the labels against the class names.
+void read_labels_and_paths(const h5::File& file, const std::string& where, int64_t files, SplitInfo& s) {
+  const auto labels = h5::read_int32(file, "label");
+  s.paths = h5::read_strings(file, "path");
+  for (const auto& [name, size] : {std::pair{"label", labels.size()}, {"path", s.paths.size()}}) {
+    if (static_cast<int64_t>(size) != files)
+      throw FormatError(where + ": " + name + " has " + std::to_string(size) + " entries but the split has " +
+                        std::to_string(files) + " files");
+  }
+  const auto classes = static_cast<int32_t>(s.class_names.size());
+  for (int64_t f = 0; f < files; ++f) {
+    const int32_t label = labels[static_cast<std::size_t>(f)];
+    if (label < 0 || label >= classes)
+      throw FormatError(where + ": label[" + std::to_string(f) + "] = " + std::to_string(label) +
+                        " is outside the " + std::to_string(classes) + " class names (file " +
+                        s.paths[static_cast<std::size_t>(f)] + ")");
+  }
+  s.labels.assign(labels.begin(), labels.end());
+}
+
+}  // namespace
+
+SplitInfo read_split_info(const fs::path& path, const std::string& expected_split) {
+  const std::string where = path.string();
+  auto file = h5::open_file(path);
+  SplitInfo s;
+  s.schema_version = read_schema_version(file, where);
   const std::string split_attr = h5::read_attribute_string(file, "split");
   if (split_attr != expected_split)
     throw FormatError(where + ": holds split '" + split_attr + "', expected '" + expected_split + "'");
-
-  SplitInfo s;
   s.name = expected_split;
   s.path = path;
   s.info = read_mel_info(file, where);
@@ -131,49 +301,14 @@ SplitInfo read_split_info(const fs::path& path, const std::string& expected_spli
   s.class_names = h5::read_strings(file, "class_names");
   if (s.class_names.empty()) throw FormatError(where + ": class_names is empty");
 
-  auto mel = h5::open_dataset(file, "mel");
-  h5::check_virtual_sources(mel);
-  const auto dims = h5::dims(mel);
-  std::vector<int64_t> expect = s.info.file_shape();
-  if (dims.size() != 5 || !std::equal(expect.begin(), expect.end(), dims.begin() + 1)) {
-    expect.insert(expect.begin(), dims.empty() ? 0 : dims[0]);
-    throw FormatError(where + ": mel has shape " + shape_text(dims) + ", but the attributes say " +
-                      shape_text(expect) + " [files, num_long, num_short, n_mels, n_frames]");
-  }
-  const int64_t files = dims[0];
-  for (const char* name : {"label", "num_valid_long", "path"}) {
-    const auto d = h5::dims(h5::open_dataset(file, name));
-    if (d.size() != 1 || d[0] != files)
-      throw FormatError(where + ": " + name + " has shape " + shape_text(d) + " but mel has " +
-                        std::to_string(files) + " files");
-  }
-  constexpr int64_t kMetadataBytesPerFile = 64;
-  if (const int64_t available = available_memory_bytes(); available >= 0 && files > available / kMetadataBytesPerFile)
-    throw FormatError(where + ": mel, label, num_valid_long and path claim " + std::to_string(files) +
-                      " files, whose per-file metadata alone needs at least " +
-                      std::to_string(files / (int64_t{1} << 20) * kMetadataBytesPerFile) + " MiB, more than the " +
-                      std::to_string(available >> 20) + " MiB of memory available");
-  const auto labels = h5::read_int32(file, "label");
-  const auto valid = h5::read_int32(file, "num_valid_long");
-  s.paths = h5::read_strings(file, "path");
-  for (const auto& [name, size] : {std::pair{"label", labels.size()}, {"num_valid_long", valid.size()},
-                                   {"path", s.paths.size()}}) {
-    if (static_cast<int64_t>(size) != files)
-      throw FormatError(where + ": " + name + " has " + std::to_string(size) + " entries but mel has " +
-                        std::to_string(files) + " files");
-  }
-  const auto classes = static_cast<int32_t>(s.class_names.size());
-  for (int64_t f = 0; f < files; ++f) {
-    if (labels[f] < 0 || labels[f] >= classes)
-      throw FormatError(where + ": label[" + std::to_string(f) + "] = " + std::to_string(labels[f]) +
-                        " is outside the " + std::to_string(classes) + " class names (file " + s.paths[f] + ")");
-    if (valid[f] < 1 || valid[f] > s.info.num_long)
-      throw FormatError(where + ": num_valid_long[" + std::to_string(f) + "] = " + std::to_string(valid[f]) +
-                        " is outside [1, num_long = " + std::to_string(s.info.num_long) + "] (file " +
-                        s.paths[f] + ")");
-  }
-  s.labels.assign(labels.begin(), labels.end());
-  s.num_valid_long.assign(valid.begin(), valid.end());
+  const bool clips = s.schema_version >= kClipSchemaVersion;
+  const int64_t files = clips ? clip_files(file, where, s) : grid_files(file, where, s);
+  const std::string whose = clips ? "frame_offset says clips" : "mel has files";
+  for (const char* name : {"label", "path"}) check_length(file, where, name, files, whose);
+  check_metadata_fits(where, clips ? "frame_offset, label and path" : "mel, label, num_valid_long and path", files);
+  read_labels_and_paths(file, where, files, s);
+  if (clips) read_clip_table(file, where, s);
+  else read_grid_clips(file, where, s);
   if (h5::exists(file, "targets")) read_targets(file, where, s);
   return s;
 }

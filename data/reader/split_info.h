@@ -1,7 +1,8 @@
 #pragma once
 /// The checked metadata of one split file melforge-build wrote (OUT/<split>.h5, docs/FORMAT.md): schema version,
-/// root attributes, class names, and per file its label, valid long segments and path; plus the index of the
-/// split's valid short segments. Torch-free (part of melforge_data); the trainer's Split is built from it.
+/// root attributes, class names, and per clip (file row) its label, path, frames (the clip table: frame_offset,
+/// num_samples, clip_flags, for every schema) and, in schema 1/2, its valid long segments. Torch-free (part of
+/// melforge_data); the trainer's Split is built from it, data::ClipReader reads the frames.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -21,20 +22,41 @@ struct SegmentRef {
   int64_t short_index = 0;
 };
 
+/// Bits of SplitInfo::clip_flags (schema 3's `clip_flags` dataset).
+enum ClipFlag : uint8_t {
+  /// The clip was shorter than one STFT frame and was padded to one frame.
+  kClipPadded = 1,
+  /// The clip was capped by the build's --max-seconds.
+  kClipCapped = 2,
+};
+/// Every bit a clip_flags value may hold.
+inline constexpr uint8_t kClipFlagsKnown = kClipPadded | kClipCapped;
+
 /// One split's metadata (no spectrograms).
 struct SplitInfo {
   /// Split name: train, val or test.
   std::string name;
   /// The HDF5 file it was read from.
   std::filesystem::path path;
+  /// The file's schema_version, in [kOldestSchemaVersion, kSupportedSchemaVersion].
+  int64_t schema_version = 0;
   /// Root attributes.
   MelInfo info;
   /// Class names, indexed by label.
   std::vector<std::string> class_names;
   /// Class index per file, [files], each in [0, class_names.size()).
   std::vector<int64_t> labels;
-  /// Long segments that hold audio per file, [files], each in [1, num_long].
+  /// Long segments that hold audio per file, [files], each in [1, num_long] (schema 1/2; empty in schema 3).
   std::vector<int64_t> num_valid_long;
+  /// Where each clip's frames start in the split's frame order, then the total: [files + 1], frame_offset[0] = 0,
+  /// strictly increasing. Schema 3: the file's `frame_offset` (rows of `frames`). Schema 1/2: clip f is its valid
+  /// short segments side by side in (long, short) order, num_valid_long[f] * num_short * n_frames frames, so tiles
+  /// of n_frames frames with hop n_frames and min_real 0 are exactly its segments.
+  std::vector<int64_t> frame_offset;
+  /// Samples of each stored clip at sample_rate, [files], each >= 1 (schema 1/2: num_valid_long * long_samples).
+  std::vector<int64_t> num_samples;
+  /// ClipFlag bits of each clip, [files] (schema 1/2: 0).
+  std::vector<uint8_t> clip_flags;
   /// Path of each file relative to the corpus root (or as in the manifest), [files].
   std::vector<std::string> paths;
   /// Multi-label targets, row-major uint8 [files, class_names.size()], 1 where the file carries the class (its
@@ -47,12 +69,18 @@ struct SplitInfo {
   /// True when the split has a multi-label `targets` matrix.
   bool multilabel() const { return has_targets_dataset; }
 
-  /// Number of files.
+  /// Number of files (clips, rows).
   int64_t files() const { return static_cast<int64_t>(paths.size()); }
-  /// First valid-segment position of each file, then the total: [files + 1], position p of file f in
+  /// Frames of clip `f` (>= 1): frame_offset[f + 1] - frame_offset[f]. Throws InvalidArgument outside [0, files).
+  int64_t clip_frames(int64_t f) const;
+  /// Frames of every clip, [files].
+  std::vector<int64_t> clip_frame_counts() const;
+  /// Frames of all clips: frame_offset.back() (N).
+  int64_t total_frames() const { return frame_offset.empty() ? 0 : frame_offset.back(); }
+  /// Schema 1/2: first valid-segment position of each file, then the total: [files + 1], position p of file f in
   /// [first[f], first[f + 1]) is long segment (p - first[f]) / num_short, short segment (p - first[f]) % num_short.
   std::vector<int64_t> segment_offsets() const;
-  /// Short segments that hold audio: sum over files of num_valid_long * num_short.
+  /// Schema 1/2: short segments that hold audio, sum over files of num_valid_long * num_short (0 in schema 3).
   int64_t valid_segments() const;
   /// Throws FormatError naming the split, its file, the row, the audio file's path and the position when `data`
   /// (float32 spectrograms of files [first, first + count), [count, num_long, num_short, n_mels, n_frames]) holds a
@@ -72,12 +100,15 @@ void check_finite(const std::filesystem::path& path, const std::string& name, co
 SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, int64_t position);
 
 /// Reads one split file and checks it on its own: schema version, the `split` attribute equal to `expected_split`,
-/// every parameter attribute present and well formed, `mel` of shape [F, num_long, num_short, n_mels, n_frames],
-/// `label`, `num_valid_long` and `path` of length F, labels within the class names, num_valid_long in
-/// [1, num_long], the optional `targets` matrix of shape [F, classes] holding 0 or 1 with a 1 at each file's label,
-/// and F small enough that the per-file metadata (about 64 bytes a file) fits in MemAvailable,
-/// checked before any of it is read. Throws IoError when the file cannot be opened or read, FormatError when it is
-/// not a valid melforge dataset of a supported schema.
+/// every parameter attribute present and well formed (read_mel_info), `label` and `path` of length F, labels within
+/// the class names, the optional `targets` matrix of shape [F, classes] holding 0 or 1 with a 1 at each file's
+/// label, and F small enough that the per-file metadata (about 64 bytes a file) fits in MemAvailable, checked
+/// before any of it is read. Schema 1/2: `mel` of shape [F, num_long, num_short, n_mels, n_frames], `num_valid_long`
+/// of length F in [1, num_long]. Schema 3: `frames` of shape [N, n_mels] (float16 or float32), integer
+/// `frame_offset` [F + 1], `num_samples` [F], `clip_flags` [F], with F <= N checked from the shapes before anything
+/// is read, then frame_offset[0] = 0, strictly increasing, last = N; num_samples >= 1; clip_flags within
+/// kClipFlagsKnown. Every error names the file and the dataset or attribute. Throws IoError when the file cannot be
+/// opened or read, FormatError when it is not a valid melforge dataset of a supported schema.
 SplitInfo read_split_info(const std::filesystem::path& path, const std::string& expected_split);
 
 /// `<folder>/<split>.h5` checked to exist: throws InvalidArgument for a split name other than train, val or test,

@@ -2,7 +2,9 @@
 // classification (train, evaluation and predict read a clip the same way).
 #include <algorithm>
 #include <memory>
+#include <string>
 
+#include "melforge/common/errors.h"
 #include "views/view.h"
 #include "views/view_options.h"
 
@@ -36,10 +38,20 @@ class TilesView final : public View {
 
 }  // namespace
 
+std::unique_ptr<View> make_tiles_view_frames(int64_t tile, int64_t hop, double min_real) {
+  if (tile < 1) throw InvalidArgument("tile must be >= 1 frame, got " + std::to_string(tile));
+  if (hop < 1 || hop > tile)
+    throw InvalidArgument("tile hop must be in [1, tile = " + std::to_string(tile) + "] frames, got " +
+                          std::to_string(hop));
+  if (!(min_real >= 0.0 && min_real <= 1.0))
+    throw InvalidArgument("min_real must be in [0, 1], got " + std::to_string(min_real));
+  return std::make_unique<TilesView>(tile, hop, min_real);
+}
+
 /// The tiles view of `options` at `rate` (options validated by make_view).
 std::unique_ptr<View> make_tiles_view(const ViewOptions& options, const FrameRate& rate) {
-  return std::make_unique<TilesView>(rate.frames(options.tile_seconds), rate.frames(options.hop_seconds()),
-                                     options.min_real);
+  return make_tiles_view_frames(rate.frames(options.tile_seconds), rate.frames(options.hop_seconds()),
+                                options.min_real);
 }
 
 }  // namespace melforge::data::views

@@ -100,6 +100,13 @@ std::span<const ViewEntry> view_list();
 /// The known names, comma-separated, in list order ("tiles, crops, clips").
 std::string view_names();
 
+/// The tiles view at exact frame counts: tiles of `tile` frames every `hop` frames, the last one padded, one with
+/// fewer than min_real * tile real frames not made unless it is the clip's only one (tiles.cpp). make_view's tiles
+/// are this at FrameRate::frames of the options' seconds; schema 1/2 datasets read as make_tiles_view_frames(n_frames,
+/// n_frames, 0), exactly their valid short segments. Throws InvalidArgument naming the argument unless tile >= 1,
+/// 1 <= hop <= tile and min_real in [0, 1].
+std::unique_ptr<View> make_tiles_view_frames(int64_t tile, int64_t hop, double min_real);
+
 /// The view named `options.view` for a split of frame rate `rate`. Validates the options against the rate first
 /// (ViewOptions::validate(rate)); throws InvalidArgument naming --view and the known names for an unknown name.
 std::unique_ptr<View> make_view(const ViewOptions& options, const FrameRate& rate);

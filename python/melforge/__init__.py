@@ -18,7 +18,7 @@ from ._core import (  # noqa: F401
 from .mel import MelSpectrogram  # noqa: F401,E402
 from .audio import load, info  # noqa: F401,E402
 from .build import build  # noqa: F401,E402
-from .data import Dataset, Loader  # noqa: F401,E402
+from .data import Batch, Dataset, Example, Loader  # noqa: F401,E402
 from .evaluate import FileEvaluation, evaluate_files  # noqa: F401,E402
 from .predict import predict  # noqa: F401,E402
 
