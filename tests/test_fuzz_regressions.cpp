@@ -3,10 +3,13 @@
 // float_near_max_44k), which the sanitizer build replays as tests.
 #include <sndfile.h>
 
+#include <boost/program_options.hpp>
 #include <catch2/catch.hpp>
 #include <climits>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "audio/decode.h"
@@ -93,6 +96,30 @@ TEST_CASE("a long segment of 2^31 samples or more is an invalid argument", "[seg
   args.long_seconds = 134217.0;
   CHECK_NOTHROW(args.validate(16000));
   CHECK(args.num_short(16000) == static_cast<int>(std::llround(134217.0 * 16000) / 4000));
+}
+
+TEST_CASE("a default tile or a cap of 2^31 samples or more is an invalid argument", "[options][fuzz]") {
+  melforge::builder::ClipOptions clips;
+  clips.short_seconds = GENERATE(1e300, 134218.0, std::nan(""), 0.0);
+  CHECK_THROWS_WITH(clips.validate(16000, 160), Catch::Contains("--short-seconds"));
+  clips.short_seconds = 134217.0;
+  CHECK_NOTHROW(clips.validate(16000, 160));
+  CHECK(clips.tile_frames(16000, 160) == std::llround(134217.0 * 16000 / 160));
+  clips.max_seconds = GENERATE(1e300, -1.0, std::nan(""));
+  CHECK_THROWS_WITH(clips.validate(16000, 160), Catch::Contains("--max-seconds"));
+}
+
+TEST_CASE("the segment layout's flags are refused whatever their value", "[options][fuzz]") {
+  namespace po = boost::program_options;
+  const std::string flag = GENERATE("num-long", "long-seconds", "short-files");
+  const std::string value = GENERATE("1", "1e300", "auto");
+  melforge::builder::ClipOptions clips;
+  po::options_description desc;
+  melforge::builder::add_options(desc, clips);
+  std::istringstream in(flag + " = " + value + "\n");
+  po::variables_map vm;
+  po::store(po::parse_config_file(in, desc), vm);
+  CHECK_THROWS_WITH(po::notify(vm), Catch::Contains("--" + flag) && Catch::Contains("--max-seconds"));
 }
 
 }  // namespace melforge_test_fuzz_regressions

@@ -23,7 +23,9 @@ echo "== 2. melforge-build -> $work/dataset"
 import sys, h5py
 for split in ("train", "val", "test"):
     with h5py.File(f"{sys.argv[1]}/{split}.h5", "r") as f:
-        print(f"h5py: {split}.h5 mel {f['mel'].shape} {f['mel'].dtype}, classes {[c.decode() for c in f['class_names'][:]]}")
+        clips = f["frame_offset"].shape[0] - 1
+        print(f"h5py: {split}.h5 frames {f['frames'].shape} {f['frames'].dtype} of {clips} clips, "
+              f"classes {[c.decode() for c in f['class_names'][:]]}")
 PY
 
 echo "== 3. melforge-train train ($epochs epochs on the CPU) -> $work/run"

@@ -531,35 +531,54 @@ def same_values(x, y):
     return bool(np.array_equal(x, y))
 
 
+def clip_rows(frame_offset):
+    """Clip of each stored frame: int64 [N] from frame_offset [F + 1] (clip f owns rows [offset[f], offset[f+1]))."""
+    import numpy as np
+    return np.repeat(np.arange(len(frame_offset) - 1, dtype=np.int64), np.diff(frame_offset))
+
+
+def read_clips(h5, path):
+    """The schema-3 frames [N, M] (float32) and frame_offset [F + 1] of an open file; StepError when it is not
+    schema 3 (a build of this bundle writes nothing else)."""
+    import numpy as np
+    version = int(h5.attrs.get("schema_version", 0))
+    if version != 3 or "frames" not in h5 or "frame_offset" not in h5:
+        raise StepError(f"{path}: schema_version {version}, expected 3 with `frames` and `frame_offset`")
+    return h5["frames"][()].astype(np.float32), h5["frame_offset"][()].astype(np.int64)
+
+
 def compare_split(a_path, b_path):
-    """CPU (a) against CUDA (b) value by value. An element agrees when |a - b| <= 2e-3 |a| + 5e-3 (float16 storage
+    """CPU (a) against CUDA (b) frame by frame of each clip (schema 3: frames [N, n_mels], clip f = rows
+    frame_offset[f] to frame_offset[f+1]). An element agrees when |a - b| <= 2e-3 |a| + 5e-3 (float16 storage
     rounds to 2^-11 relative; float32 FFT rounding adds far less), or when its power differs by at most 1e-6 of the
     power of the loudest bin of its frame (FFTW and cuFFT round differently, and that rounding is relative to the
-    frame's energy, not to a quiet bin's). Rows of augmented copies (aug_copy > 0) are held, together, to the bounds
+    frame's energy, not to a quiet bin's). Frames of augmented copies (aug_copy > 0) are held, together, to the bounds
     of tests/test_augment_build_cuda.cpp instead: mean |a - b| <= 0.05 and max |a - b| <= 1.0 (the two augmenters'
     waveforms agree within 1e-4 of the copy's largest sample, kernels/augment/augment_math.h, which a band far below
-    that sample turns into more than the bound above). Labels, paths, classes and the recipes (aug_*) must be
-    equal."""
+    that sample turns into more than the bound above). The clip table (frame_offset, num_samples, clip_flags),
+    labels, paths, classes and the recipes (aug_*) must be equal."""
     import h5py
     import numpy as np
     with h5py.File(a_path, "r") as fa, h5py.File(b_path, "r") as fb:
-        keys = [k for k in ("label", "path", "num_valid_long", "class_names", *AUG_COLUMNS) if k in fa or k in fb]
+        keys = [k for k in ("frame_offset", "num_samples", "clip_flags", "label", "path", "class_names",
+                            *AUG_COLUMNS) if k in fa or k in fb]
         meta_same = all(k in fa and k in fb and same_values(fa[k][()], fb[k][()]) for k in keys)
-        a = fa["mel"][()].astype(np.float32)
-        b = fb["mel"][()].astype(np.float32)
-        copy = fa["aug_copy"][()] if "aug_copy" in fa else np.zeros(a.shape[:1], dtype=np.int32)
+        a, offset = read_clips(fa, a_path)
+        b, _ = read_clips(fb, b_path)
+        copy = fa["aug_copy"][()] if "aug_copy" in fa else np.zeros(len(offset) - 1, dtype=np.int32)
         attrs = dict(fa.attrs)
-    r = {"shape": list(a.shape), "metadata_differs": not meta_same or a.shape != b.shape}
-    if a.shape != b.shape or a.size == 0:
+    r = {"clips": len(offset) - 1, "shape": list(a.shape), "metadata_differs": not meta_same or a.shape != b.shape}
+    if a.shape != b.shape or a.size == 0 or offset[-1] != a.shape[0]:
         r.update(elements=int(a.size), outside_tolerance=0 if a.shape == b.shape else -1)
-        r["agrees"] = not r["metadata_differs"]
+        r["agrees"] = not r["metadata_differs"] and offset[-1] == a.shape[0]
         return r
-    augmented = (copy > 0).reshape((-1,) + (1,) * (a.ndim - 1))
+    clip = clip_rows(offset)
+    augmented = (copy[clip] > 0)[:, None]
     clean = np.broadcast_to(~augmented, a.shape)
     diff = np.abs(a - b)
     ok = diff <= 2e-3 * np.abs(a) + 5e-3
     pa, pb = to_power(a, attrs), to_power(b, attrs)
-    peak = np.max(pa, axis=-2, keepdims=True)  # [..., n_mels, n_frames]: the loudest band of each frame
+    peak = np.max(pa, axis=-1, keepdims=True)  # [N, 1]: the loudest band of each frame
     ok |= np.abs(pa - pb) <= 1e-6 * peak
     ok |= augmented
     d = diff[clean]
@@ -568,12 +587,15 @@ def compare_split(a_path, b_path):
         r.update(identical=float(np.mean(a[clean] == b[clean])), max_abs_diff=float(d.max()),
                  mean_abs_diff=float(d.mean()), p999_abs_diff=float(np.quantile(d, 0.999)))
     if r["outside_tolerance"]:
-        i = np.unravel_index(np.argmax(np.where(ok, 0, diff)), a.shape)
-        r["worst"] = {"index": [int(x) for x in i], "cpu": float(a[i]), "cuda": float(b[i])}
+        row, band = np.unravel_index(np.argmax(np.where(ok, 0, diff)), a.shape)
+        c = int(clip[row])
+        r["worst"] = {"clip": c, "frame": int(row - offset[c]), "mel": int(band), "cpu": float(a[row, band]),
+                      "cuda": float(b[row, band])}
     if augmented.any():
         d = diff[~clean]
-        r["augmented"] = {"rows": int(augmented.sum()), "elements": int(d.size), "mean_abs_diff": float(d.mean()),
-                          "max_abs_diff": float(d.max()), "p999_abs_diff": float(np.quantile(d, 0.999)),
+        r["augmented"] = {"rows": int((copy > 0).sum()), "frames": int(augmented.sum()), "elements": int(d.size),
+                          "mean_abs_diff": float(d.mean()), "max_abs_diff": float(d.max()),
+                          "p999_abs_diff": float(np.quantile(d, 0.999)),
                           "within_bound": bool(d.mean() <= AUGMENTED_MEAN_ABS and d.max() <= AUGMENTED_MAX_ABS)}
     r["agrees"] = (not r["metadata_differs"] and r["outside_tolerance"] == 0
                    and r.get("augmented", {}).get("within_bound", True))
@@ -582,7 +604,7 @@ def compare_split(a_path, b_path):
 
 def build_summary(report):
     """The figures of a build_report.json that the report shows."""
-    return {"engine": report["engine"], "files": report["files"]["written"], "segments": report["segments"],
+    return {"engine": report["engine"], "files": report["files"]["written"], "frames": report["clips"]["frames"],
             "wall_s": report["gpu_check_wall_s"], "files_per_s": report["throughput"]["files_per_s"]}
 
 
@@ -657,18 +679,18 @@ def markdown_build(step):
     """The report's section for a CUDA build compared with a CPU build (build_cuda, build_augment_cuda)."""
     d = step["details"]
     L = ["", f"### {step['title']}", "",
-         f"Engine `{d['engine']}`, {d['files']} files, {d['segments']} segments, {d['wall_s']} s "
+         f"Engine `{d['engine']}`, {d['files']} clips, {d['frames']:,} frames, {d['wall_s']} s "
          f"({fmt(d['files_per_s'])} files/s in the report).", ""]
     if "augmentation" in d:
         L += [f"Augmenter `{d['augmentation']['augmenter']}`, {fmt(d['augmentation']['device_bytes'])} bytes of "
               f"device memory; rows: `{json.dumps(d['augmentation']['copies'])}`.", ""]
-    L += ["| split | elements | identical | max abs diff | 99.9th pct | outside tolerance | augmented rows: mean / "
+    L += ["| split | elements | identical | max abs diff | 99.9th pct | outside tolerance | augmented clips: mean / "
           "max abs diff |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for sname, c in d["comparison"].items():
         aug = c.get("augmented")
         L.append(f"| {sname} | {c['elements']:,} | {100 * c.get('identical', 1):.2f}% | "
                  f"{fmt(c.get('max_abs_diff'))} | {fmt(c.get('p999_abs_diff'))} | {c['outside_tolerance']} | "
-                 + (f"{aug['rows']} rows: {fmt(aug['mean_abs_diff'])} / {fmt(aug['max_abs_diff'])} |" if aug
+                 + (f"{aug['rows']} clips: {fmt(aug['mean_abs_diff'])} / {fmt(aug['max_abs_diff'])} |" if aug
                     else "— |"))
     L += ["", "Tolerance: " + " ".join(compare_split.__doc__.split("\n", 1)[1].split())]
     return L

@@ -43,18 +43,13 @@ if [[ $trainer == ON ]]; then
 fi
 fuzz=ON
 werror=ON
-fuzz_trainer=OFF
-if bash "$here/tools/setup_torch.sh" --venv >/dev/null 2>&1 &&
-   [[ -e "$(bash "$here/tools/setup_torch.sh" --venv)/.melforge-complete" ]]; then
-  fuzz_trainer=ON
-fi
 
 source "$here/tools/ccache_env.sh"
 start=$SECONDS
 # -O1 -g1 (asserts on): full line tables for the sanitizers' stack traces at a fraction of -O2 -g's compile time.
 cmake -S "$here" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DMELFORGE_SANITIZE=ON -DMELFORGE_CUDA=OFF -DMELFORGE_TRAINER="$trainer" \
-  -DMELFORGE_FUZZ="$fuzz" -DMELFORGE_FUZZ_TRAINER="$fuzz_trainer" -DMELFORGE_WERROR="$werror" \
+  -DMELFORGE_FUZZ="$fuzz" -DMELFORGE_WERROR="$werror" \
   -DMELFORGE_WERROR_TRAINER=OFF "${melforge_launchers[@]}" >/dev/null
 cmake --build "$build_dir" -j"$jobs"
 echo "[sanitize] build: $((SECONDS - start)) s"

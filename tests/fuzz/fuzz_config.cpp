@@ -4,7 +4,8 @@
 // notified into a BuildConfig and validated (BuildConfig::validate). --input and --output are preset to an empty
 // scratch folder and a missing path below it, so most inputs reach the checks of the other options. Checks,
 // besides crashes and sanitizer reports: the only errors are InvalidArgument and Boost.Program_options errors (as
-// melforge-build reports them), and a configuration that validates gives sane derived sizes.
+// melforge-build reports them), and a configuration that validates gives sane derived sizes. The segment layout's
+// flags (--num-long, --long-seconds, --short-files) are refused with InvalidArgument since schema 3.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -47,12 +48,11 @@ const std::filesystem::path& scratch() {
 
 void check_derived(const melforge::builder::BuildConfig& c) {
   const int sr = c.mel.sample_rate;
-  const int64_t S = c.segment.short_samples(sr);
-  const int64_t L = c.segment.long_samples(sr);
+  const int64_t S = c.clips.short_samples(sr);
   require(S >= 1, "validated config has short_samples < 1");
-  require(L >= S, "validated config has long_samples < short_samples");
-  require(c.segment.num_short(sr) >= 1, "validated config has num_short < 1");
-  require(c.mel.n_frames(S) >= 1, "validated config gives no frame per short segment");
+  require(c.clips.tile_frames(sr, c.mel.hop()) >= 1, "validated config gives no frame per default tile");
+  require(c.clips.max_samples(sr) >= 0, "validated config has a negative --max-seconds in samples");
+  require(c.clips.max_seconds == 0 || c.clips.max_samples(sr) >= 1, "validated --max-seconds caps at no sample");
   require(c.build.max_ram_bytes() >= 0, "validated config has a negative --max-ram");
   const auto r = c.build.split_ratios();
   require(r.size() == 3, "split_ratios does not give three ratios");

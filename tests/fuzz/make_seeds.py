@@ -6,7 +6,9 @@
 fuzz_decode seeds are 4 parameter bytes (see fuzz_decode.cpp) followed by a short audio file made with sox: WAV
 8/16/24-bit, float and double, 1 to 3 channels, 8 to 44.1 kHz, FLAC, Ogg Vorbis, AIFF, AU, plus a truncated header,
 a text file and a float WAV at +-3e38 (near the float maximum). fuzz_manifest and fuzz_config seeds are text files;
-fuzz_dataset seeds are pseudo-random bytes (the target decodes any bytes into edits of a valid dataset).
+fuzz_dataset seeds are the valid split files of each schema unedited (4 bytes: FuzzedDataProvider reads them from the
+end: schema, classes, clips, cache) and pseudo-random bytes (the target decodes any bytes into edits of a valid
+split file).
 Needs sox (Debian's sox package). Existing seeds of the same names are replaced; others are left alone.
 """
 import argparse
@@ -93,9 +95,11 @@ def config_seeds():
         "mel.ini": b"sample-rate = 16000\nn-fft = 512\nwin-length = 400\nhop-length = 160\nn-mels = 64\n"
                    b"f-min = 20\nf-max = 7600\nwindow = hamming\ncenter = false\npad-mode = constant\n"
                    b"power = 1\nmel-scale = slaney\nmel-norm = slaney\nlog = ln\nlog-eps = 1e-6\n",
+        "clips.ini": b"short-seconds = 0.5\nmax-seconds = 30\n",
+        # The segment layout's flags, refused since schema 3 (InvalidArgument naming --max-seconds).
         "segment.ini": b"long-seconds = 2\nshort-seconds = 0.5\nnum-long = 3\nshort-files = skip\n",
         "build.ini": b"# comment\nsplit = 0.7,0.2,0.1\nseed = 7\nthreads = 2\nmax-ram = 512M\ndtype = float32\n"
-                     b"compression-level = 9\nshuffle = false\nfiles-per-chunk = 4\nextensions = wav,.FLAC\n"
+                     b"compression-level = 9\nshuffle = false\nframes-per-chunk = 64\nextensions = wav,.FLAC\n"
                      b"device = cpu\nchannel = 1\ndevice-batch = 64\nquiet = true\nstrict = false\n",
         "errors.ini": b"n-fft = 1\nmax-ram = 12X\nsplit = 1,1\nunknown = 3\n",
         "section.ini": b"[mel]\nn-fft = 256\n",
@@ -106,12 +110,18 @@ def config_seeds():
         "regress_long_seconds_1e300.ini": b"long-seconds = 1e300\nshort-seconds = 0.25\n",
         "regress_num_short_overflow.ini": b"long-seconds = 1e6\nshort-seconds = 0.0001\nn-fft = 2\n"
                                           b"center = false\nn-mels = 1\n",
+        "regress_short_seconds_1e300.ini": b"short-seconds = 1e300\n",
+        "regress_max_seconds_1e300.ini": b"max-seconds = 1e300\nshort-seconds = 0.0001\nhop-length = 1\n",
     }
 
 
 def dataset_seeds():
     rng = random.Random(5)
-    return {f"random_{n}": bytes(rng.randrange(256) for _ in range(n)) for n in (0, 8, 32, 64, 128, 256, 512)}
+    seeds = {f"random_{n}": bytes(rng.randrange(256) for _ in range(n)) for n in (0, 8, 32, 64, 128, 256, 512)}
+    # Bytes read from the end: schema 1 + b % 3, classes 1 + b % 3, clips b % 5, cache 1 MiB when odd (else 1 byte).
+    for schema, classes, clips, cache in ((1, 2, 4, 1), (2, 3, 3, 0), (3, 3, 4, 1), (3, 1, 1, 0), (3, 2, 0, 1)):
+        seeds[f"valid_v{schema}_{clips}_clips"] = bytes([cache, clips, classes - 1, schema - 1])
+    return seeds
 
 
 def main():

@@ -1,7 +1,8 @@
 """tools/gpu_check.py's pieces that decide a GPU run's verdict, checked on the CPU: the value-by-value comparison
-of a CUDA build with a CPU build (its tolerance must pass rounding and fail real differences, augmented rows
-included), the roofline's byte counts (docs/PERFORMANCE.md's GPU section), the augmentation banks, the choice of
-the interpreter (fake interpreters: shell scripts that print a version, run through gpu_check.sh) and --steps."""
+of a CUDA build with a CPU build, frame by frame of each clip of schema 3 (its tolerance must pass rounding and fail
+real differences, augmented clips included), the build summary of a schema-3 build_report.json, the roofline's byte
+counts (docs/PERFORMANCE.md's GPU section), the augmentation banks, the choice of the interpreter (fake
+interpreters: shell scripts that print a version, run through gpu_check.sh) and --steps."""
 import json
 import os
 import shutil
@@ -18,65 +19,107 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import gpu_check  # noqa: E402
 
 
-def write_split(path, mel, labels=(0, 1)):
+OFFSET = np.array([0, 7, 10], dtype=np.int64)  # two clips of 7 and 3 frames
+
+
+def write_split(path, frames, labels=(0, 1), offset=OFFSET):
+    """A schema-3 split as melforge-build writes it: frames [N, M] float16, clip f = rows offset[f] to offset[f+1]."""
     with h5py.File(path, "w") as f:
-        f.create_dataset("mel", data=mel.astype(np.float16))
+        f.create_dataset("frames", data=frames.astype(np.float16))
+        f.create_dataset("frame_offset", data=offset)
+        f.create_dataset("num_samples", data=np.diff(offset) * 128)
+        f.create_dataset("clip_flags", data=np.zeros(len(offset) - 1, dtype=np.uint8))
         f.create_dataset("label", data=np.array(labels, dtype=np.int32))
-        f.create_dataset("num_valid_long", data=np.ones(len(labels), dtype=np.int32))
         f.create_dataset("path", data=[b"a/x.wav", b"b/y.wav"][: len(labels)])
         f.create_dataset("class_names", data=[b"a", b"b"])
+        f.attrs["schema_version"] = 3
         f.attrs["log"] = "db"
         f.attrs["power"] = 2.0
 
 
 @pytest.fixture
-def mel():
-    """[F=2, L=1, S=2, M=8, T=5] dB values: each frame has a 0 dB band and bands down to -90 dB."""
+def frames():
+    """[N=10, M=8] dB values of two clips (7 and 3 frames): each frame has a 0 dB band and bands down to -90 dB."""
     rng = np.random.default_rng(3)
-    m = -rng.uniform(0, 90, size=(2, 1, 2, 8, 5))
-    m[:, :, :, 2, :] = 0.0
+    m = -rng.uniform(0, 90, size=(10, 8))
+    m[:, 2] = 0.0
     return m.astype(np.float16).astype(np.float32)
 
 
-def compare(tmp_path, a, b, labels_b=(0, 1)):
+def compare(tmp_path, a, b, labels_b=(0, 1), offset_b=OFFSET):
     write_split(tmp_path / "cpu.h5", a)
-    write_split(tmp_path / "cuda.h5", b, labels_b)
+    write_split(tmp_path / "cuda.h5", b, labels_b, offset_b)
     return gpu_check.compare_split(str(tmp_path / "cpu.h5"), str(tmp_path / "cuda.h5"))
 
 
-def test_identical_datasets_agree(tmp_path, mel):
-    r = compare(tmp_path, mel, mel)
-    assert r["outside_tolerance"] == 0 and r["identical"] == 1.0 and not r["metadata_differs"]
-    assert r["elements"] == mel.size
+def test_identical_datasets_agree(tmp_path, frames):
+    r = compare(tmp_path, frames, frames)
+    assert r["outside_tolerance"] == 0 and r["identical"] == 1.0 and not r["metadata_differs"] and r["agrees"]
+    assert r["elements"] == frames.size and r["clips"] == 2
 
 
-def test_one_float16_step_everywhere_is_within_tolerance(tmp_path, mel):
-    b = np.nextafter(mel.astype(np.float16), np.float16(np.inf)).astype(np.float32)
-    r = compare(tmp_path, mel, b)
-    assert r["outside_tolerance"] == 0
+def test_one_float16_step_everywhere_is_within_tolerance(tmp_path, frames):
+    b = np.nextafter(frames.astype(np.float16), np.float16(np.inf)).astype(np.float32)
+    r = compare(tmp_path, frames, b)
+    assert r["outside_tolerance"] == 0 and r["agrees"]
     assert r["identical"] < 0.01
 
 
-def test_a_loud_band_off_by_half_a_db_fails(tmp_path, mel):
-    b = mel.copy()
-    b[1, 0, 1, 2, 3] += 0.5
-    r = compare(tmp_path, mel, b)
-    assert r["outside_tolerance"] == 1
-    assert r["worst"]["index"] == [1, 0, 1, 2, 3]
+@pytest.mark.parametrize("row, clip, frame", [(0, 0, 0), (6, 0, 6), (7, 1, 0), (9, 1, 2)])
+def test_a_loud_band_off_by_half_a_db_fails_naming_its_clip_and_frame(tmp_path, frames, row, clip, frame):
+    b = frames.copy()
+    b[row, 2] += 0.5
+    r = compare(tmp_path, frames, b)
+    assert r["outside_tolerance"] == 1 and not r["agrees"]
+    assert r["worst"] == {"clip": clip, "frame": frame, "mel": 2, "cpu": 0.0, "cuda": 0.5}
 
 
-def test_a_band_80_db_below_its_frame_may_differ_by_rounding_of_the_frame_energy(tmp_path, mel):
-    a = mel.copy()
-    a[0, 0, 0, 5, 1] = -80.0
+def test_a_band_80_db_below_its_frame_may_differ_by_rounding_of_the_frame_energy(tmp_path, frames):
+    a = frames.copy()
+    a[8, 5] = -80.0
     b = a.copy()
-    b[0, 0, 0, 5, 1] = -79.5  # power off by 1.2e-9 of a frame whose peak power is 1: FFT rounding of that frame
+    b[8, 5] = -79.5  # power off by 1.2e-9 of a frame whose peak power is 1: FFT rounding of that frame
     assert compare(tmp_path, a, b)["outside_tolerance"] == 0
-    b[0, 0, 0, 5, 1] = -40.0  # 1e-4 of the peak: no rounding does that
+    b[8, 5] = -40.0  # 1e-4 of the peak: no rounding does that
     assert compare(tmp_path, a, b)["outside_tolerance"] == 1
 
 
-def test_other_labels_are_reported(tmp_path, mel):
-    assert compare(tmp_path, mel, mel, labels_b=(1, 1))["metadata_differs"]
+def test_the_peak_is_the_frames_own_not_another_frames(tmp_path, frames):
+    a = frames.copy()
+    a[3] = -60.0  # a quiet frame: its loudest band is -60 dB, so a -80 dB band's rounding is judged against it
+    a[3, 1] = -80.0
+    b = a.copy()
+    b[3, 1] = -79.5  # power 1.2e-9 apart: beyond 1e-6 of this frame's peak power (1e-6), within 1e-6 of 1
+    assert compare(tmp_path, a, b)["outside_tolerance"] == 1
+
+
+def test_other_labels_are_reported(tmp_path, frames):
+    r = compare(tmp_path, frames, frames, labels_b=(1, 1))
+    assert r["metadata_differs"] and not r["agrees"]
+
+
+def test_other_clip_boundaries_are_reported_even_with_equal_frames(tmp_path, frames):
+    r = compare(tmp_path, frames, frames, offset_b=np.array([0, 6, 10], dtype=np.int64))
+    assert r["metadata_differs"] and not r["agrees"]
+
+
+def test_a_file_that_is_not_schema_3_is_refused_naming_it(tmp_path, frames):
+    write_split(tmp_path / "cpu.h5", frames)
+    with h5py.File(tmp_path / "cuda.h5", "w") as f:
+        f.create_dataset("mel", data=frames.reshape(2, 1, 1, 8, 5))
+        f.attrs["schema_version"] = 2
+    with pytest.raises(gpu_check.StepError, match="cuda.h5: schema_version 2"):
+        gpu_check.compare_split(str(tmp_path / "cpu.h5"), str(tmp_path / "cuda.h5"))
+
+
+def test_the_build_summary_reads_a_schema_3_report():
+    report = {"engine": "cuda-cufft", "files": {"written": 12}, "clips": {"rows": 12, "frames": 345},
+              "gpu_check_wall_s": 1.5, "throughput": {"files_per_s": 8.0}}
+    d = gpu_check.build_summary(report)
+    assert d == {"engine": "cuda-cufft", "files": 12, "frames": 345, "wall_s": 1.5, "files_per_s": 8.0}
+    d["comparison"] = {"train": {"elements": 10, "outside_tolerance": 0}}
+    text = "\n".join(gpu_check.markdown_build({"title": "CUDA build", "details": d}))
+    assert "12 clips, 345 frames" in text
 
 
 def test_roofline_bytes_match_performance_md():
@@ -85,8 +128,8 @@ def test_roofline_bytes_match_performance_md():
     assert 280_000 <= b["device"] <= 284_000  # PERFORMANCE.md: about 282,000 bytes per segment
 
 
-def write_augmented_split(path, mel, copy, noise=None):
-    write_split(path, mel)
+def write_augmented_split(path, frames, copy, noise=None):
+    write_split(path, frames)
     n = len(copy)
     with h5py.File(path, "a") as f:
         f.create_dataset("aug_copy", data=np.array(copy, dtype=np.int32))
@@ -94,37 +137,37 @@ def write_augmented_split(path, mel, copy, noise=None):
         f.create_dataset("aug_snr_db", data=np.array([np.nan if c == 0 else 10.0 for c in copy][:n], np.float32))
 
 
-def test_augmented_rows_are_held_to_the_mean_and_max_bounds_and_clean_rows_to_the_element_bound(tmp_path, mel):
+def test_augmented_clips_are_held_to_the_mean_and_max_bounds_and_clean_clips_to_the_element_bound(tmp_path, frames):
     a_path, b_path = str(tmp_path / "cpu.h5"), str(tmp_path / "cuda.h5")
-    write_augmented_split(a_path, mel, [0, 1])
-    b = mel.copy()
-    b[1] += 0.03  # every element of the augmented row, within the mean bound but beyond the element bound
+    write_augmented_split(a_path, frames, [0, 1])
+    b = frames.copy()
+    b[7:] += 0.03  # every element of the augmented clip, within the mean bound but beyond the element bound
     write_augmented_split(b_path, b, [0, 1])
     r = gpu_check.compare_split(a_path, b_path)
     assert r["agrees"] and r["outside_tolerance"] == 0 and not r["metadata_differs"]
-    assert r["augmented"]["rows"] == 1 and r["augmented"]["within_bound"]
-    assert r["elements"] == mel[0].size and r["identical"] == 1.0
+    assert r["augmented"]["rows"] == 1 and r["augmented"]["frames"] == 3 and r["augmented"]["within_bound"]
+    assert r["elements"] == 7 * 8 and r["identical"] == 1.0
 
-    b[1, 0, 0, 3, 2] += 1.5  # one element of the augmented row beyond the max bound
+    b[8, 3] += 1.5  # one element of the augmented clip beyond the max bound
     write_augmented_split(b_path, b, [0, 1])
     r = gpu_check.compare_split(a_path, b_path)
     assert not r["agrees"] and not r["augmented"]["within_bound"] and r["outside_tolerance"] == 0
 
-    b = mel.copy()
-    b[1] += 0.2  # every element: the mean bound fails
+    b = frames.copy()
+    b[7:] += 0.2  # every element: the mean bound fails
     write_augmented_split(b_path, b, [0, 1])
     assert not gpu_check.compare_split(a_path, b_path)["agrees"]
 
-    b = mel.copy()
-    b[0, 0, 1, 2, 3] += 0.5  # the clean row keeps the element bound
+    b = frames.copy()
+    b[6, 2] += 0.5  # the clean clip's last frame keeps the element bound
     write_augmented_split(b_path, b, [0, 1])
     r = gpu_check.compare_split(a_path, b_path)
-    assert not r["agrees"] and r["outside_tolerance"] == 1 and r["worst"]["index"] == [0, 0, 1, 2, 3]
+    assert not r["agrees"] and r["outside_tolerance"] == 1 and r["worst"]["clip"] == 0 and r["worst"]["frame"] == 6
 
 
-def test_other_recipes_are_reported(tmp_path, mel):
-    write_augmented_split(str(tmp_path / "cpu.h5"), mel, [0, 1])
-    write_augmented_split(str(tmp_path / "cuda.h5"), mel, [0, 1], noise=[b"", b"noise/rumble.wav"])
+def test_other_recipes_are_reported(tmp_path, frames):
+    write_augmented_split(str(tmp_path / "cpu.h5"), frames, [0, 1])
+    write_augmented_split(str(tmp_path / "cuda.h5"), frames, [0, 1], noise=[b"", b"noise/rumble.wav"])
     r = gpu_check.compare_split(str(tmp_path / "cpu.h5"), str(tmp_path / "cuda.h5"))
     assert r["metadata_differs"] and not r["agrees"]
 

@@ -36,7 +36,7 @@ def dataset(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tb")
     write_corpus(tmp / "corpus")
     run([build_binary(), "--input", tmp / "corpus", "--output", tmp / "data", "--sample-rate", 8000, "--n-fft", 256,
-         "--hop-length", 64, "--n-mels", 32, "--long-seconds", 1.0, "--short-seconds", 0.25, "--split",
+         "--hop-length", 64, "--n-mels", 32, "--short-seconds", 0.25, "--split",
          "0.5,0.25,0.25", "--seed", 3, "--device", "cpu", "--quiet"])
     return tmp / "data"
 

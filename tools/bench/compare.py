@@ -72,16 +72,16 @@ def mf_build(corpus_dir, out, threads, extra=()):
                         "--quiet", "--threads", threads, "--device", "cpu", *extra])
     rep = json.load(open(os.path.join(out, "build_report.json")))
     return {"total_s": rep["total_s"], "wall_s": wall, "rss": rss, "files": rep["files"]["written"],
-            "segments": rep["segments"], "audio_seconds": rep["audio_seconds"], "times": rep["times_s"]}
+            "frames": rep["clips"]["frames"], "audio_seconds": rep["audio_seconds"], "times": rep["times_s"]}
 
 
 def py_build(corpus_dir, out, threads):
     shutil.rmtree(out, ignore_errors=True)
     _, wall, rss = run([A.python, os.path.join(HERE, "py_builder.py"), "build", "--input", corpus_dir, "--output",
-                        out, "--threads", threads, "--mel-batch", A.py_mel_batch])
+                        out, "--threads", threads])
     rep = json.load(open(os.path.join(out, "py_build_report.json")))
     return {"total_s": rep["total_s"], "wall_s": wall, "rss": rss, "files": rep["files"]["written"],
-            "segments": rep["segments"], "times": rep["times_s"]}
+            "frames": rep["clips"]["frames"], "times": rep["times_s"]}
 
 
 def speakers_dataset(size_name):
@@ -92,7 +92,7 @@ def speakers_dataset(size_name):
                     "--size", size_name], check=True, stdout=subprocess.DEVNULL)
     ds = os.path.join(WORK, f"ds-speakers-{size_name}")
     run([A.build_bin, "--input", corpus_dir, "--output", ds, "--overwrite", "--quiet", "--threads", 2, "--device",
-         "cpu", "--split-by", "class", "--long-seconds", 2, "--short-seconds", 2, "--n-mels", 40])
+         "cpu", "--split-by", "class", "--short-seconds", 2, "--n-mels", 40])
     return ds
 
 
@@ -199,7 +199,6 @@ def main():
     ap.add_argument("--python", required=True)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--py-workers", type=int, default=1)
-    ap.add_argument("--py-mel-batch", type=int, default=64)
     ap.add_argument("--only", choices=["verification"], default=None, help="run only this comparison")
     A = ap.parse_args()
     HERE = os.path.dirname(os.path.abspath(__file__))
@@ -290,7 +289,7 @@ def main():
         log(f"builder {th} thread(s): melforge {mt:.3f} s, python {pt:.3f} s")
     mf1 = extra["builder_2"]["melforge"][0]
     decoded = mf1["audio_seconds"] * 16000 * 4
-    outbuf = mf1["segments"] * 64 * 32 * 2
+    outbuf = mf1["frames"] * 64 * 2
     rss = med([r["rss"] for r in extra["builder_2"]["melforge"]])
     row("builder peak RSS / (decoded audio + output buffers)", rss / 2**20, (decoded + outbuf) / 2**20, "MiB",
         rss / (decoded + outbuf), "<= 1.3", rss / (decoded + outbuf) <= 1.3,

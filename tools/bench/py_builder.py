@@ -1,18 +1,18 @@
 """The Python builder peer (issue 4): what a good engineer writes following the Python dataset builder's own
 optimisations: soundfile reading on a thread pool (libsndfile releases the GIL) one batch ahead of the compute,
-batched torchaudio-style mels (py_common.TorchaudioMel) on the whole batch of segments, h5py gzip (+ shuffle) at the
-same level and chunking as melforge. The output has melforge's layout: OUT/{train,val,test}.h5 with `mel`
-[F, num_long, num_short, n_mels, n_frames] float16, `label`, `num_valid_long`, `path`, `class_names` and the same
-root attributes, so py_trainer.py (and melforge-train) read either builder's output.
+torchaudio-style mels (py_common.TorchaudioMel) of each whole clip (one call per clip: clips differ in length, and
+padding them to a batch would change their last frames), h5py gzip (+ shuffle) at the same level and chunking as
+melforge. The output has melforge's schema 3: OUT/{train,val,test}.h5 with `frames` [N, n_mels] float16,
+`frame_offset`, `num_samples`, `clip_flags`, `label`, `path`, `class_names` and the same root attributes.
 
   py_builder.py build --input CORPUS --output OUT [--config tools/demo_build.ini] [--threads T]
                       [--batch-files 512] [--compression-level 4] [--report report.json]
   py_builder.py h5write --input OUT/train.h5 [--compression-level 4] [--repeats R] [--out results.json]
 
 `build` does what melforge-build does with the same parameters: scan root/<class>/**/file, stratified seeded split,
-segment plan (num_long, pad short files), log-mel, float16, HDF5. It does not resample (the benchmark corpus is at
+every clip whole, log-mel, float16, HDF5 (a clip too short for reflect padding is refused, not padded). It does not resample (the benchmark corpus is at
 the target rate, so melforge does not either) and refuses a file at another rate. `h5write` times h5py's
-single-threaded gzip write of an existing split's `mel` (same chunks, level, shuffle) and a raw uncompressed h5py
+single-threaded gzip write of an existing split's `frames` (same chunks, level, shuffle) and a raw uncompressed h5py
 write, for the HDF5-write row of the comparison.
 """
 import argparse
@@ -77,9 +77,9 @@ def build(a) -> int:
     if a.compression_level is not None:
         cfg["compression-level"] = a.compression_level
     rate = int(cfg["sample-rate"])
-    L = int(round(float(cfg["long-seconds"]) * rate))
     S = int(round(float(cfg["short-seconds"]) * rate))
-    num_short = L // S
+    n_fft = int(cfg["n-fft"])
+    hop = int(cfg["hop-length"]) or int(cfg["win-length"] or n_fft) // 2
     level = int(cfg["compression-level"])
     times = collections.Counter()
 
@@ -87,35 +87,22 @@ def build(a) -> int:
     files, classes = scan(a.input)
     labels = np.array([classes.index(c) for _, c in files], dtype=np.int32)
     times["scan"] += time.perf_counter() - t
-    if cfg["num-long"] == "auto":
-        t = time.perf_counter()
-        counts = collections.Counter(max(1, sf.info(os.path.join(a.input, p)).frames // L) for p, _ in files)
-        num_long = min(n for n, c in counts.items() if c == max(counts.values()))
-        times["probe"] += time.perf_counter() - t
-    else:
-        num_long = int(cfg["num-long"])
     splits = stratified_split(labels, [float(r) for r in cfg["split"].split(",")], int(cfg["seed"]))
 
     mel = pc.make_mel(cfg).eval()
-    with torch.inference_mode():
-        probe = mel(torch.zeros(1, S))
-    n_mels, n_frames = probe.shape[1], probe.shape[2]
-    file_shape = (num_long, num_short, n_mels, n_frames)
-    file_bytes = int(np.prod(file_shape)) * 2
-    files_per_chunk = max(1, (1 << 20) // file_bytes)
-    silence = float(10.0 * np.log10(float(cfg["amin"])))
+    n_mels = int(cfg["n-mels"])
+    frames_per_chunk = max(1, (1 << 20) // (n_mels * 2))
     attrs = {"amin": float(cfg["amin"]), "center": 1, "channel": -1, "dtype": "float16",
              "f_max": float(cfg["f-max"]) or float(rate // 2), "f_min": float(cfg["f-min"]),
-             "hop_length": int(cfg["hop-length"]) or int(cfg["n-fft"]) // 2, "log": "db", "log_eps": 1e-6,
-             "long_samples": L, "long_seconds": float(cfg["long-seconds"]), "mel_norm": "none", "mel_scale": "htk",
-             "melforge_version": "py_builder", "n_fft": int(cfg["n-fft"]), "n_frames": n_frames, "n_mels": n_mels,
-             "num_long": num_long, "num_short": num_short, "pad_mode": "reflect", "power": float(cfg["power"]),
-             "sample_rate": rate, "schema_version": 1, "short_files": cfg["short-files"], "short_samples": S,
-             "short_seconds": float(cfg["short-seconds"]), "win_length": int(cfg["win-length"]) or int(cfg["n-fft"]),
+             "hop_length": hop, "log": "db", "log_eps": 1e-6, "max_seconds": 0.0, "mel_norm": "none",
+             "mel_scale": "htk", "melforge_version": "py_builder", "n_fft": n_fft,
+             "n_frames": int(round(float(cfg["short-seconds"]) * rate / hop)), "n_mels": n_mels, "pad_mode": "reflect",
+             "power": float(cfg["power"]), "sample_rate": rate, "schema_version": 3, "short_samples": S,
+             "short_seconds": float(cfg["short-seconds"]), "win_length": int(cfg["win-length"]) or n_fft,
              "window": "hann"}
     os.makedirs(a.output, exist_ok=True)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads)
-    written = skipped = segments = 0
+    written = frames_total = 0
 
     def read_batch(idx):
         return [pool.submit(read_audio, os.path.join(a.input, files[i][0]), rate) for i in idx]
@@ -123,10 +110,10 @@ def build(a) -> int:
     for split, idx in splits.items():
         path = os.path.join(a.output, f"{split}.h5")
         with h5py.File(path, "w") as h5:
-            ds = h5.create_dataset("mel", shape=(0,) + file_shape, maxshape=(None,) + file_shape, dtype="f2",
-                                   chunks=(files_per_chunk,) + file_shape, compression="gzip",
-                                   compression_opts=level, shuffle=True)
-            out_labels, out_paths, out_nvl = [], [], []
+            ds = h5.create_dataset("frames", shape=(0, n_mels), maxshape=(None, n_mels), dtype="f2",
+                                   chunks=(frames_per_chunk, n_mels), compression="gzip", compression_opts=level,
+                                   shuffle=True)
+            out_labels, out_paths, offsets, samples = [], [], [0], []
             batches = [idx[i:i + a.batch_files] for i in range(0, len(idx), a.batch_files)]
             pending = read_batch(batches[0]) if batches else None
             for bi, batch in enumerate(batches):
@@ -136,41 +123,32 @@ def build(a) -> int:
                 if bi + 1 < len(batches):
                     pending = read_batch(batches[bi + 1])
                 t = time.perf_counter()
-                arena = np.zeros((len(batch), num_long * L), dtype=np.float32)
-                keep = []
-                for j, (i, x) in enumerate(zip(batch, audio)):
-                    n = len(x)
-                    if n < S or (n < L and cfg["short-files"] == "skip"):
-                        skipped += 1
-                        continue
-                    nvl = 1 if n < L else min(n // L, num_long)
-                    arena[j, :min(n, nvl * L)] = x[:nvl * L]
-                    keep.append(j)
-                    out_labels.append(labels[i])
-                    out_paths.append(files[i][0])
-                    out_nvl.append(nvl)
-                arena = arena[keep]
-                seg = torch.from_numpy(arena).view(len(keep), num_long, L)[:, :, :num_short * S]
-                seg = seg.reshape(-1, S)
+                clips = []
                 with torch.inference_mode():
-                    m = torch.empty((seg.shape[0], n_mels, n_frames), dtype=torch.float16)
-                    for k in range(0, seg.shape[0], a.mel_batch):
-                        m[k:k + a.mel_batch] = mel(seg[k:k + a.mel_batch])
-                    m = m.view((len(keep),) + file_shape)
-                    for j in range(len(keep)):
-                        if out_nvl[-len(keep) + j] < num_long:
-                            m[j, out_nvl[-len(keep) + j]:] = silence
-                segments += len(keep) * num_long * num_short
+                    for i, x in zip(batch, audio):
+                        if len(x) <= n_fft // 2:
+                            sys.exit(f"py_builder: {files[i][0]} has {len(x)} samples, too short for reflect padding "
+                                     f"(melforge pads it to one frame; py_builder does not implement that)")
+                        m = mel(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None])[0]
+                        clips.append(m.T.to(torch.float16))
+                        out_labels.append(labels[i])
+                        out_paths.append(files[i][0])
+                        offsets.append(offsets[-1] + m.shape[1])
+                        samples.append(len(x))
+                block = torch.cat(clips).numpy()
+                frames_total += block.shape[0]
                 times["mel"] += time.perf_counter() - t
                 t = time.perf_counter()
                 n0 = ds.shape[0]
-                ds.resize(n0 + len(keep), axis=0)
-                ds[n0:] = m.numpy()
-                written += len(keep)
+                ds.resize(n0 + block.shape[0], axis=0)
+                ds[n0:] = block
+                written += len(batch)
                 times["write"] += time.perf_counter() - t
             t = time.perf_counter()
+            h5.create_dataset("frame_offset", data=np.array(offsets, dtype=np.int64))
+            h5.create_dataset("num_samples", data=np.array(samples, dtype=np.int64))
+            h5.create_dataset("clip_flags", data=np.zeros(len(samples), dtype=np.uint8))
             h5.create_dataset("label", data=np.array(out_labels, dtype=np.int32))
-            h5.create_dataset("num_valid_long", data=np.array(out_nvl, dtype=np.int32))
             h5.create_dataset("path", data=out_paths, dtype=h5py.string_dtype("utf-8"))
             h5.create_dataset("class_names", data=classes, dtype=h5py.string_dtype("utf-8"))
             for k, v in attrs.items():
@@ -179,32 +157,32 @@ def build(a) -> int:
             times["write"] += time.perf_counter() - t
     pool.shutdown()
     total = time.perf_counter() - t_start
-    rep = {"files": {"written": written, "skipped": skipped}, "segments": segments, "threads": threads,
-           "batch_files": a.batch_files, "mel_batch": a.mel_batch, "compression_level": level, "files_per_chunk": files_per_chunk,
+    rep = {"files": {"written": written, "skipped": 0}, "clips": {"frames": frames_total}, "threads": threads,
+           "batch_files": a.batch_files, "compression_level": level, "frames_per_chunk": frames_per_chunk,
            "times_s": dict(times), "total_s": total,
-           "throughput": {"files_per_s": written / total, "segments_per_s": segments / total},
+           "throughput": {"files_per_s": written / total, "frames_per_s": frames_total / total},
            "peak_rss_bytes": pc.peak_rss_bytes()["self"], "torch": torch.__version__}
     pc.write_json(a.report or os.path.join(a.output, "py_build_report.json"), rep)
-    print(f"py_builder: {written} files ({skipped} skipped), {segments} segments in {total:.3f} s: "
+    print(f"py_builder: {written} clips, {frames_total} frames in {total:.3f} s: "
           f"{written / total:.0f} files/s; " + ", ".join(f"{k} {v:.3f}" for k, v in times.items()))
     return 0
 
 
 def h5write(a) -> int:
     with h5py.File(a.input, "r") as f:
-        arr = f["mel"][:]
-        chunks = f["mel"].chunks
+        arr = f["frames"][:]
+        chunks = f["frames"].chunks
     out = a.input + f".pywrite{os.getpid()}.h5"
     gz, raw = [], []
     for r in range(a.repeats + 1):
         t = time.perf_counter()
         with h5py.File(out, "w") as h5:
-            h5.create_dataset("mel", data=arr, chunks=chunks, compression="gzip",
+            h5.create_dataset("frames", data=arr, chunks=chunks, compression="gzip",
                               compression_opts=a.compression_level, shuffle=True)
         g = time.perf_counter() - t
         t = time.perf_counter()
         with h5py.File(out, "w") as h5:
-            h5.create_dataset("mel", data=arr)
+            h5.create_dataset("frames", data=arr)
         w = time.perf_counter() - t
         if r > 0:
             gz.append(g)
@@ -231,7 +209,6 @@ def main() -> int:
     b.add_argument("--config", default=os.path.join(here, "..", "demo_build.ini"))
     b.add_argument("--threads", type=int, default=0, help="torch threads and reader threads (0: all cores)")
     b.add_argument("--batch-files", type=int, default=512)
-    b.add_argument("--mel-batch", type=int, default=64, help="segments per mel call (64 was fastest here)")
     b.add_argument("--compression-level", type=int, default=None)
     b.add_argument("--report", default=None)
     w = sub.add_parser("h5write")

@@ -25,8 +25,8 @@ from torch import nn
 
 DEFAULTS = {  # melforge-build's defaults (builder --help), overridden by the INI file and the command line
     "sample-rate": 16000, "n-fft": 512, "win-length": 0, "hop-length": 0, "n-mels": 64, "f-min": 0.0, "f-max": 0.0,
-    "power": 2.0, "amin": 1e-10, "long-seconds": 2.0, "short-seconds": 0.25, "num-long": "auto",
-    "short-files": "pad", "split": "0.8,0.1,0.1", "seed": 42, "compression-level": 4,
+    "power": 2.0, "amin": 1e-10, "short-seconds": 0.25, "max-seconds": 0.0, "split": "0.8,0.1,0.1", "seed": 42,
+    "compression-level": 4,
 }
 
 
