@@ -49,6 +49,6 @@ echo "== 7. melforge-train export (state dict for Python's torch.load + melforge
 import json, sys
 r = json.load(open(sys.argv[1]))
 acc = r["file"]["accuracy"]
-print(f"test file-level accuracy {acc:.4f} (segment-level {r['segment']['accuracy']:.4f}); bar: 0.95")
+print(f"test file-level accuracy {acc:.4f} (tile-level {r['tiles']['accuracy']:.4f}); bar: 0.95")
 sys.exit(0 if acc >= 0.95 else 1)
 PY
