@@ -64,16 +64,17 @@ trainer::TrainConfig speaker_config(const fs::path& data, const fs::path& out, i
   return c;
 }
 
-/// The naive per-file embeddings of `split`: each file's valid short segments through the model one file at a time,
-/// their embeddings averaged and divided by the mean's norm, in double.
+/// The naive per-file embeddings of `split`: each clip through the model one clip at a time (schema 3: the whole
+/// clip; schema 1/2: its stored short segments, their embeddings averaged), divided by the norm, in double.
 at::Tensor naive_embeddings(trainer::Classifier& model, const trainer::Split& split) {
   model.eval();
   c10::NoGradGuard no_grad;
   const int64_t M = split.info.n_mels, T = split.info.n_frames;
   std::vector<at::Tensor> rows;
   for (int64_t f = 0; f < split.files(); ++f) {
-    const int64_t valid = split.num_valid_long[f].item<int64_t>();
-    const at::Tensor x = split.read_files(f, 1)[0].slice(0, 0, valid).reshape({-1, M, T});
+    const at::Tensor frames = split.read_clips(f, 1);
+    const at::Tensor x = split.meta.schema_version >= 3 ? frames.t().unsqueeze(0).contiguous()
+                                                        : frames.reshape({-1, T, M}).transpose(1, 2).contiguous();
     const at::Tensor mean = model.forward(x).embedding.to(at::kDouble).mean(0);
     rows.push_back(mean / mean.norm());
   }
