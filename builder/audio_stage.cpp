@@ -3,47 +3,38 @@
 #include <algorithm>
 
 #include "build_state.h"
-#include "featurize/featurize.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/parallel.h"
 #include "stop.h"
 
 namespace melforge::builder {
 
-int64_t DecodeStage::batch_bytes(const PlannedFile& file) const {
-  return file.plan.arena_samples * static_cast<int64_t>(sizeof(float));
+int64_t DecodeStage::batch_bytes(const PlannedCopy& row) const {
+  return row.plan.samples * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t DecodeStage::worker_bytes(const PlannedFile& file) const {
-  int64_t bytes = audio::decode_bytes(file.info, decode_, file.plan.arena_samples);
-  for (const double speed : speeds_) {
-    audio::DecodeOptions at = decode_;
-    at.sample_rate = augment::speed_decode_rate(decode_.sample_rate, speed);
-    bytes = std::max(bytes, audio::decode_bytes(file.info, at, file.plan.arena_samples));
-  }
-  return bytes;
+audio::DecodeOptions DecodeStage::at_speed(const augment::Recipe& recipe) const {
+  audio::DecodeOptions decode = decode_;
+  if (recipe.speed != 1.0) decode.sample_rate = augment::speed_decode_rate(decode_.sample_rate, recipe.speed);
+  return decode;
+}
+
+int64_t DecodeStage::worker_bytes(const PlannedCopy& row) const {
+  return audio::decode_bytes(row.file->info, at_speed(row.recipe), row.plan.samples);
 }
 
 void DecodeStage::run(BatchFile& file) const {
   const PlannedFile& f = *file.file;
-  audio::DecodeOptions decode = decode_;
-  int64_t frames = f.frames;
-  if (file.recipe.speed != 1.0) {
-    decode.sample_rate = augment::speed_decode_rate(decode_.sample_rate, file.recipe.speed);
-    frames = audio::output_frames(f.info, decode.sample_rate);
-  }
-  const int64_t take = featurize::decode_into(f.input->path, decode, f.plan, file.samples.data());
-  std::fill(file.samples.begin() + take, file.samples.end(), 0.0f);
-  file.decoded_frames = take < f.plan.arena_samples ? take : std::max(take, frames);
+  const audio::DecodeOptions decode = at_speed(file.recipe);
+  file.decoded_frames = file.samples.empty() ? 0 : audio::decode_to(f.input->path, decode, file.samples).frames;
+  std::fill(file.samples.begin() + file.decoded_frames, file.samples.end(), 0.0f);
 }
 
 AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra,
                               const std::shared_ptr<const AudioStage>& augment) {
   audio::DecodeOptions decode = config.decode;
   decode.sample_rate = config.mel.sample_rate;
-  std::vector<double> speeds;
-  if (config.augment.enabled()) speeds = config.augment.speed_list();
-  AudioStages stages = {std::make_shared<DecodeStage>(decode, std::move(speeds))};
+  AudioStages stages = {std::make_shared<DecodeStage>(decode)};
   if (augment) stages.push_back(augment);
   stages.insert(stages.end(), extra.begin(), extra.end());
   return stages;

@@ -12,6 +12,7 @@
 #include "audio/decode.h"
 #include "augment/augment.h"
 #include "build_options.h"
+#include "clip_plan.h"
 #include "melforge/common/progress.h"
 #include "melforge/common/timing.h"
 
@@ -20,12 +21,14 @@ namespace melforge::builder {
 struct PlannedFile;
 
 /// One row of a split: a file and the recipe of its copy (--augment-copies). Copy 0 is the file itself; copies
-/// 1..K are decoded and augmented from it with the clean file's segment plan.
+/// 1..K are decoded (at their speed) and augmented from it, each a whole clip of its own length.
 struct PlannedCopy {
   /// The file and its plan.
   const PlannedFile* file = nullptr;
   /// The copy's recipe (the identity for copy 0).
   augment::Recipe recipe;
+  /// How the row is stored (BuildState::row_plan at the recipe's speed): its arena slice is plan.samples samples.
+  ClipPlan plan;
 };
 
 /// One file of a batch as the audio stages see it.
@@ -34,12 +37,12 @@ struct BatchFile {
   const PlannedFile* file = nullptr;
   /// Which copy of the file this is and what it does (the identity for copy 0, and without augmentation).
   augment::Recipe recipe;
-  /// Its arena slice: plan.arena_samples float32 samples at the target rate. Decode writes the audio and zeros after
-  /// it; the stages after decode change the samples in place.
+  /// How the row is stored (PlannedCopy::plan).
+  ClipPlan plan;
+  /// Its arena slice: plan.samples float32 samples at the target rate. Decode writes the audio (zeros after it, should
+  /// the decoder give fewer samples than the header promised); the stages after decode change the samples in place.
   std::span<float> samples;
-  /// Frames of audio the file holds at the target rate, set by decode: the frames decoded when they end inside the
-  /// slice, else at least the header's count (the report's audio_seconds). An augmented copy with a speed factor
-  /// holds about frames / speed, cut at the slice.
+  /// Samples of audio decoded into the slice, set by decode (plan.samples unless the decoder gave fewer).
   int64_t decoded_frames = 0;
   /// Why a stage skipped the file (its AudioError's message); empty while the file is kept.
   std::string error;
@@ -53,12 +56,12 @@ class AudioStage {
   virtual ~AudioStage() = default;
   /// Name in the stage timings (the report's times_s, the bench's stages) and in a skipped file's `stage`.
   virtual std::string name() const = 0;
-  /// Setup: bytes the batch holds for `file` because of this stage, from the batch's start to its end (decode: the
-  /// arena slice, 4 * plan.arena_samples). batch_file_bytes() adds them up for the --max-ram batch planning.
-  virtual int64_t batch_bytes(const PlannedFile& /*file*/) const { return 0; }
-  /// Setup: bytes one worker thread holds while it runs the stage on `file`, freed when run() returns (decode:
+  /// Setup: bytes the batch holds for `row` because of this stage, from the batch's start to its end (decode: the
+  /// arena slice, 4 * plan.samples). batch_row_bytes() adds them up for the --max-ram batch planning.
+  virtual int64_t batch_bytes(const PlannedCopy& /*row*/) const { return 0; }
+  /// Setup: bytes one worker thread holds while it runs the stage on `row`, freed when run() returns (decode:
   /// audio::decode_bytes). --max-ram reserves the largest of them once per thread.
-  virtual int64_t worker_bytes(const PlannedFile& /*file*/) const { return 0; }
+  virtual int64_t worker_bytes(const PlannedCopy& /*row*/) const { return 0; }
   /// Runs the stage on one file that no earlier stage skipped. Called from several threads at once, each on another
   /// file. Throws AudioError to skip the file (listed as skipped at this stage, or StrictError under --strict); any
   /// other error stops the build.
@@ -74,33 +77,31 @@ class AudioStage {
 using AudioStages = std::vector<std::shared_ptr<const AudioStage>>;
 
 /// The first stage: decodes the file (libsndfile, soxr to the target rate, one channel or the mix-down) into its
-/// arena slice, reading only as far as the slice needs (featurize::decode_into), and zeros the rest of the slice. An
-/// augmented copy with a speed factor is decoded at augment::speed_decode_rate(rate, speed) into the same slice (the
-/// clean file's plan is kept: a faster copy ends early and is zero-padded, a slower one is cut at the slice).
+/// arena slice, reading only as far as the slice needs (audio::decode_to: the whole clip, or its first
+/// --max-seconds). An augmented copy with a speed factor is decoded at augment::speed_decode_rate(rate, speed) into
+/// a slice of its own length (BuildState::row_plan).
 class DecodeStage final : public AudioStage {
  public:
-  /// `decode`: the target sample rate and channel; `speeds`: the speed factors copies may draw (--speed; empty or
-  /// {1} without augmentation), for worker_bytes.
-  explicit DecodeStage(const audio::DecodeOptions& decode, std::vector<double> speeds = {})
-      : decode_(decode), speeds_(std::move(speeds)) {}
+  /// `decode`: the target sample rate and channel.
+  explicit DecodeStage(const audio::DecodeOptions& decode) : decode_(decode) {}
   /// "decode".
   std::string name() const override { return "decode"; }
-  /// 4 * plan.arena_samples.
-  int64_t batch_bytes(const PlannedFile& file) const override;
-  /// audio::decode_bytes of the file's header at the target rate (the largest over the speeds' decode rates), capped
-  /// at the slice.
-  int64_t worker_bytes(const PlannedFile& file) const override;
+  /// 4 * row.plan.samples.
+  int64_t batch_bytes(const PlannedCopy& row) const override;
+  /// audio::decode_bytes of the file's header at the row's decode rate, capped at the slice.
+  int64_t worker_bytes(const PlannedCopy& row) const override;
   /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed; throws AudioError when the file
   /// cannot be decoded.
   void run(BatchFile& file) const override;
 
  private:
+  /// The options at the decode rate of `recipe` (augment::speed_decode_rate with a speed factor).
+  audio::DecodeOptions at_speed(const augment::Recipe& recipe) const;
   audio::DecodeOptions decode_;
-  std::vector<double> speeds_;
 };
 
 /// The one place where the audio stages of a build are chosen, used by run_build and run_bench alike: decode (with
-/// `config.decode` at config.mel.sample_rate, and the --speed factors when augmenting), then `augment` when given
+/// `config.decode` at config.mel.sample_rate), then `augment` when given
 /// (the waveform augmentation, made by BuildState when --augment-copies > 0), then `extra` in order.
 AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra,
                               const std::shared_ptr<const AudioStage>& augment = nullptr);

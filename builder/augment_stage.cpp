@@ -41,12 +41,12 @@ nlohmann::json settings_json(const augment::AugmentArgs& a, uint64_t seed) {
 
 }  // namespace
 
-int64_t AugmentStage::batch_bytes(const PlannedFile& file) const {
-  return device_ ? device_->item_bytes(file.plan.arena_samples) : 0;
+int64_t AugmentStage::batch_bytes(const PlannedCopy& row) const {
+  return device_ ? device_->item_bytes(row.plan.samples) : 0;
 }
 
-int64_t AugmentStage::worker_bytes(const PlannedFile& file) const {
-  return !device_ && cpu_ ? cpu_->item_bytes(file.plan.arena_samples) : 0;
+int64_t AugmentStage::worker_bytes(const PlannedCopy& row) const {
+  return !device_ && cpu_ ? cpu_->item_bytes(row.plan.samples) : 0;
 }
 
 void AugmentStage::run(BatchFile& file) const {
@@ -110,14 +110,14 @@ int64_t device_augment_capacity(const BuildState& state) {
   AudioStages others;
   for (const auto& s : state.audio_stages)
     if (s.get() != &stage) others.push_back(s);
-  const int64_t worker = largest_worker_bytes(others, state.usable);
+  const int64_t worker = largest_worker_bytes(others, state);
   const int64_t held = state.engine->host_bytes() + stage.bank_bytes();
   std::vector<int64_t> noise, rir;
   for (const augment::Clip& c : stage.noise().clips) noise.push_back(static_cast<int64_t>(c.samples.size()));
   for (const augment::Clip& c : stage.rir().clips) rir.push_back(static_cast<int64_t>(c.samples.size()));
   const int64_t max_ram = state.config.build.max_ram_bytes();
   int64_t largest = 1;
-  for (const PlannedFile& f : state.usable) largest = std::max(largest, f.plan.arena_samples);
+  for (const PlannedCopy& row : memory_rows(state)) largest = std::max(largest, row.plan.samples);
   return augment_capacity(largest, [&](int64_t c) {
     const int64_t pinned = augment::cuda::augment_buffer_sizes(noise, rir, state.sample_rate, c).pinned_bytes();
     return batch_budget(max_ram, state.threads, worker, held + pinned);
@@ -138,11 +138,13 @@ std::vector<PlannedCopy> split_copies(const BuildState& state, std::size_t split
   std::vector<PlannedCopy> rows;
   for (const PlannedFile& f : state.usable) {
     if (f.input->split != static_cast<int>(split)) continue;
-    rows.push_back({&f, {}});
+    rows.push_back({&f, {}, f.plan});
     const std::string path = utf8::escape(f.input->rel_path);
-    for (int k = 1; k <= copies; ++k)
-      rows.push_back({&f, augment::draw_recipe(a, state.augment->noise(), state.augment->rir(), state.config.build.seed,
-                                               path, k)});
+    for (int k = 1; k <= copies; ++k) {
+      const augment::Recipe recipe =
+          augment::draw_recipe(a, state.augment->noise(), state.augment->rir(), state.config.build.seed, path, k);
+      rows.push_back({&f, recipe, state.row_plan(f, recipe.speed)});
+    }
   }
   return rows;
 }

@@ -32,10 +32,10 @@ class AugmentStage final : public AudioStage {
   AugmentStage(const augment::AugmentArgs& args, int sample_rate) : args_(args), sample_rate_(sample_rate) {}
   /// "augment".
   std::string name() const override { return "augment"; }
-  /// With the CUDA augmenter: its host bytes for the file's slice (Augmenter::item_bytes); else 0.
-  int64_t batch_bytes(const PlannedFile& file) const override;
-  /// With the CPU augmenter: its scratch for the file's slice (Augmenter::item_bytes); else 0.
-  int64_t worker_bytes(const PlannedFile& file) const override;
+  /// With the CUDA augmenter: its host bytes for the row's slice (Augmenter::item_bytes); else 0.
+  int64_t batch_bytes(const PlannedCopy& row) const override;
+  /// With the CPU augmenter: its scratch for the row's slice (Augmenter::item_bytes); else 0.
+  int64_t worker_bytes(const PlannedCopy& row) const override;
   /// Applies file.recipe with the CPU augmenter (nothing for an identity recipe).
   void run(BatchFile& file) const override;
   /// True after use_device().
@@ -102,7 +102,7 @@ void init_augment_device(BuildState& state);
 
 /// The rows of split `split` (0 train, 1 val, 2 test) of state.usable in scan order: each file's clean copy, then,
 /// when the split is in --augment-splits, its copies 1..K with augment::draw_recipe(args, banks, --seed, rel_path,
-/// k).
+/// k), each with its row plan (BuildState::row_plan at the recipe's speed: a whole clip of its own length).
 std::vector<PlannedCopy> split_copies(const BuildState& state, std::size_t split);
 
 /// The row record of `recipe` (bank indices turned into the clips' relative paths; SNR NaN without noise).

@@ -116,10 +116,10 @@ void count_planned(const BuildState& state, BenchFigures& figures) {
       figures.decoded++;
       figures.augmented += row.recipe.copy > 0 ? 1 : 0;
       figures.input_bytes += ec ? 0 : bytes;
-      figures.arena_bytes += row.file->plan.arena_samples * static_cast<int64_t>(sizeof(float));
+      figures.arena_bytes += row.plan.samples * static_cast<int64_t>(sizeof(float));
     }
-  figures.files_per_chunk = chunk_files(state.out_bytes_per_file(), state.config.build.files_per_chunk);
-  figures.chunk_bytes = figures.files_per_chunk * state.out_bytes_per_file();
+  figures.frames_per_chunk = chunk_frames(state.frame_bytes(), state.config.build.frames_per_chunk);
+  figures.chunk_bytes = figures.frames_per_chunk * state.frame_bytes();
   figures.compressed = state.config.build.compression_level > 0;
   for (const auto& stage : state.audio_stages) figures.audio_stages.push_back(stage->name());
 }
@@ -250,7 +250,7 @@ nlohmann::json run_bench(const BuildConfig& config, const BenchOptions& opts, st
   init_augment(state);
   note("probe of " + std::to_string(figures.selected) + " files");
   timed(times, "probe", R, [&](int) { probe_files(state, false); });
-  plan_segments(state);
+  plan_clip_files(state);
   note("mel engine");
   timed(times, "engine_init", R, [&](int) { init_engine(state); });
   init_augment_device(state);

@@ -51,13 +51,13 @@ std::filesystem::path scratch_parent(const BenchOptions& opts);
 ///   of `--device`), then `repeats` runs of the build's batch runner with the writes in line rather than on the write
 ///   thread, so that each stage is timed alone, in batches bounded by --max-ram as a build makes them: decode
 ///   (libsndfile/soxr into the arena: files/s, audio s/s, input MB/s), every other audio stage of the build (augment
-///   with --augment-copies: copies/s and rows/s; `extra_stages`: files/s), mel (the engine over every valid short
-///   segment: segments/s), compress (the writer's shuffle + deflate on --threads: MB/s in and out, ratio; absent with
+///   with --augment-copies: copies/s and rows/s; `extra_stages`: files/s), mel (the engine over every whole clip:
+///   frames/s, audio s/s), compress (the writer's shuffle + deflate on --threads: MB/s in and out, ratio; absent with
 ///   --compression-level 0), write (the writer's HDF5 calls, chunks written with H5Dwrite_chunk into per-split files:
 ///   MB/s), write_raw (a second writer of the same chunks uncompressed, no filters: MB/s); finally end_to_end
 ///   (run_build of the sample with the same `extra_stages`: files/s; with the sum of the stage medians and its ratio to
 ///   the end-to-end median, the overlap the pipeline achieves).
-/// Skipped files (scan, probe, segment, decode or another audio stage) are counted and listed as in a build (from
+/// Skipped files (scan, probe, decode or another audio stage) are counted and listed as in a build (from
 /// the first run); --strict throws StrictError on the first one. Prints a table on `out` and notes on `log`;
 /// returns the JSON (also written to opts.bench_out). Throws IoError, CudaError, Interrupted (request_stop(), e.g.
 /// SIGINT); the scratch folder is removed in every case.

@@ -89,7 +89,8 @@ StageRates stage_rates(const BenchFigures& f, const RepeatTimes& times, const nl
   rates["decode"] = {{static_cast<double>(f.decoded) / median("decode"), "files/s", "files"},
                      {st.audio_seconds / median("decode"), "audio s/s", "audio_seconds"},
                      {static_cast<double>(f.input_bytes) / kMB / median("decode"), "MB/s of input files", "mb_input"}};
-  rates["mel"] = {{static_cast<double>(st.segments) / median("mel"), "segments/s", "segments"}};
+  rates["mel"] = {{static_cast<double>(st.frames) / median("mel"), "frames/s", "frames"},
+                  {st.audio_seconds / median("mel"), "audio s/s", "audio_seconds"}};
   if (f.compressed)
     rates["compress"] = {{static_cast<double>(mel_bytes(f)) / kMB / median("compress"), "MB/s in", "mb_in"},
                          {static_cast<double>(compressed_bytes(f)) / kMB / median("compress"), "MB/s out", "mb_out"}};
@@ -101,7 +102,7 @@ StageRates stage_rates(const BenchFigures& f, const RepeatTimes& times, const nl
   const double e2e_s = median("end_to_end");
   rates["end_to_end"] = {
       {static_cast<double>(e2e_report["files"]["written"].get<int64_t>()) / e2e_s, "files/s", "files"},
-      {static_cast<double>(e2e_report["segments"].get<int64_t>()) / e2e_s, "segments/s", "segments"}};
+      {static_cast<double>(e2e_report["clips"]["frames"].get<int64_t>()) / e2e_s, "frames/s", "frames"}};
   return rates;
 }
 
@@ -139,26 +140,26 @@ nlohmann::json bench_results(const BuildState& state, const BenchOptions& opts, 
         {"written", st.files},
         {"skipped", static_cast<int64_t>(f.skipped.size())}}},
       {"skipped", skipped},
-      {"segments", st.segments},
+      {"frames", st.frames},
       {"audio_seconds", st.audio_seconds},
       {"batches", st.batches},
       {"bytes",
        {{"input_files", f.input_bytes},
         {"arena", f.arena_bytes},
-        {"mel", mel_bytes(f)},
+        {"frames", mel_bytes(f)},
         {"compressed", compressed_bytes(f)},
         {"written", f.run.writes[0].bytes},
         {"written_raw", f.compressed ? f.run.writes[1].bytes : int64_t{0}}}},
       {"chunks",
-       {{"files_per_chunk", f.files_per_chunk}, {"chunk_bytes", f.chunk_bytes}, {"count", f.run.writes[0].chunks}}},
+       {{"frames_per_chunk", f.frames_per_chunk}, {"chunk_bytes", f.chunk_bytes}, {"count", f.run.writes[0].chunks}}},
       {"stages", stages_json(f, times, rates)},
       {"sum_of_stages_s", sum_s},
       {"sum_includes", summed},
       {"overlap", sum_s / median_or_tiny(times, "end_to_end")},
       {"checks",
        {{"written_equal_build", e2e_report["files"]["written"].get<int64_t>() == st.files},
-        {"segments_equal_build", e2e_report["segments"].get<int64_t>() == st.segments},
-        {"compressed_bytes_equal_build", e2e_report["mel_bytes_compressed"].get<int64_t>() == compressed_bytes(f)}}},
+        {"frames_equal_build", e2e_report["clips"]["frames"].get<int64_t>() == st.frames},
+        {"compressed_bytes_equal_build", e2e_report["frame_bytes_compressed"].get<int64_t>() == compressed_bytes(f)}}},
       {"peak_rss_bytes", peak_rss_bytes()},
   };
 }
@@ -171,9 +172,9 @@ void print_bench_table(std::ostream& out, const nlohmann::json& r, const RepeatT
   out << "\nmelforge-build bench: " << r["engine"].get<std::string>() << " engine, " << r["machine"]["threads"]
       << " threads, " << files["selected"] << " of " << files["audio_files"] << " audio files (" << files["scanned"]
       << " entries scanned), median of " << repeats << " run" << (repeats == 1 ? "" : "s") << "\n";
-  out << "  " << files["written"] << " files written, " << files["skipped"] << " skipped, " << r["segments"]
-      << " segments, " << num(r["audio_seconds"].get<double>(), 1) << " s of audio, " << r["chunks"]["count"]
-      << " HDF5 chunks of " << r["chunks"]["files_per_chunk"] << " files\n";
+  out << "  " << files["written"] << " files written, " << files["skipped"] << " skipped, " << r["frames"]
+      << " frames, " << num(r["audio_seconds"].get<double>(), 1) << " s of audio, " << r["chunks"]["count"]
+      << " HDF5 chunks of " << r["chunks"]["frames_per_chunk"] << " frames\n";
   for (const auto& s : r["skipped"])
     out << "  skipped " << s["path"].get<std::string>() << ": " << s["reason"].get<std::string>() << "\n";
   std::snprintf(line, sizeof line, "\n%-13s %10s %14s  %s\n", "stage", "median s", "throughput", "unit");
@@ -205,11 +206,11 @@ void print_bench_table(std::ostream& out, const nlohmann::json& r, const RepeatT
                 median_or_tiny(times, "end_to_end"), r["overlap"].get<double>());
   out << line;
   const auto& checks = r["checks"];
-  if (!checks["written_equal_build"].get<bool>() || !checks["segments_equal_build"].get<bool>() ||
+  if (!checks["written_equal_build"].get<bool>() || !checks["frames_equal_build"].get<bool>() ||
       !checks["compressed_bytes_equal_build"].get<bool>())
     out << "note: the end-to-end build differs from the stages (files " << e2e_report["files"]["written"] << " vs "
-        << files["written"] << ", segments " << e2e_report["segments"] << " vs " << r["segments"]
-        << ", compressed bytes " << e2e_report["mel_bytes_compressed"] << " vs " << r["bytes"]["compressed"] << ")\n";
+        << files["written"] << ", frames " << e2e_report["clips"]["frames"] << " vs " << r["frames"]
+        << ", compressed bytes " << e2e_report["frame_bytes_compressed"] << " vs " << r["bytes"]["compressed"] << ")\n";
   out.flush();
 }
 

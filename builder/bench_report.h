@@ -58,11 +58,11 @@ struct BenchFigures {
   int64_t augmented = 0;
   /// Bytes of those files on disk.
   int64_t input_bytes = 0;
-  /// Bytes of their arena slices (4 * plan.arena_samples, summed).
+  /// Bytes of their arena slices (4 * plan.samples, summed).
   int64_t arena_bytes = 0;
-  /// Files per HDF5 chunk (chunk_files, as the writer cuts them).
-  int64_t files_per_chunk = 0;
-  /// Bytes of one uncompressed chunk: files_per_chunk * the bytes of one file's spectrograms.
+  /// Frames per HDF5 chunk (chunk_frames, as the writer cuts them).
+  int64_t frames_per_chunk = 0;
+  /// Bytes of one uncompressed chunk: frames_per_chunk * the bytes of one frame.
   int64_t chunk_bytes = 0;
   /// --compression-level > 0: writes[0] of `run` compressed, writes[1] the same chunks raw.
   bool compressed = false;

@@ -23,8 +23,8 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
   audio::add_options(build, config.decode);
   po::options_description mel("Mel spectrogram (torchaudio.transforms.MelSpectrogram semantics)");
   mel::add_options(mel, config.mel);
-  po::options_description seg("Segmentation");
-  segment::add_options(seg, config.segment);
+  po::options_description seg("Clips (each stored whole)");
+  add_options(seg, config.clips);
   po::options_description aug("Waveform augmentation (augmented copies of the files of --augment-splits)");
   augment::add_options(aug, config.augment);
   all.add(general).add(build).add(mel).add(seg).add(aug);

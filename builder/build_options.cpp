@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -131,7 +132,7 @@ void BuildOptions::validate() const {
   max_ram_bytes();
   if (threads < 0) throw InvalidArgument("--threads must be >= 0 (0: all cores)");
   if (compression_level < 0 || compression_level > 9) throw InvalidArgument("--compression-level must be 0..9");
-  if (files_per_chunk < 0) throw InvalidArgument("--files-per-chunk must be >= 0 (0: auto)");
+  if (frames_per_chunk < 0) throw InvalidArgument("--frames-per-chunk must be >= 0 (0: auto)");
   if (device_batch < 1) throw InvalidArgument("--device-batch must be >= 1");
   if (extension_list().empty()) throw InvalidArgument("--extensions must name at least one extension");
 }
@@ -159,17 +160,60 @@ void add_options(po::options_description& desc, BuildOptions& o) {
      "deflate level 0 (none) to 9")
     ("shuffle", po::value<bool>(&o.shuffle)->default_value(o.shuffle, o.shuffle ? "true" : "false"),
      "HDF5 shuffle filter before deflate (true/false)")
-    ("files-per-chunk", po::value<int>(&o.files_per_chunk)->default_value(o.files_per_chunk),
-     "files per HDF5 chunk (0: about 1 MiB uncompressed)")
+    ("frames-per-chunk", po::value<int64_t>(&o.frames_per_chunk)->default_value(o.frames_per_chunk),
+     "frames per HDF5 chunk of the frames dataset (0: about 1 MiB uncompressed)")
     ("extensions", po::value<std::string>(&o.extensions)->default_value(o.extensions),
      "file extensions scanned as audio in --input folders")
     ("include-hidden", po::bool_switch(&o.include_hidden),
      "scan files and folders whose name starts with '.' (default: ignored and counted in the report)")
     ("device-batch", po::value<int64_t>(&o.device_batch)->default_value(o.device_batch),
-     "CUDA engine: segments per device batch")
+     "CUDA engine: frames per cuFFT launch, in tiles of --short-seconds")
     ("shard", po::value<std::string>(&o.shard),
      "K/N: build only shard K of N (1..N) of the corpus into --output; join the N folders with "
      "`melforge-build merge`");
+}
+
+int64_t ClipOptions::short_samples(int sample_rate) const { return std::llround(short_seconds * sample_rate); }
+
+int64_t ClipOptions::max_samples(int sample_rate) const {
+  return max_seconds > 0 ? std::max<int64_t>(1, std::llround(max_seconds * sample_rate)) : 0;
+}
+
+int64_t ClipOptions::tile_frames(int sample_rate, int hop_length) const {
+  return std::llround(short_seconds * sample_rate / hop_length);
+}
+
+void ClipOptions::validate(int sample_rate, int hop_length) const {
+  if (!(short_seconds > 0) || !std::isfinite(short_seconds) || !(short_seconds * sample_rate < 0x1p31))
+    throw InvalidArgument("--short-seconds must be > 0 and under 2^31 samples (got " + std::to_string(short_seconds) +
+                          ")");
+  if (short_samples(sample_rate) < 1 || tile_frames(sample_rate, hop_length) < 1)
+    throw InvalidArgument("--short-seconds " + std::to_string(short_seconds) + " is shorter than one hop (" +
+                          std::to_string(hop_length) + " samples) at " + std::to_string(sample_rate) + " Hz");
+  if (!(max_seconds >= 0) || !std::isfinite(max_seconds) || !(max_seconds * sample_rate < 0x1p62))
+    throw InvalidArgument("--max-seconds must be >= 0 seconds (0: no cap), got " + std::to_string(max_seconds));
+}
+
+void add_options(po::options_description& desc, ClipOptions& o) {
+  const auto refuse = [](const std::string& flag) {
+    return [flag](const std::string&) {
+      throw InvalidArgument("--" + flag + " no longer exists: melforge-build stores every clip whole (schema 3), so "
+                            "there are no long segments to count, cut or pad; readers choose tiles, crops or whole "
+                            "clips. To cap long clips, use --max-seconds S");
+    };
+  };
+  desc.add_options()
+    ("short-seconds", po::value<double>(&o.short_seconds)->default_value(o.short_seconds),
+     "the default tile readers cut clips into (the model input), seconds: stored as the short_seconds, "
+     "short_samples and n_frames attributes")
+    ("max-seconds", po::value<double>(&o.max_seconds)->default_value(o.max_seconds),
+     "store at most the first S seconds of each clip (0: every clip whole); what is cut is a warning and figures "
+     "in build_report.json, and clip_flags bit 1")
+    ("num-long", po::value<std::string>()->notifier(refuse("num-long")), "removed (clips are stored whole): refused")
+    ("long-seconds", po::value<std::string>()->notifier(refuse("long-seconds")),
+     "removed (clips are stored whole): refused")
+    ("short-files", po::value<std::string>()->notifier(refuse("short-files")),
+     "removed (no clip is skipped for being short): refused");
 }
 
 void EngineCheckOptions::validate(mel::Device device) const {
@@ -191,8 +235,8 @@ void add_options(po::options_description& desc, EngineCheckOptions& o) {
 void BuildConfig::validate() const {
   build.validate();
   mel.validate();
-  segment.validate(mel.sample_rate);
-  mel.validate(segment.short_samples(mel.sample_rate));
+  clips.validate(mel.sample_rate, mel.hop());
+  mel.validate(clips.short_samples(mel.sample_rate));
   if (mel.log == mel::LogMode::none && build.dtype == mel::DType::float16)
     throw InvalidArgument("--log none with --dtype float16 (the default dtype) would store +Inf wherever the linear "
                           "mel power exceeds 65504, the largest float16 (a loud 16-bit file exceeds it); use --log "

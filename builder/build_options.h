@@ -10,7 +10,6 @@
 #include "augment/augment.h"
 #include "mel/mel_args.h"
 #include "mel/mel_engine.h"
-#include "segment/segment_args.h"
 #include "split.h"
 
 namespace boost::program_options {
@@ -49,7 +48,33 @@ ShardSpec parse_shard(const std::string& text);
 /// scanned audio files (sorted by path) and, separately, to the entries the scan skipped.
 std::pair<int64_t, int64_t> shard_range(int64_t n, const ShardSpec& spec);
 
-/// Output and running options of the build (the mel, segment and decode options are separate structs).
+/// How clips are stored (schema 3, docs/FORMAT.md): every clip whole, or cut at --max-seconds when asked; and the
+/// default tile (the model input) readers cut clips into, stored as the short_seconds, short_samples and n_frames
+/// attributes.
+struct ClipOptions {
+  /// --short-seconds: the default tile, seconds (> 0; it must hold one STFT frame at the build's parameters).
+  double short_seconds = 0.25;
+  /// --max-seconds: longest clip stored, seconds; a longer clip keeps its first max_seconds (clip_flags bit 1).
+  /// 0: no cap (the default).
+  double max_seconds = 0;
+
+  /// The default tile in samples at `sample_rate`: llround(short_seconds * sample_rate).
+  int64_t short_samples(int sample_rate) const;
+  /// The cap in samples at `sample_rate`: llround(max_seconds * sample_rate), at least 1; 0 without a cap.
+  int64_t max_samples(int sample_rate) const;
+  /// Frames of the default tile: llround(short_seconds * sample_rate / hop_length) (data::views::FrameRate::frames).
+  int64_t tile_frames(int sample_rate, int hop_length) const;
+  /// Throws InvalidArgument naming the flag: short_seconds not > 0 or shorter than one sample or one hop at
+  /// `sample_rate` / `hop_length`, max_seconds negative, not finite or shorter than one sample.
+  void validate(int sample_rate, int hop_length) const;
+};
+
+/// Registers --short-seconds and --max-seconds, and refuses the flags of the segment layout that schema 3 removed
+/// (--num-long, --long-seconds, --short-files: InvalidArgument saying that clips are stored whole and naming
+/// --max-seconds, whatever their value).
+void add_options(boost::program_options::options_description& desc, ClipOptions& opts);
+
+/// Output and running options of the build (the mel, clip and decode options are separate structs).
 struct BuildOptions {
   /// Corpus root: `root/<class>/**/<file>` or `root/{train,val,test}/<class>/**/<file>`. Exclusive with `manifest`.
   std::filesystem::path input;
@@ -81,14 +106,14 @@ struct BuildOptions {
   int compression_level = 4;
   /// HDF5 shuffle filter before deflate.
   bool shuffle = true;
-  /// Files per HDF5 chunk (0: about 1 MiB uncompressed).
-  int files_per_chunk = 0;
+  /// Frames per HDF5 chunk of `frames` (0: about 1 MiB uncompressed).
+  int64_t frames_per_chunk = 0;
   /// Comma-separated file extensions treated as audio when scanning a folder (case-insensitive).
   std::string extensions = "wav,flac,ogg,oga,aif,aiff,aifc,au,snd,caf,w64,rf64,mp3,opus";
   /// Scan --input entries whose name starts with '.' (.DS_Store, ._x.wav, .git/); by default they are left unread
   /// and counted in the report as hidden.
   bool include_hidden = false;
-  /// CUDA engine: segments per device batch.
+  /// CUDA engine: segments of the default tile per device launch (device_batch * tile frames rows per cuFFT batch).
   int64_t device_batch = 4096;
   /// `K/N`: process only shard K of N (1-based) of the corpus into `output`; "" builds the whole corpus.
   std::string shard;
@@ -107,7 +132,8 @@ struct BuildOptions {
 };
 
 /// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite
-/// --quiet --dtype --compression-level --shuffle --files-per-chunk --extensions --include-hidden --device-batch --shard.
+/// --quiet --dtype --compression-level --shuffle --frames-per-chunk --extensions --include-hidden --device-batch
+/// --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// A deliberate error in the device side of the engine check (EngineCheckOptions::fault), for tests: no flag sets
@@ -150,8 +176,8 @@ struct BuildConfig {
   BuildOptions build;
   /// Spectrogram parameters.
   mel::MelArgs mel;
-  /// Segmentation.
-  segment::SegmentArgs segment;
+  /// How clips are stored and the default tile.
+  ClipOptions clips;
   /// Decoding (channel choice; the sample rate is mel.sample_rate).
   audio::DecodeOptions decode;
   /// Waveform augmentation (--augment-copies and its flags; off by default).

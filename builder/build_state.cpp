@@ -1,5 +1,7 @@
 #include "build_state.h"
 
+#include <algorithm>
+
 #include "augment_stage.h"
 #include "melforge/common/parallel.h"
 
@@ -10,16 +12,27 @@ BuildState::BuildState(const BuildConfig& c, const AudioStages& extra_stages)
       sample_rate(c.mel.sample_rate),
       threads(resolve_threads(c.build.threads)),
       augment(c.augment.enabled() ? std::make_shared<AugmentStage>(c.augment, c.mel.sample_rate) : nullptr),
-      audio_stages(make_audio_stages(c, extra_stages, augment)) {}
+      audio_stages(make_audio_stages(c, extra_stages, augment)),
+      max_samples(c.clips.max_samples(c.mel.sample_rate)) {}
 
 int64_t BuildState::held_bytes() const { return engine->host_bytes() + (augment ? augment->held_bytes() : 0); }
 
-int64_t BuildState::out_bytes_per_file() const {
-  return int64_t{num_long} * num_short * engine->layout().out_bytes_per_segment();
+int64_t BuildState::frame_bytes() const {
+  return int64_t{config.mel.n_mels} * (config.build.dtype == mel::DType::float16 ? 2 : 4);
 }
 
-featurize::BatchLayout BuildState::batch_layout() const {
-  return {num_long, num_short, config.segment.long_samples(sample_rate), config.segment.short_samples(sample_rate)};
+ClipPlan BuildState::row_plan(const PlannedFile& file, double speed) const {
+  if (speed == 1.0) return file.plan;
+  const int64_t samples = audio::output_frames(file.info, augment::speed_decode_rate(sample_rate, speed));
+  return plan_clip(samples, max_samples, config.mel);
+}
+
+std::vector<double> BuildState::row_speeds() const {
+  std::vector<double> speeds = {1.0};
+  if (config.augment.enabled())
+    for (const double s : config.augment.speed_list())
+      if (s != 1.0) speeds.push_back(s);
+  return speeds;
 }
 
 }  // namespace melforge::builder

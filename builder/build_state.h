@@ -12,16 +12,15 @@
 #include "audio/decode.h"
 #include "audio_stage.h"
 #include "build_options.h"
-#include "featurize/featurize.h"
+#include "clip_plan.h"
 #include "mel/mel_engine.h"
 #include "scan.h"
-#include "segment/segment_args.h"
 
 namespace melforge::builder {
 
 class AugmentStage;
 
-/// A file that passed scan and probe, with its segment plan.
+/// A file that passed scan and probe, with its clip plan.
 struct PlannedFile {
   /// The scanned file (an element of BuildState::scan.files).
   const InputFile* input = nullptr;
@@ -29,8 +28,8 @@ struct PlannedFile {
   audio::AudioInfo info;
   /// Frames after decoding at the target rate (audio::output_frames).
   int64_t frames = 0;
-  /// How it is segmented (set by plan_segments for the files this run writes).
-  segment::FilePlan plan;
+  /// How its clean copy is stored (set by plan_clip_files for the files this run writes).
+  ClipPlan plan;
 };
 
 /// Settings, plan and engine of one build.
@@ -66,10 +65,8 @@ struct BuildState {
   std::vector<PlannedFile> planned;
   /// [scan.files.size()]: why the probe of a file failed; empty when it succeeded or was not probed.
   std::vector<std::string> probe_error;
-  /// Long segments stored per file (--num-long, or resolved from the probed lengths).
-  int num_long = 0;
-  /// Short segments per long segment.
-  int num_short = 0;
+  /// --max-seconds in samples at the target rate (0: no cap).
+  int64_t max_samples = 0;
   /// The files of files_range that passed probe and plan, in scan order.
   std::vector<PlannedFile> usable;
   /// Files the plan stages skipped (scan, probe, segment), in the order they were found.
@@ -83,10 +80,14 @@ struct BuildState {
   /// Bytes held for the whole build besides the batches: the mel engine's host bytes (MelEngine::host_bytes), the
   /// augmentation banks and the device augmenter's pinned buffers (AugmentStage::held_bytes). Needs the engine.
   int64_t held_bytes() const;
-  /// Bytes of one file's spectrograms: [num_long][num_short][n_mels][n_frames] elements of the engine's dtype.
-  int64_t out_bytes_per_file() const;
-  /// Geometry of the batches: num_long, num_short and the segment lengths in samples.
-  featurize::BatchLayout batch_layout() const;
+  /// Bytes of one stored frame: n_mels elements of the build's dtype.
+  int64_t frame_bytes() const;
+  /// The plan of a row: `file`'s clean plan for speed 1, else the plan of the file decoded at
+  /// augment::speed_decode_rate(sample_rate, speed) (a faster copy is shorter, a slower one longer), cut at
+  /// --max-seconds.
+  ClipPlan row_plan(const PlannedFile& file, double speed) const;
+  /// The speed factors a row may have: {1}, and the --speed factors with --augment-copies.
+  std::vector<double> row_speeds() const;
 };
 
 }  // namespace melforge::builder

@@ -12,7 +12,6 @@
 #include "augment_stage.h"
 #include "batch_runner.h"
 #include "build_state.h"
-#include "featurize/featurize.h"
 #include "mel/half.h"
 #include "mel/mel_cpu.h"
 #include "melforge/common/parallel.h"
@@ -94,7 +93,7 @@ nlohmann::json EngineCheckSummary::to_json() const {
           {"fallback", fallback},
           {"fallback_batch", fallback ? nlohmann::json(fallback_batch) : nlohmann::json()},
           {"batches_compared", batches_compared},
-          {"segments_compared", segments_compared},
+          {"frames_compared", frames_compared},
           {"augmented_compared", augmented_compared},
           {"max_abs_diff", figure(max_abs_diff)},
           {"augment_max_abs_diff", figure(augment_max_abs_diff)},
@@ -157,7 +156,6 @@ struct EngineCheck::Impl {
   mel::EngineTimes replaced_times;
   int64_t replaced_device_bytes = 0;
   std::vector<uint8_t> twin_out;
-  std::vector<uint8_t> scratch;
 
   /// Index of the augment stage in state.audio_stages (size() when there is none).
   std::size_t augment_index() const {
@@ -253,37 +251,35 @@ void EngineCheck::Impl::compare_rows(std::span<BatchFile> files) {
 
 void EngineCheck::Impl::compare_mel(const Batch& b, std::vector<uint8_t>& device_out, mel::MelEngine& twin) {
   const BuildConfig& cfg = state.config;
-  const mel::MelLayout& ml = state.engine->layout();
-  const int64_t count = std::ssize(device_out) / ml.out_elem_bytes;
+  const int n_mels = cfg.mel.n_mels;
+  const int64_t count = std::ssize(device_out) / (cfg.build.dtype == mel::DType::float16 ? 2 : 4);
   if (!mel_fault_used && cfg.engine_check.fault.mel_offset != 0) {
     perturb(device_out.data(), count, cfg.build.dtype, cfg.engine_check.fault.mel_element,
             cfg.engine_check.fault.mel_offset);
     mel_fault_used = true;
   }
   twin_out.resize(device_out.size());
-  featurize::compute_files(twin, b.arena, b.offsets, b.valid_long, state.batch_layout(), cfg.build.dtype,
-                           mel::silence_value(cfg.mel), twin_out.data(), scratch);
-  const mel::MelDiff d = mel::compare_mel(twin_out.data(), device_out.data(), count / ml.out_elems_per_segment(),
-                                          ml.n_mels, ml.n_frames, cfg.build.dtype, cfg.mel);
-  int64_t valid = 0;
-  for (const int v : b.valid_long) valid += v;
+  compute_rows(twin, cfg.mel, cfg.build.dtype, b.arena, b.kept, twin_out.data());
+  const mel::MelDiff d =
+      mel::compare_mel(twin_out.data(), device_out.data(), count / n_mels, n_mels, 1, cfg.build.dtype, cfg.mel);
   summary.ran = true;
   summary.batches_compared++;
-  summary.segments_compared += valid * state.num_short;
+  summary.frames_compared += count / n_mels;
   summary.tolerance = d.tolerance;
   mel_pending = false;
-  const int64_t per_segment = ml.out_elems_per_segment();
-  const int64_t per_row = int64_t{state.num_long} * state.num_short * per_segment;
-  const FileRecord& row = b.records[static_cast<std::size_t>(d.worst.index / per_row)];
-  const int64_t in_row = d.worst.index % per_row;
-  const int64_t segment = in_row / per_segment;
-  const int64_t band = in_row % per_segment / ml.n_frames;
-  const int64_t frame = in_row % ml.n_frames;
+  const int64_t batch_frame = d.worst.index / n_mels;
+  std::size_t r = 0;
+  int64_t first = 0;
+  while (r + 1 < b.kept.records.size() && first + b.kept.records[r].frames <= batch_frame)
+    first += b.kept.records[r++].frames;
+  const FileRecord& row = b.kept.records[r];
+  const int64_t frame = batch_frame - first;
+  const int64_t band = d.worst.index % n_mels;
+  const double seconds = static_cast<double>(frame) * cfg.mel.hop() / state.sample_rate;
   const nlohmann::json where = {
       {"stage", "mel"}, {"split", kSplitNames[batch_split]}, {"batch", batch_number}, {"path", row.path},
-      {"copy", row.recipe.copy}, {"long_segment", segment / state.num_short},
-      {"short_segment", segment % state.num_short}, {"frame", frame}, {"mel_band", band}, {"cpu", d.worst.cpu},
-      {"device", d.worst.device}, {"abs_diff", figure(d.worst.diff)}, {"bound", d.worst.bound}};
+      {"copy", row.recipe.copy}, {"frame", frame}, {"seconds", seconds}, {"mel_band", band},
+      {"cpu", d.worst.cpu}, {"device", d.worst.device}, {"abs_diff", figure(d.worst.diff)}, {"bound", d.worst.bound}};
   if (!augment_failed && d.max_abs_diff > summary.max_abs_diff) summary.where = where;
   summary.max_abs_diff = std::max(summary.max_abs_diff, d.max_abs_diff);
   if (d.passed()) return;
@@ -291,9 +287,8 @@ void EngineCheck::Impl::compare_mel(const Batch& b, std::vector<uint8_t>& device
            ") computed by " + summary.engine + " differ from the CPU engine's beyond the tolerance (" +
            d.tolerance.text() + "): " + std::to_string(d.outside) + " of " + std::to_string(d.elements) +
            " elements outside; the largest: " + utf8::escape(row.path) + " (copy " +
-           std::to_string(row.recipe.copy) + "), long segment " + std::to_string(segment / state.num_short) +
-           ", short segment " + std::to_string(segment % state.num_short) + ", frame " + std::to_string(frame) +
-           ", mel band " + std::to_string(band) + ": device " + num(d.worst.device) + ", cpu " + num(d.worst.cpu) +
+           std::to_string(row.recipe.copy) + "), frame " + std::to_string(frame) + ", mel band " +
+           std::to_string(band) + ": device " + num(d.worst.device) + ", cpu " + num(d.worst.cpu) +
            " (bound " + num(d.worst.bound) + ")",
        where);
 }
@@ -362,8 +357,8 @@ int64_t EngineCheck::held_bytes() const {
   int64_t bytes = mel::cpu_engine_host_bytes(engine_config(s));
   if (!impl_->augment_pending) return bytes;
   int64_t scratch = 0;
-  for (const PlannedFile& f : s.usable)
-    scratch = std::max(scratch, s.augment->cpu_augmenter()->item_bytes(f.plan.arena_samples));
+  for (const PlannedCopy& row : memory_rows(s))
+    scratch = std::max(scratch, s.augment->cpu_augmenter()->item_bytes(row.plan.samples));
   return bytes + int64_t{s.threads} * scratch;
 }
 
@@ -383,23 +378,21 @@ AudioStages EngineCheck::stages(int64_t number, std::size_t split) const {
 
 void EngineCheck::compare(const Batch& batch, std::vector<uint8_t>& device_out) {
   Impl& c = *impl_;
-  if (batch.records.empty()) return;
+  if (batch.kept.records.empty()) return;
   std::unique_ptr<mel::MelEngine> twin = mel::make_cpu_engine(engine_config(c.state));
   c.compare_mel(batch, device_out, *twin);
   if (c.summary.result == "failed") {
     if (!c.rows_in_arena && !c.rows.empty()) {
       c.rows_into_arena(batch.files);
       c.rerun_after_augment(batch.files);
-      featurize::compute_files(*twin, batch.arena, batch.offsets, batch.valid_long, c.state.batch_layout(),
-                               c.state.config.build.dtype, mel::silence_value(c.state.config.mel), c.twin_out.data(),
-                               c.scratch);
+      compute_rows(*twin, c.state.config.mel, c.state.config.build.dtype, batch.arena, batch.kept,
+                   c.twin_out.data());
     }
     device_out = c.twin_out;
     c.fall_back(std::move(twin));
   }
   std::vector<Impl::Row>().swap(c.rows);
   std::vector<uint8_t>().swap(c.twin_out);
-  std::vector<uint8_t>().swap(c.scratch);
 }
 
 bool EngineCheck::fell_back() const { return impl_->fallback; }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "audio_stage.h"
+#include "clip_plan.h"
 #include "h5_writer.h"
 #include "mel/mel_compare.h"
 #include "mel/mel_engine.h"
@@ -50,8 +51,8 @@ struct EngineCheckSummary {
   int64_t fallback_batch = 0;
   /// Batches compared.
   int batches_compared = 0;
-  /// Valid short segments in the compared batches.
-  int64_t segments_compared = 0;
+  /// Frames in the compared batches.
+  int64_t frames_compared = 0;
   /// Augmented rows (recipes with an impulse response, a noise or a gain) whose waveforms were compared.
   int64_t augmented_compared = 0;
   /// Largest |device - cpu| of the spectrograms compared; negative when none was.
@@ -100,15 +101,13 @@ class EngineCheck {
   struct Batch {
     /// The batch's rows after the audio stages (their errors set), spans into `arena`.
     std::span<BatchFile> files;
-    /// The kept rows in order, their arena offsets and valid long segments (as compute_files takes them).
-    std::span<const FileRecord> records;
-    std::span<const int64_t> offsets;
-    std::span<const int> valid_long;
+    /// The kept rows in order and where they lie in the arena (as compute_rows takes them).
+    const KeptRows& kept;
     /// The arena.
     const float* arena = nullptr;
   };
-  /// Compares the device's spectrograms of `batch` in `device_out` (compute_files' layout, the test hook's mel
-  /// offset added first) with the CPU twin's (a CPU engine of engine_config, made for the batch). Nothing when no row
+  /// Compares the device's frames of `batch` in `device_out` (compute_rows' layout, the test hook's mel offset added
+  /// first) with the CPU twin's (a CPU engine of engine_config, made for the batch). Nothing when no row
   /// was kept (the comparison stays pending). On a match, leaves `device_out` as it is. On a mismatch, of the
   /// spectrograms or of the augmented rows of stages(), under --device cuda throws EngineCheckError naming the
   /// largest difference; under auto writes the twin's result of the batch (CPU augmenter, the stages after augment,

@@ -7,6 +7,7 @@
 #include <set>
 #include <system_error>
 
+#include "clip_plan.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
 #include "melforge/common/parallel.h"
@@ -71,10 +72,47 @@ std::vector<std::string> escaped(const std::vector<std::string>& names) {
   return out;
 }
 
+/// Writes the 1-D dataset `name` of `count` elements of `mem_type` at `data`, stored as `file_type`, without object
+/// times (byte-identical files).
+void write_column(h5::File& file, const std::string& name, hid_t file_type, hid_t mem_type, std::size_t count,
+                  const void* data) {
+  h5::silence_errors();
+  const std::string what = file.name() + ":/" + name;
+  const hsize_t dims[1] = {count};
+  const hid_t space_id = H5Screate_simple(1, dims, nullptr);
+  if (space_id < 0) h5::throw_io(what + ": cannot create a dataspace");
+  const h5::Dataspace space(space_id, what);
+  const hid_t plist_id = H5Pcreate(H5P_DATASET_CREATE);
+  if (plist_id < 0) h5::throw_io(what + ": cannot create a property list");
+  const h5::PropList dcpl(plist_id, what);
+  if (H5Pset_obj_track_times(dcpl.id(), false) < 0) h5::throw_io(what + ": cannot turn off time tracking");
+  const hid_t id = H5Dcreate2(file.id(), name.c_str(), file_type, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT);
+  if (id < 0) h5::throw_io(what + ": cannot create the dataset");
+  h5::Dataset ds(id, what);
+  if (count > 0 && H5Dwrite(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    h5::throw_io(what + ": cannot write");
+  ds.close();
+}
+
+/// Reads the 1-D dataset `name` of `file` (named `where`), which must hold `count` elements, as `mem_type`.
+template <class T>
+std::vector<T> read_column(h5::File& file, const std::string& name, hid_t mem_type, int64_t count,
+                           const std::string& where) {
+  if (!h5::exists(file, name)) throw FormatError(where + ": dataset '" + name + "' is missing (schema 3)");
+  const h5::Dataset ds = h5::open_dataset(file, name);
+  const std::vector<int64_t> d = h5::dims(ds);
+  if (d.size() != 1 || d[0] != count)
+    throw FormatError(where + ": " + name + " has shape " + shape_string(d) + ", expected [" + std::to_string(count) +
+                      "]");
+  std::vector<T> out(static_cast<std::size_t>(count));
+  h5::read_rows(ds, 0, count, mem_type, out.data());
+  return out;
+}
+
 }  // namespace
 
-int64_t chunk_files(int64_t file_bytes, int files_per_chunk) {
-  return files_per_chunk > 0 ? files_per_chunk : std::max<int64_t>(1, kAutoChunkBytes / file_bytes);
+int64_t chunk_frames(int64_t frame_bytes, int64_t frames_per_chunk) {
+  return frames_per_chunk > 0 ? frames_per_chunk : std::max<int64_t>(1, kAutoChunkBytes / frame_bytes);
 }
 
 struct ChunkCompressor::Impl {
@@ -146,10 +184,10 @@ struct SplitWriter::Impl {
   std::filesystem::path partial_path;
   State state = State::open;
   h5::File file;
-  h5::Dataset mel;
+  h5::Dataset frames_ds;
   int64_t elem_bytes = 0;
-  int64_t file_bytes = 0;
-  int64_t files_per_chunk = 0;
+  int64_t frame_bytes = 0;
+  int64_t frames_per_chunk = 0;
   int64_t chunk_bytes = 0;
   int threads = 1;
   bool filtered = false;
@@ -158,9 +196,10 @@ struct SplitWriter::Impl {
   std::unique_ptr<ChunkCutter> cutter;
   int64_t chunks_written = 0;
   int64_t files = 0;
+  int64_t frames = 0;
   std::vector<int32_t> labels;
   std::vector<std::string> paths;
-  std::vector<int32_t> num_valid_long;
+  ClipColumns clips;
   std::vector<int32_t> source_sample_rate;
   std::vector<uint8_t> targets;
   RecipeColumns recipes;
@@ -177,17 +216,12 @@ struct SplitWriter::Impl {
     partial_path = config.final_path;
     partial_path += ".partial";
     elem_bytes = config.dtype == mel::DType::float16 ? 2 : 4;
-    file_bytes = elem_bytes;
-    for (int64_t d : config.file_shape) file_bytes *= d;
-    if (file_bytes > kMaxChunkBytes) {
-      throw InvalidArgument("HDF5 writer: one file's spectrograms " + shape_string(config.file_shape) + " take " +
-                            std::to_string(file_bytes) + " bytes, more than the 2 GiB chunk limit");
-    }
-    files_per_chunk = chunk_files(file_bytes, config.files_per_chunk);
-    chunk_bytes = files_per_chunk * file_bytes;
+    frame_bytes = elem_bytes * config.n_mels;
+    frames_per_chunk = chunk_frames(frame_bytes, config.frames_per_chunk);
+    chunk_bytes = frames_per_chunk * frame_bytes;
     if (chunk_bytes > kMaxChunkBytes) {
-      throw InvalidArgument("HDF5 writer: files_per_chunk " + std::to_string(files_per_chunk) + " gives chunks of " +
-                            std::to_string(chunk_bytes) + " bytes, more than 2 GiB");
+      throw InvalidArgument("HDF5 writer: frames_per_chunk " + std::to_string(frames_per_chunk) +
+                            " gives chunks of " + std::to_string(chunk_bytes) + " bytes, more than 2 GiB");
     }
     threads = resolve_threads(config.threads);
     filtered = config.compression_level > 0;
@@ -202,18 +236,12 @@ struct SplitWriter::Impl {
   void validate() const {
     const std::string where = "HDF5 writer for " + config.final_path.string();
     if (config.final_path.empty()) throw InvalidArgument("HDF5 writer: final_path is empty");
-    if (config.file_shape.size() != 4) {
-      throw InvalidArgument(where + ": file_shape must be [num_long, num_short, n_mels, n_frames], got " +
-                            shape_string(config.file_shape));
-    }
-    for (int64_t d : config.file_shape) {
-      if (d <= 0) throw InvalidArgument(where + ": file_shape must be positive, got " + shape_string(config.file_shape));
-    }
+    if (config.n_mels < 1) throw InvalidArgument(where + ": n_mels must be >= 1, got " + std::to_string(config.n_mels));
     if (config.compression_level < 0 || config.compression_level > 9) {
       throw InvalidArgument(where + ": compression level must be 0..9, got " +
                             std::to_string(config.compression_level));
     }
-    if (config.files_per_chunk < 0) throw InvalidArgument(where + ": files_per_chunk must be >= 0");
+    if (config.frames_per_chunk < 0) throw InvalidArgument(where + ": frames_per_chunk must be >= 0");
     if (config.threads < 0) throw InvalidArgument(where + ": threads must be >= 0");
     std::set<std::string> names = {"schema_version", "split", "melforge_version"};
     for (const Attribute& a : config.attributes) {
@@ -229,18 +257,18 @@ struct SplitWriter::Impl {
     const Stopwatch watch;
     try {
       file = h5::create_file(partial_path);
-      mel = create_mel_dataset(file, config.file_shape, config.dtype, files_per_chunk, shuffled,
-                               config.compression_level);
+      frames_ds = create_frames_dataset(file, config.n_mels, config.dtype, frames_per_chunk, shuffled,
+                                        config.compression_level);
     } catch (...) {
       fail();
       throw;
     }
     write_s += watch.seconds();
-    cutter = std::make_unique<ChunkCutter>(files_per_chunk, file_bytes);
+    cutter = std::make_unique<ChunkCutter>(frames_per_chunk, frame_bytes);
   }
 
   void fail() noexcept {
-    mel.reset();
+    frames_ds.reset();
     file.reset();
     std::error_code ec;
     std::filesystem::remove(partial_path, ec);
@@ -255,7 +283,6 @@ struct SplitWriter::Impl {
   }
 
   void validate_records(const std::vector<FileRecord>& records) const {
-    const int64_t num_long = config.file_shape[0];
     const auto num_classes = static_cast<int64_t>(config.class_names.size());
     for (const FileRecord& r : records) {
       if (num_classes > 0 && (r.label < 0 || r.label >= num_classes)) {
@@ -266,9 +293,10 @@ struct SplitWriter::Impl {
         if (t < 0 || t >= num_classes)
           throw InvalidArgument(config.final_path.string() + ": target " + std::to_string(t) + " of '" + r.path +
                                 "' is outside [0, " + std::to_string(num_classes) + ")");
-      if (r.num_valid_long < 0 || r.num_valid_long > num_long) {
-        throw InvalidArgument(config.final_path.string() + ": num_valid_long " + std::to_string(r.num_valid_long) +
-                              " of '" + r.path + "' is outside [0, " + std::to_string(num_long) + "]");
+      if (r.frames < 1 || r.num_samples < 0 || (r.clip_flags & ~(kStoredPadded | kStoredCapped)) != 0) {
+        throw InvalidArgument(config.final_path.string() + ": clip '" + r.path + "' has " + std::to_string(r.frames) +
+                              " frames, " + std::to_string(r.num_samples) + " samples and flags " +
+                              std::to_string(r.clip_flags) + " (needs >= 1 frame, >= 0 samples, flags 0..3)");
       }
     }
   }
@@ -283,12 +311,11 @@ struct SplitWriter::Impl {
       if (filtered) compress_batch(sources.data() + first, count);
       const Stopwatch watch;
       for (int64_t i = 0; i < count; ++i) {
-        std::vector<int64_t> offset(5, 0);
-        offset[0] = chunks_written * files_per_chunk;
+        std::vector<int64_t> offset = {chunks_written * frames_per_chunk, 0};
         const void* data = filtered ? static_cast<const void*>(compressor->output(i))
                                     : static_cast<const void*>(sources[static_cast<size_t>(first + i)]);
         const size_t size = filtered ? compressor->output_size(i) : chunk;
-        h5::write_chunk(mel, offset, data, size, 0);
+        h5::write_chunk(frames_ds, offset, data, size, 0);
         ++chunks_written;
         bytes += static_cast<int64_t>(size);
       }
@@ -302,11 +329,9 @@ struct SplitWriter::Impl {
     compress_s += watch.seconds();
   }
 
-  void extend(int64_t new_files) {
+  void extend(int64_t new_frames) {
     const Stopwatch watch;
-    std::vector<int64_t> d = {new_files};
-    d.insert(d.end(), config.file_shape.begin(), config.file_shape.end());
-    h5::set_extent(mel, d);
+    h5::set_extent(frames_ds, {new_frames, config.n_mels});
     write_s += watch.seconds();
   }
 
@@ -315,20 +340,24 @@ struct SplitWriter::Impl {
     validate_records(records);
     const auto n = static_cast<int64_t>(records.size());
     if (n == 0) return;
-    if (data == nullptr) throw InvalidArgument(config.final_path.string() + ": append() got no spectrogram data");
+    if (data == nullptr) throw InvalidArgument(config.final_path.string() + ": append() got no frames");
+    int64_t batch_frames = 0;
+    for (const FileRecord& r : records) batch_frames += r.frames;
     try {
-      const std::vector<const unsigned char*> sources = cutter->append(static_cast<const unsigned char*>(data), n);
-      extend(files + n);
+      const std::vector<const unsigned char*> sources =
+          cutter->append(static_cast<const unsigned char*>(data), batch_frames);
+      extend(frames + batch_frames);
       compress_and_write(sources);
     } catch (...) {
       fail();
       throw;
     }
     files += n;
+    frames += batch_frames;
     for (const FileRecord& r : records) {
       labels.push_back(r.label);
       paths.push_back(r.path);
-      num_valid_long.push_back(r.num_valid_long);
+      clips.push(r.frames, r.num_samples, r.clip_flags);
       source_sample_rate.push_back(r.source_sample_rate);
       if (config.multilabel) add_target_row(r);
       if (config.augmented) recipes.push(r.recipe);
@@ -343,7 +372,7 @@ struct SplitWriter::Impl {
   }
 
   void write_metadata() {
-    write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, num_valid_long,
+    write_split_metadata(file, config.split, config.class_names, config.attributes, labels, paths, clips,
                          config.source_sample_rate ? &source_sample_rate : nullptr,
                          config.multilabel ? &targets : nullptr);
     if (config.augmented) write_recipe_columns(file, recipes);
@@ -357,7 +386,7 @@ struct SplitWriter::Impl {
       write_metadata();
       h5::silence_errors();
       if (H5Fflush(file.id(), H5F_SCOPE_GLOBAL) < 0) h5::throw_io(file.name() + ": cannot flush");
-      mel.close();
+      frames_ds.close();
       file.close();
       write_s += watch.seconds();
       std::error_code ec;
@@ -382,11 +411,14 @@ SplitWriter::~SplitWriter() {
 
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
-                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
+                          const std::vector<std::string>& paths, const ClipColumns& clips,
                           const std::vector<int32_t>* source_sample_rate, const std::vector<uint8_t>* targets) {
+  if (clips.size() != labels.size() || paths.size() != labels.size())
+    throw InvalidArgument("write_split_metadata: " + std::to_string(labels.size()) + " labels, " +
+                          std::to_string(paths.size()) + " paths and " + std::to_string(clips.size()) + " clips");
   h5::write_int32(file, "label", labels);
   h5::write_strings(file, "path", escaped(paths));
-  h5::write_int32(file, "num_valid_long", num_valid_long);
+  write_clip_columns(file, clips);
   if (source_sample_rate != nullptr) {
     if (source_sample_rate->size() != labels.size())
       throw InvalidArgument("write_split_metadata: " + std::to_string(source_sample_rate->size()) +
@@ -447,8 +479,8 @@ bool read_recipe_columns(h5::File& file, std::size_t rows, const std::string& wh
   return true;
 }
 
-h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,
-                               int64_t files_per_chunk, bool shuffle, int level) {
+h5::Dataset create_frames_dataset(h5::File& file, int64_t n_mels, mel::DType dtype, int64_t frames_per_chunk,
+                                  bool shuffle, int level) {
   h5::Datatype f16;
   hid_t type = H5T_NATIVE_FLOAT;
   if (dtype == mel::DType::float16) {
@@ -456,44 +488,79 @@ h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_
     type = f16.id();
   }
   h5::ChunkedSpec spec;
-  spec.dims = {0};
-  spec.max_dims = {-1};
-  spec.chunk = {files_per_chunk};
-  for (int64_t d : file_shape) {
-    spec.dims.push_back(d);
-    spec.max_dims.push_back(d);
-    spec.chunk.push_back(d);
-  }
+  spec.dims = {0, n_mels};
+  spec.max_dims = {-1, n_mels};
+  spec.chunk = {frames_per_chunk, n_mels};
   spec.shuffle = level > 0 && shuffle;
   spec.deflate_level = level;
-  return h5::create_chunked_dataset(file, "mel", type, spec);
+  return h5::create_chunked_dataset(file, "frames", type, spec);
 }
 
-ChunkCutter::ChunkCutter(int64_t files_per_chunk, int64_t file_bytes)
-    : files_per_chunk_(files_per_chunk), file_bytes_(file_bytes) {
-  if (files_per_chunk < 1 || file_bytes < 1)
-    throw InvalidArgument("ChunkCutter: files per chunk and bytes per file must be >= 1");
+void ClipColumns::push(int64_t frames, int64_t samples, uint8_t flags) {
+  frame_offset.push_back(frame_offset.back() + frames);
+  num_samples.push_back(samples);
+  clip_flags.push_back(flags);
+}
+
+void ClipColumns::append(const ClipColumns& other) {
+  const int64_t base = total_frames();
+  for (std::size_t i = 1; i < other.frame_offset.size(); ++i) frame_offset.push_back(base + other.frame_offset[i]);
+  num_samples.insert(num_samples.end(), other.num_samples.begin(), other.num_samples.end());
+  clip_flags.insert(clip_flags.end(), other.clip_flags.begin(), other.clip_flags.end());
+}
+
+void write_clip_columns(h5::File& file, const ClipColumns& c) {
+  write_column(file, "frame_offset", H5T_STD_I64LE, H5T_NATIVE_INT64, c.frame_offset.size(), c.frame_offset.data());
+  write_column(file, "num_samples", H5T_STD_I64LE, H5T_NATIVE_INT64, c.num_samples.size(), c.num_samples.data());
+  write_column(file, "clip_flags", H5T_STD_U8LE, H5T_NATIVE_UINT8, c.clip_flags.size(), c.clip_flags.data());
+}
+
+ClipColumns read_clip_columns(h5::File& file, int64_t clips, int64_t frames, const std::string& where) {
+  ClipColumns c;
+  c.frame_offset = read_column<int64_t>(file, "frame_offset", H5T_NATIVE_INT64, clips + 1, where);
+  c.num_samples = read_column<int64_t>(file, "num_samples", H5T_NATIVE_INT64, clips, where);
+  c.clip_flags = read_column<uint8_t>(file, "clip_flags", H5T_NATIVE_UINT8, clips, where);
+  if (c.frame_offset.front() != 0 || c.frame_offset.back() != frames)
+    throw FormatError(where + ": frame_offset runs from " + std::to_string(c.frame_offset.front()) + " to " +
+                      std::to_string(c.frame_offset.back()) + ", not from 0 to the " + std::to_string(frames) +
+                      " rows of frames");
+  for (int64_t f = 0; f < clips; ++f) {
+    const auto i = static_cast<std::size_t>(f);
+    if (c.frame_offset[i + 1] <= c.frame_offset[i])
+      throw FormatError(where + ": frame_offset is not strictly increasing at clip " + std::to_string(f));
+    if (c.num_samples[i] < 0) throw FormatError(where + ": num_samples of clip " + std::to_string(f) + " is negative");
+    if ((c.clip_flags[i] & ~(kStoredPadded | kStoredCapped)) != 0)
+      throw FormatError(where + ": clip_flags of clip " + std::to_string(f) + " is " +
+                        std::to_string(c.clip_flags[i]) + ", not a combination of bits 1 and 2");
+  }
+  return c;
+}
+
+ChunkCutter::ChunkCutter(int64_t units_per_chunk, int64_t unit_bytes)
+    : units_per_chunk_(units_per_chunk), unit_bytes_(unit_bytes) {
+  if (units_per_chunk < 1 || unit_bytes < 1)
+    throw InvalidArgument("ChunkCutter: units per chunk and bytes per unit must be >= 1");
 }
 
 std::vector<const unsigned char*> ChunkCutter::append(const unsigned char* src, int64_t n) {
   std::vector<const unsigned char*> chunks;
   if (n <= 0) return chunks;
   if (pending_ > 0) {
-    const int64_t k = std::min(files_per_chunk_ - pending_, n);
-    std::memcpy(buffers_[current_].data() + pending_ * file_bytes_, src, static_cast<size_t>(k * file_bytes_));
+    const int64_t k = std::min(units_per_chunk_ - pending_, n);
+    std::memcpy(buffers_[current_].data() + pending_ * unit_bytes_, src, static_cast<size_t>(k * unit_bytes_));
     pending_ += k;
-    src += k * file_bytes_;
+    src += k * unit_bytes_;
     n -= k;
-    if (pending_ == files_per_chunk_) {
+    if (pending_ == units_per_chunk_) {
       chunks.push_back(buffers_[current_].data());
       current_ ^= 1;
       pending_ = 0;
     }
   }
-  for (; n >= files_per_chunk_; n -= files_per_chunk_, src += files_per_chunk_ * file_bytes_) chunks.push_back(src);
+  for (; n >= units_per_chunk_; n -= units_per_chunk_, src += units_per_chunk_ * unit_bytes_) chunks.push_back(src);
   if (n > 0) {
-    if (buffers_[current_].empty()) buffers_[current_].resize(static_cast<size_t>(files_per_chunk_ * file_bytes_));
-    std::memcpy(buffers_[current_].data(), src, static_cast<size_t>(n * file_bytes_));
+    if (buffers_[current_].empty()) buffers_[current_].resize(static_cast<size_t>(units_per_chunk_ * unit_bytes_));
+    std::memcpy(buffers_[current_].data(), src, static_cast<size_t>(n * unit_bytes_));
     pending_ = n;
   }
   return chunks;
@@ -502,7 +569,7 @@ std::vector<const unsigned char*> ChunkCutter::append(const unsigned char* src, 
 const unsigned char* ChunkCutter::flush() {
   if (pending_ == 0) return nullptr;
   std::vector<unsigned char>& b = buffers_[current_];
-  std::memset(b.data() + pending_ * file_bytes_, 0, b.size() - static_cast<size_t>(pending_ * file_bytes_));
+  std::memset(b.data() + pending_ * unit_bytes_, 0, b.size() - static_cast<size_t>(pending_ * unit_bytes_));
   current_ ^= 1;
   pending_ = 0;
   return b.data();
@@ -513,6 +580,8 @@ void SplitWriter::append(const void* mel, const std::vector<FileRecord>& records
 void SplitWriter::finish() { impl_->finish(); }
 
 int64_t SplitWriter::files() const { return impl_->files; }
+
+int64_t SplitWriter::frames() const { return impl_->frames; }
 
 double SplitWriter::compress_seconds() const { return impl_->compress_s; }
 

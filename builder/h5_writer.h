@@ -72,14 +72,45 @@ void write_recipe_columns(h5::File& file, const RecipeColumns& columns);
 /// one does not hold `rows` entries.
 bool read_recipe_columns(h5::File& file, std::size_t rows, const std::string& where, RecipeColumns& out);
 
-/// Per-file metadata stored beside the spectrograms.
+/// The per-clip layout datasets of a schema-3 split file (docs/FORMAT.md): where each clip's frames are, its samples
+/// and its flags.
+struct ClipColumns {
+  /// frame_offset [F + 1]: clip f is rows [frame_offset[f], frame_offset[f + 1]) of `frames`; starts at 0.
+  std::vector<int64_t> frame_offset{0};
+  /// num_samples [F]: samples of the stored clip at the `sample_rate` attribute.
+  std::vector<int64_t> num_samples;
+  /// clip_flags [F]: StoredClipFlag bits (1: padded to one frame, 2: cut at --max-seconds).
+  std::vector<uint8_t> clip_flags;
+  /// Appends one clip of `frames` (>= 1) frames.
+  void push(int64_t frames, int64_t samples, uint8_t flags);
+  /// Appends every clip of `other`, its frame offsets rebased after this one's last frame.
+  void append(const ClipColumns& other);
+  /// Clips held.
+  std::size_t size() const { return num_samples.size(); }
+  /// Frames of all clips (frame_offset.back()).
+  int64_t total_frames() const { return frame_offset.back(); }
+};
+
+/// Writes the frame_offset (int64), num_samples (int64) and clip_flags (uint8) datasets of `columns` into `file`.
+void write_clip_columns(h5::File& file, const ClipColumns& columns);
+
+/// Reads and checks the clip layout datasets of `file` (named `where` in messages) for `frames` rows of `frames`:
+/// frame_offset of `clips` + 1 entries starting at 0, strictly increasing, ending at `frames`; num_samples (>= 0)
+/// and clip_flags (bits 0 and 1 only) of `clips` entries. Throws FormatError naming the file and the dataset.
+ClipColumns read_clip_columns(h5::File& file, int64_t clips, int64_t frames, const std::string& where);
+
+/// Per-row metadata stored beside the frames.
 struct FileRecord {
   /// Class index into class_names.
   int32_t label = 0;
   /// Path relative to the input root, or as written in the manifest (UTF-8).
   std::string path;
-  /// Long segments that hold audio.
-  int32_t num_valid_long = 0;
+  /// Frames of the clip (>= 1): rows of `frames` it takes.
+  int64_t frames = 0;
+  /// Samples of the stored clip at the target rate (num_samples).
+  int64_t num_samples = 0;
+  /// StoredClipFlag bits (clip_flags).
+  uint8_t clip_flags = 0;
   /// The audio file's own sample rate, Hz, before resampling to the `sample_rate` attribute (0: unknown, in files
   /// merged from shards that did not record it).
   int32_t source_sample_rate = 0;
@@ -96,16 +127,16 @@ struct SplitWriterConfig {
   std::filesystem::path final_path;
   /// Split name stored in the `split` attribute.
   std::string split;
-  /// Shape of one file's spectrograms: [num_long, num_short, n_mels, n_frames].
-  std::vector<int64_t> file_shape;
-  /// Stored element type of `mel`.
+  /// Mel bands: the width M of one frame, a row of `frames` [N, M].
+  int64_t n_mels = 0;
+  /// Stored element type of `frames`.
   mel::DType dtype = mel::DType::float16;
   /// Deflate level 1..9, or 0 for no compression (the chunks are then stored raw).
   int compression_level = 4;
   /// Apply HDF5's shuffle filter before deflate.
   bool shuffle = true;
-  /// Files per HDF5 chunk; 0 picks one so that a chunk is about 1 MiB uncompressed (at least 1 file).
-  int files_per_chunk = 0;
+  /// Frames per HDF5 chunk; 0 picks chunk_frames' default (about 1 MiB uncompressed).
+  int64_t frames_per_chunk = 0;
   /// Threads that compress chunks (0: all cores).
   int threads = 0;
   /// Class names, indexed by label; written as `class_names`.
@@ -121,51 +152,51 @@ struct SplitWriterConfig {
   bool augmented = false;
 };
 
-/// Schema version written to every file's `schema_version` attribute.
-inline constexpr int64_t kSchemaVersion = 2;
+/// Schema version written to every file's `schema_version` attribute: 3, whole clips (docs/FORMAT.md).
+inline constexpr int64_t kSchemaVersion = 3;
 
-/// Files per HDF5 chunk that SplitWriter uses for files of `file_bytes` bytes each: `files_per_chunk` when > 0, else
-/// as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over 2 GiB. Exposed for melforge-build bench,
-/// so that it cuts chunks exactly as a build does.
-int64_t chunk_files(int64_t file_bytes, int files_per_chunk);
+/// Frames per HDF5 chunk that SplitWriter uses for frames of `frame_bytes` bytes each: `frames_per_chunk` when > 0,
+/// else as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over 2 GiB. Exposed for melforge-build
+/// bench, so that it cuts chunks exactly as a build does.
+int64_t chunk_frames(int64_t frame_bytes, int64_t frames_per_chunk);
 
-/// Creates the empty, extensible `mel` dataset of a split file as SplitWriter does: [0, file_shape...] of float16 or
-/// float32, chunks of `files_per_chunk` whole files, with the shuffle filter when `shuffle` and deflate at `level`
-/// (0: no filters).
-h5::Dataset create_mel_dataset(h5::File& file, const std::vector<int64_t>& file_shape, mel::DType dtype,
-                               int64_t files_per_chunk, bool shuffle, int level);
+/// Creates the empty, extensible `frames` dataset of a split file as SplitWriter does: [0, n_mels] of float16 or
+/// float32, dim 0 unlimited, chunks of `frames_per_chunk` whole frames, with the shuffle filter when `shuffle` and
+/// deflate at `level` (0: no filters).
+h5::Dataset create_frames_dataset(h5::File& file, int64_t n_mels, mel::DType dtype, int64_t frames_per_chunk,
+                                  bool shuffle, int level);
 
-/// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path`, `num_valid_long` and
-/// `source_sample_rate` (one entry per file, in dataset order; `source_sample_rate` is left out when the pointer is
-/// null, as when merging shards written before it existed), `targets` (uint8 [files, class_names.size()],
-/// row-major; left out when the pointer is null: a single-label corpus), `class_names`, and the root attributes
-/// schema_version, `split`, melforge_version and then `attributes`. Paths and class names are stored as UTF-8 strings, bytes that are not
-/// valid UTF-8 escaped by utf8::escape (`\xNN`). SplitWriter::finish and melforge-build merge call it.
+/// Writes the metadata of a split file into `file`: the parallel datasets `label`, `path` and `source_sample_rate`
+/// (one entry per clip, in dataset order; `source_sample_rate` is left out when the pointer is null), the clip
+/// layout (write_clip_columns), `targets` (uint8 [clips, class_names.size()], row-major; left out when the pointer is
+/// null: a single-label corpus), `class_names`, and the root attributes schema_version, `split`, melforge_version and
+/// then `attributes`. Paths and class names are stored as UTF-8 strings, bytes that are not valid UTF-8 escaped by
+/// utf8::escape (`\xNN`). SplitWriter::finish and melforge-build merge call it.
 void write_split_metadata(h5::File& file, const std::string& split, const std::vector<std::string>& class_names,
                           const std::vector<Attribute>& attributes, const std::vector<int32_t>& labels,
-                          const std::vector<std::string>& paths, const std::vector<int32_t>& num_valid_long,
+                          const std::vector<std::string>& paths, const ClipColumns& clips,
                           const std::vector<int32_t>* source_sample_rate,
                           const std::vector<uint8_t>* targets = nullptr);
 
-/// Cuts a stream of files, `file_bytes` bytes each, into whole chunks of `files_per_chunk` files, as SplitWriter
-/// stores them. Files of a chunk that is not yet full are copied and kept until the next call.
+/// Cuts a stream of units (frames), `unit_bytes` bytes each, into whole chunks of `units_per_chunk` units, as
+/// SplitWriter stores them. Units of a chunk that is not yet full are copied and kept until the next call.
 class ChunkCutter {
  public:
-  /// `files_per_chunk` >= 1 files of `file_bytes` >= 1 bytes per chunk. Its two chunk buffers are allocated when files
-  /// are first kept, so a writer whose chunks all lie whole inside the batches (one file per chunk) holds none.
-  ChunkCutter(int64_t files_per_chunk, int64_t file_bytes);
-  /// Appends the `n` files at `src` and returns the chunks that are now complete, in order: the kept chunk when these
-  /// files fill it, then the whole chunks inside `src`. The pointers stay valid until the next append() or flush(),
+  /// `units_per_chunk` >= 1 units of `unit_bytes` >= 1 bytes per chunk. Its two chunk buffers are allocated when units
+  /// are first kept, so a writer whose chunks all lie whole inside the batches holds none.
+  ChunkCutter(int64_t units_per_chunk, int64_t unit_bytes);
+  /// Appends the `n` units at `src` and returns the chunks that are now complete, in order: the kept chunk when these
+  /// units fill it, then the whole chunks inside `src`. The pointers stay valid until the next append() or flush(),
   /// and those into `src` as long as `src` does.
   std::vector<const unsigned char*> append(const unsigned char* src, int64_t n);
-  /// The kept chunk, zero-padded after its files, or nullptr when no files are kept; valid until the next call.
+  /// The kept chunk, zero-padded after its units, or nullptr when no units are kept; valid until the next call.
   const unsigned char* flush();
-  /// Files kept for the next chunk.
-  int64_t pending_files() const { return pending_; }
+  /// Units kept for the next chunk.
+  int64_t pending_units() const { return pending_; }
 
  private:
-  int64_t files_per_chunk_;
-  int64_t file_bytes_;
+  int64_t units_per_chunk_;
+  int64_t unit_bytes_;
   std::array<std::vector<unsigned char>, 2> buffers_;
   int current_ = 0;
   int64_t pending_ = 0;
@@ -211,22 +242,26 @@ class SplitWriter {
   SplitWriter(const SplitWriter&) = delete;
   SplitWriter& operator=(const SplitWriter&) = delete;
 
-  /// Appends `records.size()` files. `mel` holds [records.size()][file_shape...] elements of the configured dtype.
-  /// Whole chunks are shuffled and deflated in parallel and written with H5Dwrite_chunk; a partial trailing chunk
-  /// is kept until more files arrive or finish(). Throws IoError on a write failure (e.g. a full disk).
-  void append(const void* mel, const std::vector<FileRecord>& records);
-  /// Writes the remaining chunk, `label`, `path`, `num_valid_long`, `class_names` and the attributes, closes the
-  /// file, and renames it to final_path. Throws IoError on failure (the partial file is removed).
+  /// Appends `records.size()` clips. `frames` holds the sum of records[i].frames frames, clip after clip, each
+  /// [n_mels] elements of the configured dtype. Whole chunks are shuffled and deflated in parallel and written with
+  /// H5Dwrite_chunk; a partial trailing chunk is kept until more frames arrive or finish(). Throws InvalidArgument for
+  /// a record with no frame, negative samples, unknown flags or a label outside the classes; IoError on a write
+  /// failure (e.g. a full disk).
+  void append(const void* frames, const std::vector<FileRecord>& records);
+  /// Writes the remaining chunk, `label`, `path`, the clip layout, `class_names` and the attributes, closes the file,
+  /// and renames it to final_path. Throws IoError on failure (the partial file is removed).
   void finish();
-  /// Files appended so far.
+  /// Clips appended so far.
   int64_t files() const;
+  /// Frames appended so far.
+  int64_t frames() const;
   /// Seconds spent compressing (summed wall time of the parallel compress phases).
   double compress_seconds() const;
   /// Seconds spent in HDF5 calls that write.
   double write_seconds() const;
-  /// Compressed bytes of `mel` written so far.
+  /// Compressed bytes of `frames` written so far.
   int64_t bytes_written() const;
-  /// Chunks of `mel` written so far (a split's last chunk, zero-padded, is written by finish()).
+  /// Chunks of `frames` written so far (a split's last chunk, zero-padded, is written by finish()).
   int64_t chunks_written() const;
 
  private:

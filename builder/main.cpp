@@ -144,9 +144,16 @@ int run(int argc, char** argv) {
       std::printf("  %-5s %lld files\n", split.c_str(), r["files"]["per_split"][split].get<long long>());
     for (const auto& s : r["skipped"])
       std::printf("  skipped %s: %s\n", s["path"].get<std::string>().c_str(), s["reason"].get<std::string>().c_str());
+    const auto& clips = r["clips"];
+    std::printf("  audio: %.1f s in, %.1f s stored (%.2f%%), %lld clips, %lld frames; %lld padded to one frame, "
+                "%lld cut at --max-seconds (%.1f s dropped)\n",
+                clips["seconds_in"].get<double>(), clips["seconds_stored"].get<double>(),
+                clips["stored_fraction"].is_number() ? 100.0 * clips["stored_fraction"].get<double>() : 100.0,
+                clips["rows"].get<long long>(), clips["frames"].get<long long>(), clips["padded"].get<long long>(),
+                clips["capped"].get<long long>(), clips["seconds_dropped"].get<double>());
     std::printf("\n%s", result.timing_table.c_str());
-    std::printf("throughput: %.1f files/s, %.0f segments/s, %.3f h of audio/s; peak RSS %.1f MiB\n",
-                r["throughput"]["files_per_s"].get<double>(), r["throughput"]["segments_per_s"].get<double>(),
+    std::printf("throughput: %.1f files/s, %.0f frames/s, %.3f h of audio/s; peak RSS %.1f MiB\n",
+                r["throughput"]["files_per_s"].get<double>(), r["throughput"]["frames_per_s"].get<double>(),
                 r["throughput"]["audio_hours_per_s"].get<double>(),
                 static_cast<double>(r["peak_rss_bytes"].get<long long>()) / (1 << 20));
     if (r.contains("shard"))

@@ -26,7 +26,7 @@ namespace {
 const std::set<std::string> kPerShardAttributes = {"shard_index", "shard_count", "schema_version", "split",
                                                    "melforge_version"};
 
-/// Bytes of spectrograms the merge with --copy reads from a shard at a time.
+/// Bytes of frames the merge with --copy reads from a shard at a time (at least one clip).
 constexpr int64_t kCopyBatchBytes = int64_t{32} << 20;
 
 /// One shard folder and what its report says about it.
@@ -43,14 +43,16 @@ struct Shard {
 struct ShardSplit {
   fs::path path;
   h5::File file;
-  h5::Dataset mel;
+  /// The shard's `frames` [N, M].
+  h5::Dataset frames;
   std::vector<int64_t> dims;
   std::vector<int64_t> chunk;
   h5::Filters filters;
   std::map<std::string, h5::AttributeValue> attributes;
   std::vector<std::string> class_names;
   std::vector<int32_t> label;
-  std::vector<int32_t> num_valid_long;
+  /// frame_offset, num_samples and clip_flags.
+  ClipColumns clips;
   /// Empty when the shard has no `source_sample_rate` dataset (written before it existed).
   std::vector<int32_t> source_sample_rate;
   bool has_source_sample_rate = false;
@@ -144,7 +146,9 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
   };
   if (attribute("schema_version") != h5::AttributeValue{kSchemaVersion})
     throw FormatError(where + ": schema_version " + h5::to_string(attribute("schema_version")) +
-                      ", this melforge-build merges version " + std::to_string(kSchemaVersion));
+                      ": this melforge-build merges shards of schema " + std::to_string(kSchemaVersion) +
+                      " (whole clips) only; build the shards again with this melforge-build (older shards can be "
+                      "merged by the melforge-build that wrote them)");
   if (attribute("split") != h5::AttributeValue{split})
     throw FormatError(where + ": its split attribute is " + h5::to_string(attribute("split")));
   if (attribute("shard_index") != h5::AttributeValue{int64_t{shard.index}} ||
@@ -152,28 +156,29 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
     throw FormatError(where + ": shard " + h5::to_string(attribute("shard_index")) + "/" +
                       h5::to_string(attribute("shard_count")) + ", but its build_report.json says " +
                       std::to_string(shard.index) + "/" + std::to_string(shard.count));
-  s.mel = h5::open_dataset(s.file, "mel");
-  if (h5::is_virtual(s.mel)) throw FormatError(where + ": mel is a virtual dataset: a merged dataset is not a shard");
-  s.dims = h5::dims(s.mel);
-  if (s.dims.size() != 5) throw FormatError(where + ": mel has rank " + std::to_string(s.dims.size()) + ", not 5");
-  s.chunk = h5::chunk_dims(s.mel);
-  s.filters = h5::filters(s.mel);
+  s.frames = h5::open_dataset(s.file, "frames");
+  if (h5::is_virtual(s.frames))
+    throw FormatError(where + ": frames is a virtual dataset: a merged dataset is not a shard");
+  s.dims = h5::dims(s.frames);
+  if (s.dims.size() != 2) throw FormatError(where + ": frames has rank " + std::to_string(s.dims.size()) + ", not 2");
+  s.chunk = h5::chunk_dims(s.frames);
+  s.filters = h5::filters(s.frames);
   s.class_names = h5::read_strings(s.file, "class_names");
   s.label = h5::read_int32(s.file, "label");
-  s.num_valid_long = h5::read_int32(s.file, "num_valid_long");
   s.path_values = h5::read_strings(s.file, "path");
   if (h5::exists(s.file, "targets"))
     throw FormatError(where + ": holds a multi-label `targets` matrix; merging multi-label shards is not supported "
                       "yet: build a multi-label corpus without --shard");
   s.has_source_sample_rate = h5::exists(s.file, "source_sample_rate");
   if (s.has_source_sample_rate) s.source_sample_rate = h5::read_int32(s.file, "source_sample_rate");
-  const auto files = static_cast<size_t>(s.dims[0]);
+  const auto files = s.label.size();
+  if (s.path_values.size() != files)
+    throw FormatError(where + ": label has " + std::to_string(files) + " entries but path " +
+                      std::to_string(s.path_values.size()));
   if (s.has_source_sample_rate && s.source_sample_rate.size() != files)
     throw FormatError(where + ": source_sample_rate has " + std::to_string(s.source_sample_rate.size()) +
-                      " entries for " + std::to_string(files) + " files of mel");
-  if (s.label.size() != files || s.num_valid_long.size() != files || s.path_values.size() != files)
-    throw FormatError(where + ": label, num_valid_long and path do not all have one entry per file of mel (" +
-                      std::to_string(files) + ")");
+                      " entries for " + std::to_string(files) + " clips");
+  s.clips = read_clip_columns(s.file, static_cast<int64_t>(files), s.dims[0], where);
   s.augmented = read_recipe_columns(s.file, files, where, s.recipes);
   return s;
 }
@@ -209,16 +214,15 @@ void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
     throw FormatError(here + ": written by melforge " + h5::to_string(s.attributes.at("melforge_version")) +
                       " but " + there + " by " + h5::to_string(ref.attributes.at("melforge_version")));
   if (s.class_names != ref.class_names) throw FormatError(here + ": class_names differ from " + there);
-  const std::vector<int64_t> shape(s.dims.begin() + 1, s.dims.end());
-  const std::vector<int64_t> ref_shape(ref.dims.begin() + 1, ref.dims.end());
-  if (shape != ref_shape)
-    throw FormatError(here + ": one file's mel is " + shape_text(shape) + " but " + shape_text(ref_shape) + " in " + there);
-  const h5::Datatype t = h5::dataset_type(s.mel);
-  const h5::Datatype rt = h5::dataset_type(ref.mel);
-  if (H5Tequal(t.id(), rt.id()) <= 0) throw FormatError(here + ": mel's element type differs from " + there);
+  if (s.dims[1] != ref.dims[1])
+    throw FormatError(here + ": a frame has " + std::to_string(s.dims[1]) + " mel bands but " +
+                      std::to_string(ref.dims[1]) + " in " + there);
+  const h5::Datatype t = h5::dataset_type(s.frames);
+  const h5::Datatype rt = h5::dataset_type(ref.frames);
+  if (H5Tequal(t.id(), rt.id()) <= 0) throw FormatError(here + ": the element type of frames differs from " + there);
   if (s.chunk != ref.chunk || s.filters.shuffle != ref.filters.shuffle ||
       s.filters.deflate_level != ref.filters.deflate_level)
-    throw FormatError(here + ": mel is stored with chunks " + shape_text(s.chunk) + ", deflate " +
+    throw FormatError(here + ": frames is stored with chunks " + shape_text(s.chunk) + ", deflate " +
                       std::to_string(s.filters.deflate_level) + ", shuffle " + (s.filters.shuffle ? "on" : "off") +
                       " but " + there + " with " + shape_text(ref.chunk) + ", deflate " +
                       std::to_string(ref.filters.deflate_level) + ", shuffle " + (ref.filters.shuffle ? "on" : "off"));
@@ -238,89 +242,108 @@ std::string relative_source(const fs::path& file, const fs::path& output) {
   return fs::weakly_canonical(file).lexically_relative(fs::weakly_canonical(output)).generic_string();
 }
 
-/// Writes one merged split file at `target`: the metadata concatenated in shard order, and mel either as a virtual
-/// dataset (one block per non-empty shard, source names relative to `output`) or copied through SplitWriter.
-/// Returns the compressed mel bytes written (0 for a virtual mel).
+/// The end `last` of the clips [first, last) of `p` whose frames fit in `bytes` bytes at `frame_bytes` each (at
+/// least one clip).
+int64_t clips_within(const ShardSplit& p, int64_t first, int64_t frame_bytes, int64_t bytes) {
+  const auto at = [&p](int64_t i) { return p.clips.frame_offset[static_cast<size_t>(i)]; };
+  const auto clips = static_cast<int64_t>(p.clips.size());
+  int64_t last = first + 1;
+  while (last < clips && (at(last + 1) - at(first)) * frame_bytes <= bytes) ++last;
+  return last;
+}
+
+/// Copies the frames of `parts` in shard order through a SplitWriter of `wc` (chunks cut as an unsharded build cuts
+/// them), a run of whole clips of at most kCopyBatchBytes at a time. Returns the compressed bytes written.
+int64_t copy_frames(const std::vector<ShardSplit>& parts, SplitWriterConfig wc, mel::DType dtype) {
+  SplitWriter writer(std::move(wc));
+  const int64_t frame_bytes = (dtype == mel::DType::float16 ? 2 : 4) * parts.front().dims[1];
+  h5::Datatype f16 = h5::float16_type();
+  const hid_t mem_type = dtype == mel::DType::float16 ? f16.id() : H5T_NATIVE_FLOAT;
+  std::vector<unsigned char> buffer;
+  for (const ShardSplit& p : parts) {
+    const auto clips = static_cast<int64_t>(p.clips.size());
+    for (int64_t first = 0; first < clips;) {
+      const int64_t last = clips_within(p, first, frame_bytes, kCopyBatchBytes);
+      const int64_t frame0 = p.clips.frame_offset[static_cast<size_t>(first)];
+      const int64_t frames = p.clips.frame_offset[static_cast<size_t>(last)] - frame0;
+      buffer.resize(static_cast<size_t>(frames * frame_bytes));
+      h5::read_rows(p.frames, frame0, frames, mem_type, buffer.data());
+      std::vector<FileRecord> records;
+      for (int64_t i = first; i < last; ++i) {
+        const auto k = static_cast<size_t>(i);
+        records.push_back({p.label[k], p.path_values[k], p.clips.frame_offset[k + 1] - p.clips.frame_offset[k],
+                           p.clips.num_samples[k], p.clips.clip_flags[k],
+                           p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {},
+                           p.augmented ? p.recipes.row(k) : RowRecipe{}});
+      }
+      writer.append(buffer.data(), records);
+      first = last;
+    }
+  }
+  writer.finish();
+  return writer.bytes_written();
+}
+
+/// Writes one merged split file at `target`: the metadata concatenated in shard order (frame_offset rebased), and
+/// frames either as a virtual dataset (one block per shard with frames, source names relative to `output`) or copied
+/// through SplitWriter. Returns the compressed bytes of frames written (0 for a virtual frames).
 int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& split, const fs::path& target,
                     const fs::path& output, const MergeOptions& options) {
   const ShardSplit& ref = parts.front();
   const int shard_count = static_cast<int>(parts.size());
-  std::vector<int32_t> labels, valid, rates;
+  std::vector<int32_t> labels, rates;
   std::vector<std::string> paths;
+  ClipColumns clips;
   RecipeColumns recipes;
   bool have_rates = true;
   for (const ShardSplit& p : parts) {
     for (std::size_t i = 0; i < p.recipes.size(); ++i) recipes.push(p.recipes.row(i));
     labels.insert(labels.end(), p.label.begin(), p.label.end());
-    valid.insert(valid.end(), p.num_valid_long.begin(), p.num_valid_long.end());
+    clips.append(p.clips);
     rates.insert(rates.end(), p.source_sample_rate.begin(), p.source_sample_rate.end());
     have_rates = have_rates && p.has_source_sample_rate;
     paths.insert(paths.end(), p.path_values.begin(), p.path_values.end());
   }
-  const std::vector<int64_t> file_shape(ref.dims.begin() + 1, ref.dims.end());
-  const mel::DType dtype = H5Tget_size(h5::dataset_type(ref.mel).id()) == 2 ? mel::DType::float16 : mel::DType::float32;
-  const int64_t files_per_chunk = ref.chunk.empty() ? 1 : ref.chunk[0];
+  const int64_t n_mels = ref.dims[1];
+  const mel::DType dtype =
+      H5Tget_size(h5::dataset_type(ref.frames).id()) == 2 ? mel::DType::float16 : mel::DType::float32;
+  const int64_t frames_per_chunk = ref.chunk.empty() ? 1 : ref.chunk[0];
 
   if (options.copy) {
     SplitWriterConfig wc;
     wc.final_path = target;
     wc.split = split;
-    wc.file_shape = file_shape;
+    wc.n_mels = n_mels;
     wc.dtype = dtype;
     wc.compression_level = ref.filters.deflate_level;
     wc.shuffle = ref.filters.shuffle;
-    wc.files_per_chunk = static_cast<int>(files_per_chunk);
+    wc.frames_per_chunk = frames_per_chunk;
     wc.threads = options.threads;
     wc.class_names = ref.class_names;
     wc.attributes = merged_attributes(ref, shard_count);
     wc.source_sample_rate = have_rates;
     wc.augmented = ref.augmented;
-    SplitWriter writer(wc);
-    int64_t file_bytes = dtype == mel::DType::float16 ? 2 : 4;
-    for (const int64_t d : file_shape) file_bytes *= d;
-    const int64_t step = std::max<int64_t>(1, kCopyBatchBytes / file_bytes);
-    h5::Datatype f16 = h5::float16_type();
-    const hid_t mem_type = dtype == mel::DType::float16 ? f16.id() : H5T_NATIVE_FLOAT;
-    std::vector<unsigned char> buffer;
-    for (const ShardSplit& p : parts) {
-      for (int64_t first = 0; first < p.dims[0]; first += step) {
-        const int64_t n = std::min(step, p.dims[0] - first);
-        buffer.resize(static_cast<size_t>(n * file_bytes));
-        h5::read_rows(p.mel, first, n, mem_type, buffer.data());
-        std::vector<FileRecord> records;
-        for (int64_t i = first; i < first + n; ++i) {
-          const auto k = static_cast<size_t>(i);
-          records.push_back({p.label[k], p.path_values[k], p.num_valid_long[k],
-                             p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {},
-                             p.augmented ? p.recipes.row(k) : RowRecipe{}});
-        }
-        writer.append(buffer.data(), records);
-      }
-    }
-    writer.finish();
-    return writer.bytes_written();
+    return copy_frames(parts, std::move(wc), dtype);
   }
 
   const fs::path partial = target.string() + ".partial";
   try {
     h5::File file = h5::create_file(partial);
-    const auto total = static_cast<int64_t>(labels.size());
-    if (total == 0) {
-      create_mel_dataset(file, file_shape, dtype, files_per_chunk, ref.filters.shuffle, ref.filters.deflate_level)
+    if (clips.total_frames() == 0) {
+      create_frames_dataset(file, n_mels, dtype, frames_per_chunk, ref.filters.shuffle, ref.filters.deflate_level)
           .close();
     } else {
       std::vector<h5::VirtualBlock> blocks;
       int64_t first = 0;
       for (const ShardSplit& p : parts) {
-        if (p.dims[0] > 0) blocks.push_back({relative_source(p.path, output), "/mel", first, p.dims[0]});
+        if (p.dims[0] > 0) blocks.push_back({relative_source(p.path, output), "/frames", first, p.dims[0]});
         first += p.dims[0];
       }
-      std::vector<int64_t> dims = file_shape;
-      dims.insert(dims.begin(), total);
-      const h5::Datatype type = h5::dataset_type(ref.mel);
-      h5::create_virtual_dataset(file, "mel", type.id(), dims, blocks, std::nan("")).close();
+      const h5::Datatype type = h5::dataset_type(ref.frames);
+      h5::create_virtual_dataset(file, "frames", type.id(), {clips.total_frames(), n_mels}, blocks, std::nan(""))
+          .close();
     }
-    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, valid,
+    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, clips,
                          have_rates ? &rates : nullptr);
     if (ref.augmented) write_recipe_columns(file, recipes);
     file.close();
@@ -389,12 +412,16 @@ json merged_report(const std::vector<Shard>& shards, const MergeOptions& options
   json totals = json::object();
   json skipped = json::array();
   json shard_list = json::array();
+  json clip_totals = json::object();
   for (const Shard& s : shards) {
     add_numbers(counts, s.report.value("counts", json::object()));
     add_numbers(files, s.report.value("files", json::object()));
     json t;
-    for (const char* key : {"segments", "audio_seconds", "dropped_seconds", "batches", "mel_bytes_compressed"})
+    for (const char* key : {"audio_seconds", "dropped_seconds", "batches", "frame_bytes_compressed"})
       t[key] = s.report.value(key, json(0));
+    json c = s.report.value("clips", json::object());
+    c.erase("stored_fraction");
+    add_numbers(clip_totals, c);
     add_numbers(totals, t);
     for (const auto& e : s.report.value("skipped", json::array())) skipped.push_back(e);
     shard_list.push_back({{"index", s.index},
@@ -404,10 +431,14 @@ json merged_report(const std::vector<Shard>& shards, const MergeOptions& options
   }
   r["counts"] = counts;
   r["files"] = files;
+  const double seconds_in = clip_totals.value("seconds_in", 0.0);
+  clip_totals["stored_fraction"] =
+      seconds_in > 0 ? json(clip_totals.value("seconds_stored", 0.0) / seconds_in) : json();
+  r["clips"] = clip_totals;
   if (first.contains("augmentation")) r["augmentation"] = merged_augmentation(shards);
   r["skipped"] = skipped;
   for (const auto& [key, value] : totals.items()) r[key] = value;
-  if (options.copy) r["mel_bytes_compressed"] = mel_bytes;
+  if (options.copy) r["frame_bytes_compressed"] = mel_bytes;
   r["merge"] = {{"mode", options.copy ? "copy" : "virtual"},
                 {"shard_count", shards.front().count},
                 {"corpus_fingerprint", shards.front().fingerprint},

@@ -33,12 +33,13 @@ void add_options(boost::program_options::options_description& desc, MergeOptions
 
 /// Validates `options`, then that the shards agree: each folder holds a finished shard build (build_report.json
 /// with a "shard" entry, train.h5, val.h5, test.h5, none of them virtual), all with the same N, indices 1..N each
-/// present once, the same corpus fingerprint, schema version, root attributes, class names, mel shape, element type,
-/// chunk shape and filters. Throws FormatError naming the file and the disagreement otherwise, before writing
-/// anything. Then writes each split's file (mel as a virtual dataset over the shards' mel, the other datasets
-/// copied; or everything copied with `copy`) in OUT/.partial/, moves them into OUT under the same lock and rules as
-/// a build, and writes OUT/build_report.json last. Returns that report. Throws IoError on write failures (nothing
-/// in OUT is replaced then).
+/// present once, the same corpus fingerprint, schema version (3: shards of schema 1 or 2 are refused, naming the
+/// file), root attributes, class names, frame width, element type, chunk shape and filters. Throws FormatError naming
+/// the file and the disagreement otherwise, before writing anything. Then writes each split's file (frames as a
+/// virtual dataset over the shards' frames, frame_offset rebased onto the concatenation, the other datasets copied;
+/// or everything copied with `copy`) in OUT/.partial/, moves them into OUT under the same lock and rules as a build,
+/// and writes OUT/build_report.json last. Returns that report. Throws IoError on write failures (nothing in OUT is
+/// replaced then).
 nlohmann::json run_merge(const MergeOptions& options);
 
 }  // namespace melforge::builder

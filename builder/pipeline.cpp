@@ -37,6 +37,14 @@ void add_engine_check(nlohmann::json& report, const BatchTotals& run) {
   report["device_buffer_bytes"] = std::max(report["device_buffer_bytes"].get<int64_t>(), run.replaced_device_bytes);
 }
 
+/// Prints the warnings of what the build padded and cut (clip_warnings) and adds them to state's warnings.
+void warn_clips(BuildState& state, const BuildStats& stats) {
+  for (const std::string& text : clip_warnings(state.config, stats)) {
+    std::fprintf(stderr, "melforge-build: warning: %s\n", text.c_str());
+    state.scan.warnings.push_back(text);
+  }
+}
+
 /// The report of a finished build and its timing table: the plan and engine of `state`, what the batches `run`
 /// produced, the stage times and the total wall time.
 BuildResult build_result(const BuildState& state, const BatchTotals& run, StageTimes& times, double total_s) {
@@ -50,9 +58,8 @@ BuildResult build_result(const BuildState& state, const BatchTotals& run, StageT
 
   std::vector<SkippedFile> skipped = state.skipped;
   skipped.insert(skipped.end(), run.skipped.begin(), run.skipped.end());
-  ReportInputs ri{config,      state.class_names, run.counts,    skipped,       state.scanned,
-                  run.stats,   times,             total_s,       *state.engine, state.num_long,
-                  state.num_short, state.engine->layout(), run.writes[0].bytes, state.engine_plan};
+  ReportInputs ri{config, state.class_names, run.counts,   skipped,             state.scanned,
+                  run.stats, times,          total_s,      *state.engine, run.writes[0].bytes, state.engine_plan};
   BuildResult result;
   result.report = make_report(ri);
   add_engine_check(result.report, run);
@@ -96,7 +103,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
     ScopedStage stage(times, "probe");
     probe_files(state, true);
   }
-  plan_segments(state);
+  plan_clip_files(state);
   {
     ScopedStage stage(times, "engine_init");
     init_engine(state);
@@ -112,6 +119,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   const BatchTotals run = run_batches(state, targets, {state.threads > 1, true, true}, times);
   check_stop();
   check_written_splits(state, run.skipped);
+  warn_clips(state, run.stats);
   BuildResult result = build_result(state, run, times, total.seconds());
   output.install(run.writes[0].files, result.report);
   return result;

@@ -20,9 +20,9 @@ namespace melforge::builder {
 
 namespace {
 
-/// Whether probe_files reads the header of scan.files[i].
+/// Whether probe_files reads the header of scan.files[i]: the files this run writes.
 bool probed(const BuildState& state, int64_t i) {
-  return state.config.segment.num_long <= 0 || (i >= state.files_range.first && i < state.files_range.second);
+  return i >= state.files_range.first && i < state.files_range.second;
 }
 
 /// `reason` without the "<path>: " prefix decode and probe errors start with, for counting reasons over files.
@@ -220,15 +220,8 @@ void probe_files(BuildState& state, bool show_progress) {
   }, 16);
 }
 
-void plan_segments(BuildState& state) {
+void plan_clip_files(BuildState& state) {
   const BuildConfig& c = state.config;
-  const int sr = state.sample_rate;
-  std::vector<int64_t> lengths;
-  for (std::size_t i = 0; i < state.planned.size(); ++i)
-    if (probed(state, static_cast<int64_t>(i)) && state.probe_error[i].empty())
-      lengths.push_back(state.planned[i].frames);
-  state.num_long = segment::resolve_num_long(lengths, c.segment, sr);
-  state.num_short = c.segment.num_short(sr);
   state.usable.clear();
   SplitTally tally;
   const auto [first, last] = state.files_range;
@@ -239,17 +232,13 @@ void plan_segments(BuildState& state) {
     if (error.empty() && c.decode.channel >= p.info.channels)
       error = in.path.string() + ": channel " + std::to_string(c.decode.channel) + " requested but the file has " +
               std::to_string(p.info.channels) + (p.info.channels == 1 ? " channel" : " channels");
+    if (error.empty() && p.frames <= 0) error = in.path.string() + ": empty: the file holds no audio sample";
     if (!error.empty()) {
       skip_file(state.skipped, c.build.strict, {in.rel_path, error, "probe"});
       tally.skip(in, reason_kind(in, error));
       continue;
     }
-    p.plan = segment::plan_file(p.frames, c.segment, sr, state.num_long);
-    if (!p.plan.skip_reason.empty()) {
-      skip_file(state.skipped, c.build.strict, {in.rel_path, in.path.string() + ": " + p.plan.skip_reason, "segment"});
-      tally.skip(in, p.plan.skip_reason);
-      continue;
-    }
+    p.plan = plan_clip(p.frames, state.max_samples, c.mel);
     tally.keep(in);
     state.usable.push_back(p);
   }

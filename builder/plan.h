@@ -1,6 +1,7 @@
 #pragma once
 /// The plan stages of a build, in order: scan, select (the shard's files; the bench samples instead), label (class
-/// names and split assignment), probe (headers only), plan segments. No audio is read.
+/// names and split assignment), probe (headers only), plan the clips (whole, or cut at --max-seconds). No audio is
+/// read.
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,19 +35,18 @@ void select_shard(BuildState& state);
 /// mel bands that hold no FFT bin (mel::empty_bands_warning: torchaudio warns and computes, and so do we).
 void label_files(BuildState& state);
 
-/// Stage "probe": reads the header of every file of files_range (of every scanned file with --num-long auto, whose
-/// value depends on all lengths) on state.threads threads; failures go to probe_error. With `show_progress` a
-/// progress bar is printed (unless --quiet). Throws Interrupted.
+/// Stage "probe": reads the header of every file of files_range on state.threads threads; failures go to
+/// probe_error. With `show_progress` a progress bar is printed (unless --quiet). Throws Interrupted.
 void probe_files(BuildState& state, bool show_progress);
 
-/// Resolves num_long (from the probed lengths with --num-long auto) and num_short, then plans every file of
-/// files_range in order: a failed probe or a --channel the file does not have is skipped at "probe", a file the plan
-/// refuses (too short) at "segment", the others go to state.usable. Throws StrictError under --strict. Unsharded,
-/// throws FormatError when a split that was given files keeps none ("train would be empty: all 12 files were
-/// skipped (12 'channel 5 requested but the file has 1 channel')"), before any audio is decoded; warns (stderr and
-/// report) when the ratios leave a split empty or a class has no training file (with --split-by class: a train class
-/// whose files were all skipped).
-void plan_segments(BuildState& state);
+/// Plans every file of files_range in order: a failed probe, a --channel the file does not have or a file whose
+/// header says it holds no sample is skipped at "probe"; every other file goes to state.usable with its ClipPlan
+/// (plan_clip: whole, or its first --max-seconds; nothing is skipped for being short). Throws StrictError under
+/// --strict. Unsharded, throws FormatError when a split that was given files keeps none ("train would be empty: all
+/// 12 files were skipped (12 'channel 5 requested but the file has 1 channel')"), before any audio is decoded;
+/// warns (stderr and report) when the ratios leave a split empty or a class has no training file (with --split-by
+/// class: a train class whose files were all skipped).
+void plan_clip_files(BuildState& state);
 
 /// After the batches of an unsharded build: throws FormatError naming the split and the skip reasons when the files
 /// `skipped` by the audio stages emptied a split the plan had filled ("val would be empty: all 3 files were skipped

@@ -1,20 +1,51 @@
 #include "report.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "mel/half.h"
 #include "melforge/common/timing.h"
 
 namespace melforge::builder {
 
-void BuildStats::add_file(const audio::AudioInfo& info, const segment::FilePlan& plan, int64_t decoded_frames,
-                          int sample_rate) {
+void BuildStats::add_row(const audio::AudioInfo& info, const ClipPlan& plan, int copy, int64_t decoded_frames,
+                         int sample_rate) {
   files++;
-  audio_seconds += static_cast<double>(decoded_frames) / sample_rate;
+  frames += plan.frames;
+  const double decoded = static_cast<double>(decoded_frames) / sample_rate;
+  audio_seconds += decoded;
   if (info.sample_rate != sample_rate) resampled++;
-  if (plan.capped) capped++;
-  if (plan.padded_samples > 0) padded++;
-  dropped_seconds += static_cast<double>(plan.dropped_samples) / sample_rate;
+  if (plan.padded()) padded++;
+  if (plan.capped()) capped++;
+  if (copy != 0) return;
+  source_seconds += static_cast<double>(plan.source_samples) / sample_rate;
+  stored_seconds += decoded;
+  dropped_seconds += static_cast<double>(plan.source_samples - plan.samples) / sample_rate;
+}
+
+std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildStats& stats) {
+  const double seconds_in = stats.source_seconds;
+  std::vector<std::string> out;
+  const mel::MelArgs& m = config.mel;
+  char text[400];
+  if (stats.padded > 0) {
+    std::snprintf(text, sizeof text,
+                  "%lld %s too short for one STFT frame (n_fft %d, center %s) and zero-padded to one frame "
+                  "(clip_flags bit 0; counted in build_report.json clips.padded)",
+                  static_cast<long long>(stats.padded), stats.padded == 1 ? "clip was" : "clips were", m.n_fft,
+                  m.center ? "true" : "false");
+    out.emplace_back(text);
+  }
+  if (stats.capped > 0) {
+    std::snprintf(text, sizeof text,
+                  "--max-seconds %g: %lld %s cut, %.1f s of %.1f s of audio dropped (%.2f%%; clip_flags bit 1; "
+                  "build_report.json clips.capped and clips.seconds_dropped)",
+                  config.clips.max_seconds, static_cast<long long>(stats.capped),
+                  stats.capped == 1 ? "clip was" : "clips were", stats.dropped_seconds, seconds_in,
+                  seconds_in > 0 ? 100.0 * stats.dropped_seconds / seconds_in : 0.0);
+    out.emplace_back(text);
+  }
+  return out;
 }
 
 nlohmann::json engine_choice_json(mel::Device device, const mel::EnginePlan& plan, const std::string& engine_name) {
@@ -41,7 +72,6 @@ nlohmann::json make_report(const ReportInputs& in) {
   using nlohmann::json;
   const auto& c = in.config;
   const auto& m = c.mel;
-  const auto& s = c.segment;
   const auto& b = c.build;
   json config = {
       {"input", b.input.string()},
@@ -58,7 +88,7 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"dtype", mel::to_string(b.dtype)},
       {"compression_level", b.compression_level},
       {"shuffle", b.shuffle},
-      {"files_per_chunk", b.files_per_chunk},
+      {"frames_per_chunk", b.frames_per_chunk},
       {"channel", c.decode.channel},
       {"sample_rate", m.sample_rate},
       {"n_fft", m.n_fft},
@@ -76,14 +106,10 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"log", mel::to_string(m.log)},
       {"amin", m.amin},
       {"log_eps", m.log_eps},
-      {"long_seconds", s.long_seconds},
-      {"short_seconds", s.short_seconds},
-      {"num_long", in.num_long},
-      {"num_short", in.num_short},
-      {"long_samples", s.long_samples(m.sample_rate)},
-      {"short_samples", s.short_samples(m.sample_rate)},
-      {"n_frames", in.layout.n_frames},
-      {"short_files", segment::to_string(s.short_files)},
+      {"short_seconds", c.clips.short_seconds},
+      {"short_samples", c.clips.short_samples(m.sample_rate)},
+      {"n_frames", c.clips.tile_frames(m.sample_rate, m.hop())},
+      {"max_seconds", c.clips.max_seconds},
   };
   json counts = json::object();
   json totals = json::object();
@@ -111,19 +137,27 @@ nlohmann::json make_report(const ReportInputs& in) {
         {"per_split", totals},
         {"resampled", st.resampled},
         {"padded", st.padded},
-        {"capped", st.capped},
-        {"partial", st.partial}}},
+        {"capped", st.capped}}},
       {"skipped", skipped},
-      {"segments", st.segments},
+      {"clips",
+       {{"rows", st.files},
+        {"frames", st.frames},
+        {"padded", st.padded},
+        {"capped", st.capped},
+        {"seconds_in", st.source_seconds},
+        {"seconds_stored", st.stored_seconds},
+        {"seconds_dropped", st.dropped_seconds},
+        {"stored_fraction",
+         st.source_seconds > 0 ? nlohmann::json(st.stored_seconds / st.source_seconds) : nlohmann::json()}}},
       {"audio_seconds", st.audio_seconds},
       {"dropped_seconds", st.dropped_seconds},
       {"batches", st.batches},
-      {"mel_bytes_compressed", in.mel_bytes},
+      {"frame_bytes_compressed", in.frame_bytes},
       {"times_s", in.times.to_json()},
       {"total_s", in.total_seconds},
       {"throughput",
        {{"files_per_s", static_cast<double>(st.files) / t},
-        {"segments_per_s", static_cast<double>(st.segments) / t},
+        {"frames_per_s", static_cast<double>(st.frames) / t},
         {"audio_hours_per_s", st.audio_seconds / 3600.0 / t}}},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"device_buffer_bytes", in.engine.device_bytes()},

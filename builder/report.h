@@ -12,32 +12,34 @@
 #include "mel/mel_engine.h"
 #include "melforge/common/timing.h"
 #include "scan.h"
-#include "segment/segment_args.h"
+#include "clip_plan.h"
 
 namespace melforge::builder {
 
-/// Totals over the files written.
+/// Totals over the rows written (files and their augmented copies).
 struct BuildStats {
-  /// Files written.
+  /// Rows written.
   int64_t files = 0;
-  /// Short segments computed (valid ones only).
-  int64_t segments = 0;
-  /// Seconds of decoded audio at the target rate in the files written.
+  /// Frames stored (rows of `frames`).
+  int64_t frames = 0;
+  /// Seconds of audio stored, every row (decoded samples at the target rate).
   double audio_seconds = 0;
-  /// Files that were resampled.
-  int64_t resampled = 0;
-  /// Files with more whole long segments than num_long.
-  int64_t capped = 0;
-  /// Files shorter than one long segment, zero-padded.
-  int64_t padded = 0;
-  /// Files with fewer valid long segments than num_long.
-  int64_t partial = 0;
-  /// Seconds of audio not used (tails and capped parts).
+  /// Clean rows (aug_copy 0): seconds of audio their files hold, whole (headers at the target rate).
+  double source_seconds = 0;
+  /// Clean rows (aug_copy 0): seconds of audio stored.
+  double stored_seconds = 0;
+  /// Clean rows: seconds cut by --max-seconds.
   double dropped_seconds = 0;
+  /// Rows whose file was resampled.
+  int64_t resampled = 0;
+  /// Rows too short for one STFT frame, zero-padded (clip_flags bit 0).
+  int64_t padded = 0;
+  /// Rows cut by --max-seconds (clip_flags bit 1).
+  int64_t capped = 0;
   /// Batches the corpus was processed in.
   int64_t batches = 0;
-  /// Adds one written file.
-  void add_file(const audio::AudioInfo& info, const segment::FilePlan& plan, int64_t decoded_frames, int sample_rate);
+  /// Adds one written row: copy `copy` of a file of header `info`, stored as `plan`, `decoded_frames` samples decoded.
+  void add_row(const audio::AudioInfo& info, const ClipPlan& plan, int copy, int64_t decoded_frames, int sample_rate);
 };
 
 /// Everything the report is made from.
@@ -53,11 +55,8 @@ struct ReportInputs {
   const StageTimes& times;
   double total_seconds;
   const mel::MelEngine& engine;
-  int num_long;
-  int num_short;
-  const mel::MelLayout& layout;
-  /// Compressed bytes of mel written.
-  int64_t mel_bytes;
+  /// Compressed bytes of `frames` written.
+  int64_t frame_bytes;
   /// The engine plan make_engine followed (auto's fallback reason).
   const mel::EnginePlan& engine_plan;
 };
@@ -74,5 +73,10 @@ std::string engine_choice_message(mel::Device device, const mel::EnginePlan& pla
 
 /// Builds the report JSON (documented in docs/FORMAT.md).
 nlohmann::json make_report(const ReportInputs& in);
+
+/// The warnings of what the build padded and cut, for stderr and the report's warnings (empty when none): clips
+/// shorter than one STFT frame padded to one frame (clip_flags bit 0), and with --max-seconds the clips cut and the
+/// seconds dropped (clip_flags bit 1).
+std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildStats& stats);
 
 }  // namespace melforge::builder

@@ -7,7 +7,7 @@ namespace melforge::builder {
 std::vector<Attribute> dataset_attributes(const BuildState& state) {
   const BuildConfig& c = state.config;
   const auto& m = c.mel;
-  const auto& s = c.segment;
+  const ClipOptions& clips = c.clips;
   std::vector<Attribute> attributes = {
       {"sample_rate", int64_t{m.sample_rate}},
       {"n_fft", int64_t{m.n_fft}},
@@ -26,14 +26,10 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
       {"amin", double{m.amin}},
       {"log_eps", double{m.log_eps}},
       {"dtype", mel::to_string(c.build.dtype)},
-      {"long_seconds", s.long_seconds},
-      {"short_seconds", s.short_seconds},
-      {"long_samples", s.long_samples(m.sample_rate)},
-      {"short_samples", s.short_samples(m.sample_rate)},
-      {"num_long", int64_t{state.num_long}},
-      {"num_short", int64_t{state.num_short}},
-      {"n_frames", int64_t{state.engine->layout().n_frames}},
-      {"short_files", segment::to_string(s.short_files)},
+      {"short_seconds", clips.short_seconds},
+      {"short_samples", clips.short_samples(m.sample_rate)},
+      {"n_frames", clips.tile_frames(m.sample_rate, m.hop())},
+      {"max_seconds", clips.max_seconds},
       {"channel", int64_t{c.decode.channel}},
       {"resampler", std::string(audio::kResampler)},
       {"resampler_quality", std::string(audio::kResamplerQuality)},
@@ -52,16 +48,15 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
 SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std::vector<WriteTarget>& targets,
                            const std::vector<Attribute>& attributes) {
   const BuildOptions& bo = state.config.build;
-  const mel::MelLayout& layout = state.engine->layout();
   for (const WriteTarget& target : targets) {
     SplitWriterConfig wc;
     wc.final_path = target.folder / (kSplitNames[split] + ".h5");
     wc.split = kSplitNames[split];
-    wc.file_shape = {state.num_long, state.num_short, layout.n_mels, layout.n_frames};
+    wc.n_mels = state.config.mel.n_mels;
     wc.dtype = bo.dtype;
     wc.compression_level = target.compression_level;
     wc.shuffle = bo.shuffle;
-    wc.files_per_chunk = bo.files_per_chunk;
+    wc.frames_per_chunk = bo.frames_per_chunk;
     wc.threads = state.threads;
     wc.class_names = state.class_names;
     wc.multilabel = state.scan.multilabel;
@@ -72,8 +67,8 @@ SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std
   }
 }
 
-void SplitOutputs::append(const void* mel, const std::vector<FileRecord>& records) {
-  for (const auto& w : writers_) w->append(mel, records);
+void SplitOutputs::append(const void* frames, const std::vector<FileRecord>& records) {
+  for (const auto& w : writers_) w->append(frames, records);
 }
 
 void SplitOutputs::finish() {

@@ -1,5 +1,5 @@
 #pragma once
-/// The write stage of the batch runner: each split's spectrograms and metadata go to <folder>/<split>.h5 through a
+/// The write stage of the batch runner: each split's frames and metadata go to <folder>/<split>.h5 through a
 /// SplitWriter (chunks compressed in parallel, then H5Dwrite_chunk), for every write target.
 #include <cstdint>
 #include <filesystem>
@@ -16,7 +16,7 @@ namespace melforge::builder {
 struct WriteTarget {
   /// Folder that receives <split>.h5 (must exist).
   std::filesystem::path folder;
-  /// Deflate level of its `mel` dataset, 0..9 (0: raw chunks, no filters).
+  /// Deflate level of its `frames` dataset, 0..9 (0: raw chunks, no filters).
   int compression_level = 0;
 };
 
@@ -28,9 +28,9 @@ struct WriteTotals {
   double compress_s = 0;
   /// Seconds spent in HDF5 calls that write (SplitWriter::write_seconds).
   double write_s = 0;
-  /// Bytes of `mel` chunks written, compressed where the target compresses.
+  /// Bytes of `frames` chunks written, compressed where the target compresses.
   int64_t bytes = 0;
-  /// `mel` chunks written.
+  /// `frames` chunks written.
   int64_t chunks = 0;
 };
 
@@ -46,9 +46,9 @@ class SplitOutputs {
   /// Throws IoError or InvalidArgument (SplitWriter).
   SplitOutputs(const BuildState& state, std::size_t split, const std::vector<WriteTarget>& targets,
                const std::vector<Attribute>& attributes);
-  /// Appends `records.size()` files to every target: `mel` holds [records.size()][num_long][num_short][n_mels]
-  /// [n_frames] elements of the build's dtype. Throws IoError.
-  void append(const void* mel, const std::vector<FileRecord>& records);
+  /// Appends `records.size()` clips to every target: `frames` holds their frames, clip after clip, [n_mels] elements
+  /// of the build's dtype each (SplitWriter::append). Throws IoError.
+  void append(const void* frames, const std::vector<FileRecord>& records);
   /// Finishes every target's file (metadata, close, rename to <split>.h5). Throws IoError.
   void finish();
   /// Adds the file, seconds, bytes and chunks of target t to totals[t], for every target.

@@ -14,8 +14,8 @@ needed; by default the first existing sub-folder of CORPUS in sorted order):
     bad_nan.wav               32-bit float WAV, NaN at sample 1234         AudioError "NaN sample at frame 1234 ..."
                               and +Inf at sample 4000
     bad_dir.wav/              an empty directory named like a WAV          AudioError "is a directory" (if scanned)
-    ok_short_0.05s.wav        valid 16 kHz mono 16-bit, 0.05 s (800        decodes; shorter than a segment, so the
-                              frames)                                      builder pads or skips it per its options
+    ok_short_0.05s.wav        valid 16 kHz mono 16-bit, 0.05 s (800        decodes; the builder stores it whole (a
+                              frames)                                      few frames), like every short clip
     ok_stereo_44k.wav         valid 44.1 kHz stereo 16-bit, 1 s, two       decodes: mixed down to mono and resampled
                               different tones                              to 16 kHz (16000 frames)
 
@@ -28,7 +28,8 @@ segment). The full set adds:
     bad_inf.wav                  float WAV, +Inf at frame 100                  skipped "Inf sample"
     bad_claims_more_frames.flac  FLAC cut in half: STREAMINFO claims more     skipped "truncated"
                                  frames than the stream holds
-    bad_shorter_than_short.wav   half a short segment                         skipped "too short"
+    bad_shorter_than_short.wav   half a short segment (the default tile)     written whole (nothing is skipped for
+                                                                              being short)
     bad_unreadable.wav           valid WAV, mode 000                          skipped "permission denied" (only when
                                                                               the build does not run as root)
     ok_truncated_data.wav        16-bit WAV cut inside its data chunk, on an  written: libsndfile clamps the frame
@@ -39,7 +40,7 @@ segment). The full set adds:
     ok_rate_8000.wav ... ok_rate_96000.wav  8, 11.025, 16, 22.05, 32, 44.1,   written (resampled)
                                  48, 88.2 and 96 kHz
     ok_flac.flac ok_ogg.ogg      FLAC 16-bit and Ogg Vorbis                   written
-    ok_one_long_segment.wav      exactly one long segment at --rate           written, num_valid_long 1, no padding
+    ok_one_long_segment.wav      exactly --long-seconds at --rate             written whole, no padding
     ok_silence.wav               all zeros                                    written
     ok_clipped_square.wav        a square wave at full scale (+32767/-32768)  written
     ok name with spaces.wav      a name with spaces                           written
@@ -59,8 +60,8 @@ segment). The full set adds:
 "reason", "build", "build_reason"}, ...]}. "expect" is what audio::decode does with the path ("error", with a
 substring of the message in "reason", or "ok"); "build" is what melforge-build does with the entry ("written" into a
 split, "skipped" with a substring of the skip reason in "build_reason", or "hidden": listed in the report's
-"hidden" paths, unread, for a name starting with '.' or inside such a folder, where "name" is the hidden entry). The basic set's ok_short_0.05s.wav is
-"skipped" ("too short") for a build whose short segment is longer than 0.05 s. Entries with "needs_non_root": true
+"hidden" paths, unread, for a name starting with '.' or inside such a folder, where "name" is the hidden entry).
+Short clips are "written": melforge-build stores every clip whole. Entries with "needs_non_root": true
 (bad_unreadable.wav, bad_unreadable_dir) are only unreadable to a user other than root.
 
 Everything is deterministic (sox runs with -D, no dither; the random Ogg stream serial number is rewritten to 1 and
@@ -215,7 +216,6 @@ def main():
             entry["needs_non_root"] = True
         files.append(entry)
 
-    short_samples = int(round(args.short_seconds * args.rate))
     add("bad_empty.wav", "zero-byte file", "error", "empty file", b"")
     add("bad_text.wav", "text file named .wav", "error", "not an audio file",
         b"This is a text file, not audio. melforge must skip it with a clear message.\n" * 4)
@@ -229,9 +229,7 @@ def main():
         "NaN sample at frame 1234", float32_wav_bytes(bad, rate))
     add("bad_dir.wav", "directory named like a WAV file", "error", "is a directory", directory=True)
     add("ok_short_0.05s.wav", "valid 16 kHz mono, 0.05 s (800 frames)", "ok", "",
-        pcm16_wav_bytes(tone(500.0, 0.05, rate), rate, 1),
-        build="skipped" if 800 * args.rate < short_samples * rate else "written",
-        build_reason="too short" if 800 * args.rate < short_samples * rate else "")
+        pcm16_wav_bytes(tone(500.0, 0.05, rate), rate, 1))
     stereo = np.stack([tone(300.0, 1.0, 44100), tone(600.0, 1.0, 44100, 0.3)], axis=1).ravel()
     add("ok_stereo_44k.wav", "valid 44.1 kHz stereo, 1 s (44100 frames; 16000 after resampling)", "ok", "",
         pcm16_wav_bytes(stereo, 44100, 2))
@@ -248,8 +246,7 @@ def main():
         add("bad_claims_more_frames.flac", "FLAC cut in half: the header claims more frames than are present",
             "error", "truncated", flac[:len(flac) // 2])
         add("bad_shorter_than_short.wav", "half a short segment at the build's rate", "ok", "",
-            pcm16_wav_bytes(tone(500.0, 0.5 * args.short_seconds, r), r, 1), build="skipped",
-            build_reason="too short")
+            pcm16_wav_bytes(tone(500.0, 0.5 * args.short_seconds, r), r, 1))
         add("bad_unreadable.wav", "valid WAV with mode 000 (unreadable unless root)", "error", "permission denied",
             pcm16_wav_bytes(base, r, 1), mode=0)
         whole = pcm16_wav_bytes(base, r, 1)
