@@ -25,7 +25,8 @@ int64_t DecodeStage::worker_bytes(const PlannedCopy& row) const {
 
 void DecodeStage::run(BatchFile& file) const {
   const PlannedFile& f = *file.file;
-  file.decoded_frames = file.samples.empty() ? 0 : audio::decode_to(f.input->path, at_speed(file.recipe), file.samples).frames;
+  const audio::DecodeOptions decode = at_speed(file.recipe);
+  file.decoded_frames = file.samples.empty() ? 0 : audio::decode_to(f.input->path, decode, file.samples).frames;
   std::fill(file.samples.begin() + file.decoded_frames, file.samples.end(), 0.0f);
 }
 

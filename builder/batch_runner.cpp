@@ -288,9 +288,9 @@ int64_t batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t
 
 void check_row_memory(BuildState& state) {
   const BuildConfig& c = state.config;
-  const int64_t room =
-      c.build.max_ram_bytes() - batch_reserve(state.threads, largest_worker_bytes(state.audio_stages, state),
-                                              state.held_bytes());
+  const int64_t reserve =
+      batch_reserve(state.threads, largest_worker_bytes(state.audio_stages, state), state.held_bytes());
+  const int64_t room = c.build.max_ram_bytes() - (reserve - kFixedReserveBytes);
   int64_t over = 0, largest = 0;
   const PlannedCopy* worst = nullptr;
   const std::vector<PlannedCopy> rows = memory_rows(state);
@@ -308,9 +308,10 @@ void check_row_memory(BuildState& state) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.1f s", static_cast<double>(worst->plan.samples) / state.sample_rate);
   const std::string text = std::to_string(over) + (over == 1 ? " clip needs" : " clips need") +
-                           " more memory than --max-ram " + c.build.max_ram + " leaves for a batch (" +
-                           mib(std::max<int64_t>(room, 0)) + "); the largest, '" + worst->file->input->rel_path +
-                           "' (" + seconds + "), needs " + mib(largest) +
+                           " more memory than --max-ram " + c.build.max_ram + " leaves (" +
+                           mib(std::max<int64_t>(room, 0)) +
+                           " after the per-thread and engine buffers); the largest, '" +
+                           worst->file->input->rel_path + "' (" + seconds + "), needs " + mib(largest) +
                            ". A batch always takes one clip, so the build will use more than --max-ram; "
                            "--max-seconds S caps clips";
   std::fprintf(stderr, "melforge-build: warning: %s\n", text.c_str());

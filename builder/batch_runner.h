@@ -62,9 +62,10 @@ int64_t runner_batch_budget(const BuildState& state);
 int64_t check_batch_budget(int64_t max_ram, int threads, int64_t worker_bytes, int64_t engine_bytes,
                            int64_t check_bytes);
 
-/// Warns when a clip alone needs more than --max-ram leaves after batch_reserve(): a batch always takes one row, so
-/// the build then uses more than --max-ram. One line on stderr (and in the report's warnings) with the count, the
-/// largest clip, its bytes and --max-seconds. Needs state.engine.
+/// Warns when a clip alone needs more than --max-ram leaves after the per-thread and engine buffers (batch_reserve()
+/// less kFixedReserveBytes, the program's own memory, which the documented overhead covers): a batch always takes one
+/// row, so the build then uses more than --max-ram. One line on stderr (and in the report's warnings) with the count,
+/// the largest clip, its bytes and --max-seconds. Needs state.engine.
 void check_row_memory(BuildState& state);
 
 /// The configuration of the build's mel engine (and of the engine check's CPU twin): --device's engine on

@@ -132,7 +132,8 @@ struct BuildOptions {
 };
 
 /// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite
-/// --quiet --dtype --compression-level --shuffle --frames-per-chunk --extensions --include-hidden --device-batch --shard.
+/// --quiet --dtype --compression-level --shuffle --frames-per-chunk --extensions --include-hidden --device-batch
+/// --shard.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// A deliberate error in the device side of the engine check (EngineCheckOptions::fault), for tests: no flag sets

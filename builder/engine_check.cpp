@@ -287,7 +287,8 @@ void EngineCheck::Impl::compare_mel(const Batch& b, std::vector<uint8_t>& device
            ") computed by " + summary.engine + " differ from the CPU engine's beyond the tolerance (" +
            d.tolerance.text() + "): " + std::to_string(d.outside) + " of " + std::to_string(d.elements) +
            " elements outside; the largest: " + utf8::escape(row.path) + " (copy " +
-           std::to_string(row.recipe.copy) + "), frame " + std::to_string(frame) + ", mel band " + std::to_string(band) + ": device " + num(d.worst.device) + ", cpu " + num(d.worst.cpu) +
+           std::to_string(row.recipe.copy) + "), frame " + std::to_string(frame) + ", mel band " +
+           std::to_string(band) + ": device " + num(d.worst.device) + ", cpu " + num(d.worst.cpu) +
            " (bound " + num(d.worst.bound) + ")",
        where);
 }

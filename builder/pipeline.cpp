@@ -37,16 +37,9 @@ void add_engine_check(nlohmann::json& report, const BatchTotals& run) {
   report["device_buffer_bytes"] = std::max(report["device_buffer_bytes"].get<int64_t>(), run.replaced_device_bytes);
 }
 
-/// Seconds of audio of the files planned for writing, whole (their headers at the target rate).
-double planned_seconds(const BuildState& state) {
-  int64_t samples = 0;
-  for (const PlannedFile& f : state.usable) samples += f.frames;
-  return static_cast<double>(samples) / state.sample_rate;
-}
-
 /// Prints the warnings of what the build padded and cut (clip_warnings) and adds them to state's warnings.
 void warn_clips(BuildState& state, const BuildStats& stats) {
-  for (const std::string& text : clip_warnings(state.config, stats, planned_seconds(state))) {
+  for (const std::string& text : clip_warnings(state.config, stats)) {
     std::fprintf(stderr, "melforge-build: warning: %s\n", text.c_str());
     state.scan.warnings.push_back(text);
   }
@@ -65,9 +58,8 @@ BuildResult build_result(const BuildState& state, const BatchTotals& run, StageT
 
   std::vector<SkippedFile> skipped = state.skipped;
   skipped.insert(skipped.end(), run.skipped.begin(), run.skipped.end());
-  const double seconds_in = planned_seconds(state);
-  ReportInputs ri{config,  state.class_names, run.counts, skipped,    state.scanned,       run.stats,
-                  times,   total_s,           *state.engine, seconds_in, run.writes[0].bytes, state.engine_plan};
+  ReportInputs ri{config, state.class_names, run.counts,   skipped,             state.scanned,
+                  run.stats, times,          total_s,      *state.engine, run.writes[0].bytes, state.engine_plan};
   BuildResult result;
   result.report = make_report(ri);
   add_engine_check(result.report, run);

@@ -18,11 +18,13 @@ void BuildStats::add_row(const audio::AudioInfo& info, const ClipPlan& plan, int
   if (plan.padded()) padded++;
   if (plan.capped()) capped++;
   if (copy != 0) return;
+  source_seconds += static_cast<double>(plan.source_samples) / sample_rate;
   stored_seconds += decoded;
   dropped_seconds += static_cast<double>(plan.source_samples - plan.samples) / sample_rate;
 }
 
-std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildStats& stats, double seconds_in) {
+std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildStats& stats) {
+  const double seconds_in = stats.source_seconds;
   std::vector<std::string> out;
   const mel::MelArgs& m = config.mel;
   char text[400];
@@ -142,10 +144,11 @@ nlohmann::json make_report(const ReportInputs& in) {
         {"frames", st.frames},
         {"padded", st.padded},
         {"capped", st.capped},
-        {"seconds_in", in.seconds_in},
+        {"seconds_in", st.source_seconds},
         {"seconds_stored", st.stored_seconds},
         {"seconds_dropped", st.dropped_seconds},
-        {"stored_fraction", in.seconds_in > 0 ? nlohmann::json(st.stored_seconds / in.seconds_in) : nlohmann::json()}}},
+        {"stored_fraction",
+         st.source_seconds > 0 ? nlohmann::json(st.stored_seconds / st.source_seconds) : nlohmann::json()}}},
       {"audio_seconds", st.audio_seconds},
       {"dropped_seconds", st.dropped_seconds},
       {"batches", st.batches},

@@ -24,6 +24,8 @@ struct BuildStats {
   int64_t frames = 0;
   /// Seconds of audio stored, every row (decoded samples at the target rate).
   double audio_seconds = 0;
+  /// Clean rows (aug_copy 0): seconds of audio their files hold, whole (headers at the target rate).
+  double source_seconds = 0;
   /// Clean rows (aug_copy 0): seconds of audio stored.
   double stored_seconds = 0;
   /// Clean rows: seconds cut by --max-seconds.
@@ -53,8 +55,6 @@ struct ReportInputs {
   const StageTimes& times;
   double total_seconds;
   const mel::MelEngine& engine;
-  /// Seconds of audio of the files planned for writing (their headers, at the target rate, whole).
-  double seconds_in;
   /// Compressed bytes of `frames` written.
   int64_t frame_bytes;
   /// The engine plan make_engine followed (auto's fallback reason).
@@ -77,6 +77,6 @@ nlohmann::json make_report(const ReportInputs& in);
 /// The warnings of what the build padded and cut, for stderr and the report's warnings (empty when none): clips
 /// shorter than one STFT frame padded to one frame (clip_flags bit 0), and with --max-seconds the clips cut and the
 /// seconds dropped (clip_flags bit 1).
-std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildStats& stats, double seconds_in);
+std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildStats& stats);
 
 }  // namespace melforge::builder

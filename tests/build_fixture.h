@@ -10,6 +10,7 @@
 
 #include "mel/mel_engine.h"
 #include "melforge/common/h5.h"
+#include "h5_writer.h"
 #include "merge.h"
 #include "pipeline.h"
 
@@ -70,8 +71,8 @@ inline int write_tone_corpus(const std::filesystem::path& root, int classes, int
   return n;
 }
 
-/// A CPU build of a tone corpus at `in` into `out`: 8 kHz, n_fft 256, hop 64, 32 mels, long segments of 1 s cut
-/// into short ones of 0.25 s, split 0.6/0.2/0.2, quiet.
+/// A CPU build of a tone corpus at `in` into `out`: 8 kHz, n_fft 256, hop 64, 32 mels, whole clips, a default tile
+/// of 0.25 s, split 0.6/0.2/0.2, quiet.
 inline builder::BuildConfig tone_build_config(const std::filesystem::path& in, const std::filesystem::path& out) {
   builder::BuildConfig c;
   c.build.input = in;
@@ -84,30 +85,42 @@ inline builder::BuildConfig tone_build_config(const std::filesystem::path& in, c
   c.mel.win_length = 256;
   c.mel.hop_length = 64;
   c.mel.n_mels = 32;
-  c.segment.long_seconds = 1.0;
-  c.segment.short_seconds = 0.25;
+  c.clips.short_seconds = 0.25;
   return c;
 }
 
-/// Everything a split file holds, read through melforge::h5 (mel as float32).
+/// Everything a schema-3 split file holds, read through melforge::h5 (frames as float32).
 struct SplitData {
-  std::vector<float> mel;
+  /// frames [N, M], row-major.
+  std::vector<float> frames;
+  /// [N, M].
   std::vector<int64_t> dims;
   std::vector<int32_t> label;
-  std::vector<int32_t> valid;
+  /// frame_offset [F + 1], num_samples [F], clip_flags [F] (checked by read_clip_columns).
+  builder::ClipColumns clips;
   std::vector<std::string> path;
   std::vector<std::string> classes;
+  /// Clips: F.
+  std::size_t files() const { return label.size(); }
+  /// Frames of clip f.
+  int64_t clip_frames(std::size_t f) const { return clips.frame_offset[f + 1] - clips.frame_offset[f]; }
+  /// The frames of clip f, [clip_frames(f)][M] row-major.
+  std::vector<float> clip(std::size_t f) const {
+    const auto m = static_cast<std::size_t>(dims[1]);
+    return {frames.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(clips.frame_offset[f]) * m),
+            frames.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(clips.frame_offset[f + 1]) * m)};
+  }
 };
 
-/// Reads a split file: mel, label, num_valid_long, path and class_names.
+/// Reads a split file: frames, label, the clip columns, path and class_names.
 inline SplitData read_split(const std::filesystem::path& file) {
   auto f = h5::open_file(file);
-  auto ds = h5::open_dataset(f, "mel");
+  auto ds = h5::open_dataset(f, "frames");
   SplitData d;
   d.dims = h5::dims(ds);
-  d.mel = h5::read_float(ds);
+  d.frames = h5::read_float(ds);
   d.label = h5::read_int32(f, "label");
-  d.valid = h5::read_int32(f, "num_valid_long");
+  d.clips = builder::read_clip_columns(f, static_cast<int64_t>(d.label.size()), d.dims.at(0), file.string());
   d.path = h5::read_strings(f, "path");
   d.classes = h5::read_strings(f, "class_names");
   return d;

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
-"""Reads a split file written by melforge's SplitWriter with h5py and checks it against expectations.
+"""Reads a schema-3 split file written by melforge's SplitWriter with h5py (no plugin) and checks it against
+expectations, slicing every clip as docs/FORMAT.md shows.
 
 Usage: h5py_readback.py EXPECT.json
 
 EXPECT.json (written by tests/test_h5_writer.cpp) holds:
   file             the HDF5 file to check
-  expected_mel     raw little-endian float32 file with the expected `mel` values, row-major
-  shape            expected shape of `mel`
+  expected_frames  raw little-endian float32 file with the expected `frames` values [N, M], row-major
+  shape            expected shape of `frames` ([N, M])
   dtype            "float16" or "float32"
-  chunks           expected chunk shape of `mel`
+  chunks           expected chunk shape of `frames`
   compression_opts deflate level, 0 for none
   shuffle          whether the shuffle filter is registered
-  label, num_valid_long, source_sample_rate, path, class_names   expected 1-D datasets (int32 for the first three)
+  label, source_sample_rate (int32), frame_offset, num_samples (int64), clip_flags (uint8), path, class_names
+                   expected 1-D datasets
   attributes       {name: value} expected root attributes (int, float or str)
   write_back       optional: path of a file this script writes with h5py for the C++ side to read
 Prints "OK" and exits 0 when everything matches; prints the mismatches and exits 1 otherwise.
@@ -33,7 +35,7 @@ def main() -> int:
             errors.append(what)
 
     with h5py.File(exp["file"], "r") as f:
-        mel = f["mel"]
+        mel = f["frames"]
         check(mel.dtype == np.dtype(exp["dtype"]), f"mel dtype {mel.dtype} != {exp['dtype']}")
         check(list(mel.shape) == exp["shape"], f"mel shape {mel.shape} != {exp['shape']}")
         check(list(mel.chunks) == exp["chunks"], f"mel chunks {mel.chunks} != {exp['chunks']}")
@@ -45,17 +47,25 @@ def main() -> int:
             check(mel.compression == "gzip", f"mel compression {mel.compression} != gzip")
             check(mel.compression_opts == level, f"mel level {mel.compression_opts} != {level}")
             check(mel.shuffle == exp["shuffle"], f"mel shuffle {mel.shuffle} != {exp['shuffle']}")
-        expected = np.fromfile(exp["expected_mel"], dtype="<f4").reshape(exp["shape"])
+        expected = np.fromfile(exp["expected_frames"], dtype="<f4").reshape(exp["shape"])
         values = mel[...]
         check(values.dtype == np.dtype(exp["dtype"]), f"read dtype {values.dtype}")
         check(np.array_equal(values.astype(np.float32), expected), "mel values differ")
         if mel.shape[0] > 2:
             check(np.array_equal(mel[1:3].astype(np.float32), expected[1:3]), "mel[1:3] differs")
 
-        for name in ("label", "num_valid_long", "source_sample_rate"):
+        check("mel" not in f and "num_valid_long" not in f, "schema-2 datasets in a schema-3 file")
+        for name, dtype in (("label", np.int32), ("source_sample_rate", np.int32), ("frame_offset", np.dtype("<i8")),
+                            ("num_samples", np.dtype("<i8")), ("clip_flags", np.uint8)):
             ds = f[name]
-            check(ds.dtype == np.int32, f"{name} dtype {ds.dtype}")
+            check(ds.dtype == dtype, f"{name} dtype {ds.dtype}")
             check(ds[...].tolist() == exp[name], f"{name} {ds[...].tolist()} != {exp[name]}")
+        offsets = f["frame_offset"][...]
+        for clip in range(len(offsets) - 1):
+            first, last = offsets[clip], offsets[clip + 1]
+            part = mel[first:last]
+            check(part.shape == (last - first, exp["shape"][1]), f"clip {clip} shape {part.shape}")
+            check(np.array_equal(part.astype(np.float32), expected[first:last]), f"clip {clip} frames differ")
         for name in ("path", "class_names"):
             ds = f[name]
             info = h5py.check_string_dtype(ds.dtype)

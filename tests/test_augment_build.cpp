@@ -15,11 +15,11 @@
 #include "build_fixture.h"
 #include "build_state.h"
 #include "h5_writer.h"
+#include "mel/mel_math.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
 #include "pipeline.h"
 #include "reader/split_info.h"
-#include "segment/segment_args.h"
 #include "test_util.h"
 
 namespace melforge_test_augment_build {
@@ -73,9 +73,12 @@ TEST_CASE("augmented copies follow their clean file only in the splits asked for
       const std::size_t first = i - i % static_cast<std::size_t>(1 + k);
       CHECK(data.path[i] == data.path[first]);
       CHECK(data.label[i] == data.label[first]);
-      CHECK(data.valid[i] == data.valid[first]);
       REQUIRE(rec.copy[i] == static_cast<int32_t>(i - first));
       const augment::Recipe want = augment::draw_recipe(c.augment, noise, rir, c.build.seed, data.path[i], rec.copy[i]);
+      const int64_t clean = data.clips.num_samples[first];
+      const auto whole = static_cast<double>(clean) / want.speed;
+      CHECK(std::abs(static_cast<double>(data.clips.num_samples[i]) - whole) <= 2.0);
+      CHECK(data.clip_frames(i) == mel::clip_frames(data.clips.num_samples[i], 256, 64, 128));
       CHECK(rec.speed[i] == static_cast<float>(want.speed));
       CHECK(rec.gain_db[i] == static_cast<float>(want.gain_db));
       CHECK(rec.rir[i] == (want.rir < 0 ? "" : rir.clips[static_cast<std::size_t>(want.rir)].path));
@@ -100,7 +103,7 @@ TEST_CASE("augmented copies follow their clean file only in the splits asked for
   for (const std::string split : {"train", "val", "test"}) {
     const data::SplitInfo info = data::read_split_info(d / "out" / (split + ".h5"), split);
     CHECK(info.paths == b.splits.at(split).path);
-    CHECK(static_cast<int64_t>(info.labels.size()) == b.splits.at(split).dims[0]);
+    CHECK(info.labels.size() == b.splits.at(split).files());
   }
   auto f = h5::open_file(d / "out/train.h5");
   CHECK(h5::read_attribute_int64(f, "augment_copies") == 2);
@@ -121,23 +124,21 @@ TEST_CASE("the clean copies of an augmented build equal a build without augmenta
     const auto& ps = p.splits.at(split);
     const auto& as = a.splits.at(split);
     const auto& rec = a.recipes.at(split);
-    const auto per_row = static_cast<std::size_t>(ps.dims[1] * ps.dims[2] * ps.dims[3] * ps.dims[4]);
     std::vector<float> clean;
     std::vector<std::string> paths;
     bool changed = false;
     for (std::size_t i = 0; i < rec.size(); ++i) {
-      const auto row = as.mel.begin() + static_cast<std::ptrdiff_t>(i * per_row);
+      const std::vector<float> row = as.clip(i);
       if (rec.copy[i] == 0) {
-        clean.insert(clean.end(), row, row + static_cast<std::ptrdiff_t>(per_row));
+        clean.insert(clean.end(), row.begin(), row.end());
         paths.push_back(as.path[i]);
       } else {
-        const auto base = as.mel.begin() + static_cast<std::ptrdiff_t>((i - 1) * per_row);
-        changed = changed || !std::equal(row, row + static_cast<std::ptrdiff_t>(per_row), base);
+        changed = changed || row != as.clip(i - 1);
       }
     }
     INFO(split);
     CHECK(paths == ps.path);
-    CHECK(clean == ps.mel);
+    CHECK(clean == ps.frames);
     CHECK(changed == (split == "train"));
   }
   auto f = h5::open_file(d / "plain/train.h5");
@@ -161,7 +162,8 @@ TEST_CASE("an augmented build is the same across --threads and --max-ram batch s
   const Built b = read_build(d / "two");
   for (const std::string split : {"train", "val", "test"}) {
     INFO(split);
-    CHECK(a.splits.at(split).mel == b.splits.at(split).mel);
+    CHECK(a.splits.at(split).frames == b.splits.at(split).frames);
+    CHECK(a.splits.at(split).clips.frame_offset == b.splits.at(split).clips.frame_offset);
     CHECK(a.splits.at(split).path == b.splits.at(split).path);
     CHECK(same_recipes(a.recipes.at(split), b.recipes.at(split)));
   }
@@ -230,7 +232,7 @@ TEST_CASE("a --max-ram too small for the banks is refused, naming the bytes and 
   CHECK_NOTHROW(builder::run_build(c));
 }
 
-TEST_CASE("a copy sped up by a factor is decoded into the clean file's slice with frames / speed", "[augment]") {
+TEST_CASE("a copy sped up by a factor is a whole clip of frames / speed samples", "[augment]") {
   TempDir d;
   const double speed = GENERATE(0.8, 1.25, 2.0);
   test::write_tone(d / "a.wav", 500, 12000, 8000);
@@ -241,28 +243,35 @@ TEST_CASE("a copy sped up by a factor is decoded into the clean file's slice wit
   f.input = &in;
   f.info = audio::probe(in.path);
   f.frames = audio::output_frames(f.info, 8000);
-  segment::SegmentArgs seg;
-  seg.long_seconds = 1.0;
-  seg.short_seconds = 0.25;
-  f.plan = segment::plan_file(f.frames, seg, 8000, 2);
+  builder::BuildConfig config = test::tone_build_config(d.path(), d / "out");
+  config.augment.copies = 1;
+  config.augment.speed = std::to_string(speed);
+  const builder::BuildState state(config);
+  f.plan = builder::plan_clip(f.frames, 0, config.mel);
+  builder::PlannedCopy row{&f, {}, {}};
+  row.recipe.copy = 1;
+  row.recipe.speed = speed;
+  row.plan = state.row_plan(f, speed);
+  const double want = std::round(12000 / speed);
+  CHECK(std::abs(static_cast<double>(row.plan.samples) - want) <= 1);
+  CHECK(row.plan.frames == mel::clip_frames(row.plan.samples, 256, 64, 128));
   audio::DecodeOptions decode;
   decode.sample_rate = 8000;
-  const builder::DecodeStage stage(decode, {speed});
-  std::vector<float> arena(static_cast<std::size_t>(f.plan.arena_samples), 7.0f);
+  const builder::DecodeStage stage(decode);
+  std::vector<float> arena(static_cast<std::size_t>(row.plan.samples), 7.0f);
   builder::BatchFile b;
   b.file = &f;
-  b.recipe.copy = 1;
-  b.recipe.speed = speed;
+  b.recipe = row.recipe;
+  b.plan = row.plan;
   b.samples = arena;
   stage.run(b);
-  const double want = std::round(12000 / speed);
-  CHECK(std::abs(static_cast<double>(b.decoded_frames) - want) <= 1);
-  const auto held = static_cast<std::size_t>(std::min<double>(want - 1, static_cast<double>(arena.size())));
-  CHECK(std::all_of(arena.begin() + static_cast<std::ptrdiff_t>(held), arena.end(), [](float v) { return v != 7.0f; }));
-  if (want + 1 < static_cast<double>(arena.size()))
-    CHECK(std::all_of(arena.begin() + static_cast<std::ptrdiff_t>(want + 1), arena.end(),
-                      [](float v) { return v == 0; }));
-  CHECK(stage.worker_bytes(f) >= builder::DecodeStage(decode).worker_bytes(f));
+  CHECK(b.decoded_frames == row.plan.samples);
+  CHECK(std::none_of(arena.begin(), arena.end(), [](float v) { return v == 7.0f; }));
+  CHECK(std::abs(arena.back()) > 0.0f);
+  builder::PlannedCopy clean{&f, {}, f.plan};
+  CHECK(stage.batch_bytes(row) == 4 * row.plan.samples);
+  CHECK(stage.worker_bytes(row) > 0);
+  CHECK(stage.batch_bytes(clean) == 4 * 12000);
 }
 
 TEST_CASE("the bench lists the augmentation stage beside decode", "[augment][bench]") {
@@ -298,7 +307,9 @@ TEST_CASE("merge carries the recipe datasets of augmented shards and refuses mix
   const Built b = read_build(d / "merged");
   for (const std::string split : {"train", "val", "test"}) {
     INFO(split);
-    CHECK(a.splits.at(split).mel == b.splits.at(split).mel);
+    CHECK(a.splits.at(split).frames == b.splits.at(split).frames);
+    CHECK(a.splits.at(split).clips.frame_offset == b.splits.at(split).clips.frame_offset);
+    CHECK(a.splits.at(split).clips.num_samples == b.splits.at(split).clips.num_samples);
     CHECK(same_recipes(a.recipes.at(split), b.recipes.at(split)));
   }
   CHECK(m["augmentation"]["copies"] == single["augmentation"]["copies"]);

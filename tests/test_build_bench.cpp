@@ -38,12 +38,12 @@ int entries(const fs::path& dir) {
   return n;
 }
 
-/// Bytes of `mel` chunks stored in the three split files of a build in `out` (H5Dget_storage_size).
+/// Bytes of `frames` chunks stored in the three split files of a build in `out` (H5Dget_storage_size).
 int64_t stored_mel_bytes(const fs::path& out) {
   int64_t total = 0;
   for (const std::string split : {"train", "val", "test"}) {
     auto f = h5::open_file(out / (split + ".h5"));
-    auto ds = h5::open_dataset(f, "mel");
+    auto ds = h5::open_dataset(f, "frames");
     total += static_cast<int64_t>(H5Dget_storage_size(ds.id()));
   }
   return total;
@@ -97,36 +97,35 @@ TEST_CASE("bench times every stage and counts what a normal build of the corpus 
   CHECK(b["files"]["written"].get<int64_t>() == r["files"]["written"].get<int64_t>());
   CHECK(b["files"]["scanned"].get<int64_t>() == r["files"]["scanned"].get<int64_t>());
   CHECK(b["files"]["skipped"].get<int64_t>() == r["files"]["skipped"].get<int64_t>());
-  CHECK(b["segments"].get<int64_t>() == r["segments"].get<int64_t>());
+  CHECK(b["frames"].get<int64_t>() == r["clips"]["frames"].get<int64_t>());
   CHECK(b["audio_seconds"].get<double>() == Approx(r["audio_seconds"].get<double>()));
   CHECK(b["files"]["selected"].get<int64_t>() == 15);
   CHECK(b["bench"]["whole_corpus"].get<bool>());
 
-  const double segments = static_cast<double>(r["segments"].get<int64_t>());
-  CHECK(b["stages"]["mel"]["per_s"]["segments"].get<double>() ==
-        Approx(segments / b["stages"]["mel"]["median_s"].get<double>()));
+  const double frames = static_cast<double>(r["clips"]["frames"].get<int64_t>());
+  CHECK(b["stages"]["mel"]["per_s"]["frames"].get<double>() ==
+        Approx(frames / b["stages"]["mel"]["median_s"].get<double>()));
   const double e2e_files = static_cast<double>(r["files"]["written"].get<int64_t>());
   CHECK(b["stages"]["end_to_end"]["per_s"]["files"].get<double>() ==
         Approx(e2e_files / b["stages"]["end_to_end"]["median_s"].get<double>()));
 
-  // The writer's chunks: as many files as fit in 1 MiB, every split's last chunk zero-padded to a whole chunk.
-  const int64_t num_long = r["config"]["num_long"].get<int64_t>();
-  const int64_t file_bytes = num_long * 4 * 32 * (1 + 2000 / 64) * 2;
-  const int64_t fpc = std::max<int64_t>(1, (int64_t{1} << 20) / file_bytes);
+  // The writer's chunks: as many frames as fit in 1 MiB, every split's last chunk zero-padded to a whole chunk.
+  const int64_t frame_bytes = 32 * 2;
+  const int64_t fpc = (int64_t{1} << 20) / frame_bytes;
   int64_t chunks = 0;
   for (const std::string split : {"train", "val", "test"}) {
-    const int64_t files = r["files"]["per_split"][split].get<int64_t>();
-    chunks += (files + fpc - 1) / fpc;
+    const int64_t n = test::read_split(d / "out" / (split + ".h5")).dims[0];
+    chunks += (n + fpc - 1) / fpc;
   }
-  CHECK(b["chunks"]["files_per_chunk"].get<int64_t>() == fpc);
+  CHECK(b["chunks"]["frames_per_chunk"].get<int64_t>() == fpc);
   CHECK(b["chunks"]["count"].get<int64_t>() == chunks);
-  CHECK(b["bytes"]["mel"].get<int64_t>() == chunks * fpc * file_bytes);
+  CHECK(b["bytes"]["frames"].get<int64_t>() == chunks * fpc * frame_bytes);
   CHECK(b["bytes"]["compressed"].get<int64_t>() == stored_mel_bytes(d / "out"));
   CHECK(b["bytes"]["written"].get<int64_t>() == b["bytes"]["compressed"].get<int64_t>());
-  CHECK(b["bytes"]["written_raw"].get<int64_t>() == b["bytes"]["mel"].get<int64_t>());
+  CHECK(b["bytes"]["written_raw"].get<int64_t>() == b["bytes"]["frames"].get<int64_t>());
   CHECK(b["stages"]["compress"]["ratio"].get<double>() > 1.0);
   CHECK(b["checks"]["written_equal_build"].get<bool>());
-  CHECK(b["checks"]["segments_equal_build"].get<bool>());
+  CHECK(b["checks"]["frames_equal_build"].get<bool>());
   CHECK(b["checks"]["compressed_bytes_equal_build"].get<bool>());
 
   double sum = 0;
@@ -145,18 +144,18 @@ TEST_CASE("bench's compressed bytes equal a build's stored chunks for any dtype,
     mel::DType dtype;
     int level;
     bool shuffle;
-    int files_per_chunk;
+    int64_t frames_per_chunk;
   };
-  const Case k = GENERATE(Case{mel::DType::float16, 4, true, 0}, Case{mel::DType::float32, 1, true, 3},
-                          Case{mel::DType::float16, 9, false, 2}, Case{mel::DType::float32, 0, true, 4});
-  CAPTURE(mel::to_string(k.dtype), k.level, k.shuffle, k.files_per_chunk);
+  const Case k = GENERATE(Case{mel::DType::float16, 4, true, 0}, Case{mel::DType::float32, 1, true, 96},
+                          Case{mel::DType::float16, 9, false, 200}, Case{mel::DType::float32, 0, true, 400});
+  CAPTURE(mel::to_string(k.dtype), k.level, k.shuffle, k.frames_per_chunk);
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 5);
   auto c = test::tone_build_config(d / "in", d / "out");
   c.build.dtype = k.dtype;
   c.build.compression_level = k.level;
   c.build.shuffle = k.shuffle;
-  c.build.files_per_chunk = k.files_per_chunk;
+  c.build.frames_per_chunk = k.frames_per_chunk;
   c.build.threads = 2;
   const auto r = builder::run_build(c).report;
   c.build.output.clear();
@@ -164,11 +163,11 @@ TEST_CASE("bench's compressed bytes equal a build's stored chunks for any dtype,
   const auto b = builder::run_bench(c, bench_options(d, 1), sink, sink);
 
   CHECK(b["bytes"]["compressed"].get<int64_t>() == stored_mel_bytes(d / "out"));
-  CHECK(b["segments"].get<int64_t>() == r["segments"].get<int64_t>());
+  CHECK(b["frames"].get<int64_t>() == r["clips"]["frames"].get<int64_t>());
   CHECK(b["stages"].contains("compress") == (k.level > 0));
   CHECK(b["stages"].contains("write_raw") == (k.level > 0));
   if (k.level > 0) CHECK(b["stages"]["compress"]["ratio"].get<double>() > 1.0);
-  if (k.level == 0) CHECK(b["bytes"]["compressed"].get<int64_t>() == b["bytes"]["mel"].get<int64_t>());
+  if (k.level == 0) CHECK(b["bytes"]["compressed"].get<int64_t>() == b["bytes"]["frames"].get<int64_t>());
   CHECK(entries(d / "scratch") == 0);
 }
 
@@ -186,7 +185,7 @@ TEST_CASE("bench samples --bench-files files evenly and builds the same sample e
   CHECK(b["files"]["written"].get<int64_t>() == n);
   CHECK_FALSE(b["bench"]["whole_corpus"].get<bool>());
   CHECK(b["checks"]["written_equal_build"].get<bool>());
-  CHECK(b["checks"]["segments_equal_build"].get<bool>());
+  CHECK(b["checks"]["frames_equal_build"].get<bool>());
   CHECK(b["checks"]["compressed_bytes_equal_build"].get<bool>());
   CHECK(entries(d / "scratch") == 0);
 }
@@ -203,7 +202,7 @@ TEST_CASE("bench refuses bad parameters before any work", "[bench]") {
     case 1: opts.bench_files = -1; break;
     case 2: opts.scratch = d / "no-such-folder"; break;
     case 3: opts.bench_out = d / "no-such-folder/bench.json"; break;
-    case 4: c.segment.short_seconds = 2; break;
+    case 4: c.clips.short_seconds = 0; break;
     case 5: c.build.compression_level = 12; break;
     default: c.build.input = d / "missing"; break;
   }
@@ -234,7 +233,7 @@ TEST_CASE("bench lists bad files as skipped, like a build, and --strict stops at
   CHECK(got == want);
   CHECK(b["files"]["skipped"].get<int64_t>() == 3);
   CHECK(b["files"]["written"].get<int64_t>() == r["files"]["written"].get<int64_t>());
-  CHECK(b["segments"].get<int64_t>() == r["segments"].get<int64_t>());
+  CHECK(b["frames"].get<int64_t>() == r["clips"]["frames"].get<int64_t>());
   CHECK(b["bytes"]["compressed"].get<int64_t>() == stored_mel_bytes(d / "out"));
   CHECK_THAT(table.str(), Catch::Contains("skipped class1/nan.wav"));
   CHECK_THAT(table.str(), Catch::Contains("skipped class0/text.wav"));
@@ -249,7 +248,7 @@ TEST_CASE("melforge-build bench: the binary's flags, JSON, exit codes and SIGINT
   test::write_tone_corpus(d / "in", 2, 3);
   fs::create_directories(d / "scratch");
   const std::string io = "bench --input " + (d / "in").string() + " --sample-rate 8000 --n-fft 256 --hop-length 64 " +
-                         "--n-mels 32 --long-seconds 1 --short-seconds 0.25 --device cpu --scratch " +
+                         "--n-mels 32 --short-seconds 0.25 --device cpu --scratch " +
                          (d / "scratch").string();
   const fs::path log = d / "log.txt";
   CHECK(run_cli("bench --help", log) == 0);

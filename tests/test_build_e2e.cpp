@@ -12,6 +12,9 @@
 
 #include "audio/decode.h"
 #include "build_fixture.h"
+#include "mel/half.h"
+#include "mel/mel_math.h"
+#include "mel_clips.h"
 #include "mel/filterbank.h"
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
@@ -56,10 +59,11 @@ TEST_CASE("a small corpus with bad files builds, and every file is accounted for
   test::write_text(d / "in/class0/text.wav", "this is not audio at all, just text pretending to be a wav file\n");
   test::write_text(d / "in/class1/readme.txt", "notes");
   test::write_tone(d / "in/class1/tiny.wav", 440, 100, 8000);
+  test::write_tone(d / "in/class2/one_sample.wav", 440, 1, 8000);
   test::write_tone(d / "in/class2/nan.wav", 440, 9000, 8000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 4000);
   test::write_tone(d / "in/class2/header_only.wav", 440, 9000, 8000);
   fs::resize_file(d / "in/class2/header_only.wav", 20);
-  const int bad = 6;
+  const int bad = 5;
   test::write_tone(d / "in/class1/truncated.wav", 440, 9000, 8000);
   fs::resize_file(d / "in/class1/truncated.wav", 44 + 2 * 5000);
 
@@ -68,11 +72,14 @@ TEST_CASE("a small corpus with bad files builds, and every file is accounted for
 
   INFO("skipped: " << r["skipped"].dump());
   // A truncated data chunk is either decoded as far as it goes or skipped as truncated: never lost.
-  CHECK(r["files"]["scanned"].get<int>() == good + bad + 1);
+  CHECK(r["files"]["scanned"].get<int>() == good + 2 + bad + 1);
   const int written = r["files"]["written"].get<int>();
   const int skipped_n = r["files"]["skipped"].get<int>();
-  CHECK(written + skipped_n == good + bad + 1);
-  CHECK((written == good || written == good + 1));
+  CHECK(written + skipped_n == good + 2 + bad + 1);
+  CHECK((written == good + 2 || written == good + 3));
+  CHECK(r["clips"]["padded"].get<int>() == 2);
+  CHECK(r["clips"]["capped"].get<int>() == 0);
+  CHECK(r["clips"]["rows"].get<int>() == written);
   const auto& ps = r["files"]["per_split"];
   CHECK(ps["train"].get<int>() + ps["val"].get<int>() + ps["test"].get<int>() == written);
   std::set<std::string> skipped;
@@ -82,7 +89,7 @@ TEST_CASE("a small corpus with bad files builds, and every file is accounted for
   }
   skipped.erase("class1/truncated.wav");
   CHECK(skipped == std::set<std::string>{"class0/empty.wav", "class0/text.wav", "class1/readme.txt",
-                                         "class1/tiny.wav", "class2/nan.wav", "class2/header_only.wav"});
+                                         "class2/nan.wav", "class2/header_only.wav"});
   CHECK(r["files"]["resampled"].get<int>() == 3);
 
   CHECK(fs::exists(d / "out/build_report.json"));
@@ -91,63 +98,72 @@ TEST_CASE("a small corpus with bad files builds, and every file is accounted for
   int64_t total = 0;
   for (const std::string split : {"train", "val", "test"}) {
     const auto s = read_split(d / "out" / (split + ".h5"));
-    REQUIRE(s.dims.size() == 5);
-    CHECK(s.dims[1] == r["config"]["num_long"].get<int>());
-    CHECK(s.dims[2] == 4);
-    CHECK(s.dims[3] == 32);
-    CHECK(s.dims[4] == 1 + 2000 / 64);
+    REQUIRE(s.dims.size() == 2);
+    CHECK(s.dims[1] == 32);
     CHECK(s.classes == std::vector<std::string>{"class0", "class1", "class2"});
-    REQUIRE(static_cast<int64_t>(s.path.size()) == s.dims[0]);
     for (std::size_t i = 0; i < s.path.size(); ++i) {
       written_paths.insert(s.path[i]);
       CHECK(s.path[i].substr(0, 6) == "class" + std::to_string(s.label[i]));
-      CHECK(s.valid[i] >= 1);
-      CHECK(s.valid[i] <= s.dims[1]);
+      const int64_t frames = mel::clip_frames(s.clips.num_samples[i], 256, 64, 128);
+      CHECK(s.clip_frames(i) == frames);
+      const bool tiny = s.path[i] == "class1/tiny.wav" || s.path[i] == "class2/one_sample.wav";
+      CHECK(s.clips.clip_flags[i] == (tiny ? builder::kStoredPadded : 0));
+      if (s.path[i] == "class2/one_sample.wav") CHECK(s.clips.num_samples[i] == 1);
     }
-    total += s.dims[0];
+    total += static_cast<int64_t>(s.files());
   }
   CHECK(total == written);
   CHECK(written_paths.size() == static_cast<std::size_t>(written));
 }
 
-TEST_CASE("the stored spectrograms equal the engine's output on the decoded audio", "[e2e]") {
+TEST_CASE("the stored frames of each clip equal compute_clips and the naive reference on the whole decoded clip",
+          "[e2e]") {
+  const auto dtype = GENERATE(mel::DType::float32, mel::DType::float16);
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
+  test::write_tone(d / "in/class1/short.wav", 500, 40, 8000);
   auto c = test::tone_build_config(d / "in", d / "out");
-  c.build.dtype = mel::DType::float32;
+  c.build.dtype = dtype;
   c.build.split = "1,0,0";
-  c.segment.num_long = 2;
   builder::run_build(c);
   const auto s = read_split(d / "out/train.h5");
-  REQUIRE(s.dims[0] == 8);
+  REQUIRE(s.files() == 9);
 
   mel::EngineConfig ec;
   ec.mel = c.mel;
   ec.segment_samples = 2000;
   ec.dtype = mel::DType::float32;
   auto engine = mel::make_cpu_engine(ec);
-  const int64_t per_seg = 32 * s.dims[4];
-  const int64_t per_file = 2 * 4 * per_seg;
-  const float silence = mel::silence_value(c.mel);
-  for (std::size_t i = 0; i < s.path.size(); ++i) {
+  const std::vector<double> fb = test::reference_filterbank(c.mel);
+  for (std::size_t i = 0; i < s.files(); ++i) {
+    CAPTURE(s.path[i]);
     audio::DecodeOptions dopt;
     dopt.sample_rate = 8000;
     const auto a = audio::decode(d / "in" / s.path[i], dopt);
-    std::vector<float> padded(std::max<std::size_t>(a.samples.size(), 8000), 0.0f);
-    std::copy(a.samples.begin(), a.samples.end(), padded.begin());
-    const int valid = s.valid[i];
-    CHECK(valid == std::clamp(static_cast<int>(a.samples.size() / 8000), 1, 2));
-    std::vector<int64_t> offsets;
-    for (int l = 0; l < valid; ++l)
-      for (int k = 0; k < 4; ++k) offsets.push_back(l * 8000 + k * 2000);
-    std::vector<float> expect(offsets.size() * per_seg);
-    engine->compute(padded.data(), offsets, expect.data());
-    const float* got = s.mel.data() + i * per_file;
+    const auto n = static_cast<int64_t>(a.samples.size());
+    REQUIRE(s.clips.num_samples[i] == n);
+    const std::vector<int64_t> offsets = {0, n};
+    const mel::ClipBatch batch = mel::plan_clips(c.mel, mel::DType::float32, offsets);
+    REQUIRE(s.clip_frames(i) == batch.total_frames());
+    CHECK(s.clips.clip_flags[i] == (batch.flags[0] != 0 ? builder::kStoredPadded : 0));
+    std::vector<float> expect(static_cast<std::size_t>(batch.out_elems()));
+    engine->compute_clips(a.samples.data(), batch, expect.data());
+    const std::vector<float> got = s.clip(i);
+    REQUIRE(got.size() == expect.size());
     for (std::size_t j = 0; j < expect.size(); ++j) {
-      CAPTURE(i, j, s.path[i], valid);
-      REQUIRE(got[j] == expect[j]);
+      CAPTURE(j);
+      const float want =
+          dtype == mel::DType::float32 ? expect[j] : mel::half_bits_to_float(mel::float_to_half_bits(expect[j]));
+      REQUIRE(got[j] == want);
     }
-    for (int64_t j = static_cast<int64_t>(expect.size()); j < per_file; ++j) REQUIRE(got[j] == silence);
+    if (dtype == mel::DType::float16) continue;
+    const std::vector<double> ref = test::clip_reference(c.mel, a.samples.data(), n, batch.flags[0], fb);
+    std::vector<float> mel_major(got.size());
+    const int64_t frames = s.clip_frames(i);
+    for (int64_t t = 0; t < frames; ++t)
+      for (int64_t m = 0; m < 32; ++m)
+        mel_major[static_cast<std::size_t>(m * frames + t)] = got[static_cast<std::size_t>(t * 32 + m)];
+    CHECK(test::compare_log_mel(mel_major.data(), ref.data(), 32, static_cast<int>(frames), c.mel).failures == 0);
   }
 }
 
@@ -167,7 +183,8 @@ TEST_CASE("builds are identical across thread counts", "[e2e]") {
     CHECK(a.dims == b.dims);
     CHECK(a.path == b.path);
     CHECK(a.label == b.label);
-    CHECK(a.mel == b.mel);
+    CHECK(a.clips.frame_offset == b.clips.frame_offset);
+    CHECK(a.frames == b.frames);
   }
 }
 
@@ -183,7 +200,7 @@ TEST_CASE("a corpus larger than --max-ram streams in several batches with the sa
   CHECK(rb["batches"].get<int>() == 3);
   CHECK(rs["batches"].get<int>() > 3);
   for (const std::string split : {"train", "val", "test"}) {
-    CHECK(read_split(d / "big" / (split + ".h5")).mel == read_split(d / "small" / (split + ".h5")).mel);
+    CHECK(read_split(d / "big" / (split + ".h5")).frames == read_split(d / "small" / (split + ".h5")).frames);
   }
 }
 
@@ -244,7 +261,7 @@ TEST_CASE("the report records the engine choice, auto says why it used the CPU, 
   CHECK(cpu["cuda_query"].is_null());
 
   const std::string io = "--input " + (d / "in").string() + " --sample-rate 8000 --n-fft 256 --hop-length 64 " +
-                         "--n-mels 32 --long-seconds 1 --short-seconds 0.25 --quiet --output ";
+                         "--n-mels 32 --short-seconds 0.25 --quiet --output ";
   const fs::path err = d / "stderr.txt";
   const int rc_cuda = run_cli_stderr(io + (d / "out_cuda").string() + " --device cuda", err);
   const int rc_auto = run_cli_stderr(io + (d / "out_auto").string() + " --device auto", d / "stderr_auto.txt");
@@ -268,7 +285,7 @@ TEST_CASE("mel bands without an FFT bin are a warning in the log and the report,
   test::write_tone_corpus(d / "in", 2, 3);
   const fs::path err = d / "stderr.txt";
   const int rc = run_cli_stderr("--input " + (d / "in").string() + " --output " + (d / "out").string() +
-                                    " --sample-rate 16000 --n-fft 400 --n-mels 128 --long-seconds 1 " +
+                                    " --sample-rate 16000 --n-fft 400 --n-mels 128 " +
                                     "--short-seconds 0.5 --device cpu --quiet",
                                 err);
   const std::string log = read_text(err);
@@ -284,14 +301,13 @@ TEST_CASE("mel bands without an FFT bin are a warning in the log and the report,
   const auto warnings = report.at("warnings").get<std::vector<std::string>>();
   CHECK(std::count(warnings.begin(), warnings.end(), warning) == 1);
   const auto s = read_split(d / "out" / "train.h5");
-  REQUIRE(s.dims.size() >= 2);
-  const int64_t n_frames = s.dims.back();
-  const int64_t n_mels = s.dims[s.dims.size() - 2];
+  REQUIRE(s.dims.size() == 2);
+  const int64_t n_mels = s.dims[1];
   REQUIRE(n_mels == 128);
+  REQUIRE(s.dims[0] > 0);
   const float silence = mel::silence_value(a);
   const int band = mel::build_filterbank(a).empty_bands().front();
-  for (std::size_t base = 0; base < s.mel.size(); base += static_cast<std::size_t>(n_mels * n_frames))
-    for (int64_t t = 0; t < n_frames; ++t) REQUIRE(s.mel[base + static_cast<std::size_t>(band * n_frames + t)] == silence);
+  for (int64_t t = 0; t < s.dims[0]; ++t) REQUIRE(s.frames[static_cast<std::size_t>(t * n_mels + band)] == silence);
 }
 
 TEST_CASE("invalid parameters fail before any work", "[e2e][cli]") {
@@ -300,10 +316,12 @@ TEST_CASE("invalid parameters fail before any work", "[e2e][cli]") {
   const std::string io = "--input " + (d / "in").string() + " --output " + (d / "out").string() + " --quiet";
   const std::string bad = GENERATE(std::string("--hop-length 0"), std::string("--n-mels 200 --n-fft 64"),
                                    std::string("--f-max 9000 --sample-rate 16000"),
-                                   std::string("--short-seconds 2 --long-seconds 1"), std::string("--split 0.5,0.6"),
+                                   std::string("--short-seconds 0"), std::string("--split 0.5,0.6"),
                                    std::string("--window triangle"), std::string("--max-ram lots"),
-                                   std::string("--num-long -3"), std::string("--compression-level 12"),
-                                   std::string("--no-such-flag 1"));
+                                   std::string("--max-seconds -1"), std::string("--compression-level 12"),
+                                   std::string("--no-such-flag 1"), std::string("--num-long 3"),
+                                   std::string("--long-seconds 1"), std::string("--short-files pad"),
+                                   std::string("--files-per-chunk 2"));
   CAPTURE(bad);
   CHECK(run_cli(io + " " + bad) == 2);
   CHECK_FALSE(fs::exists(d / "out"));
@@ -313,7 +331,7 @@ TEST_CASE("the CLI: help, config file, refusal of an existing output, strict", "
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
   CHECK(run_cli("--help") == 0);
-  test::write_text(d / "cfg.ini", "sample-rate = 8000\nn-fft = 256\nn-mels = 32\nlong-seconds = 1\nshort-seconds = 0.5\n"
+  test::write_text(d / "cfg.ini", "sample-rate = 8000\nn-fft = 256\nn-mels = 32\nshort-seconds = 0.5\n"
                                   "hop-length = 100\n");
   const std::string io = "--input " + (d / "in").string() + " --output " + (d / "out").string() + " --quiet";
   // The command line's --hop-length must win over the config file's.
@@ -348,7 +366,8 @@ TEST_CASE("the demo configuration builds the small spoken-digit corpus plus host
 
   std::ifstream rf(d / "out/build_report.json");
   const auto r = nlohmann::json::parse(rf);
-  CHECK(r["files"]["written"].get<int>() == 101);
+  CHECK(r["files"]["written"].get<int>() == 102);
+  CHECK(r["clips"]["stored_fraction"].get<double>() >= 0.999);
   CHECK(r["files"]["resampled"].get<int>() == 1);
   CHECK(r["files"]["scanned"].get<int>() == r["files"]["written"].get<int>() + r["files"]["skipped"].get<int>());
   std::map<std::string, std::string> skipped;
@@ -360,7 +379,6 @@ TEST_CASE("the demo configuration builds the small spoken-digit corpus plus host
       {"zero/bad_nan.wav", "NaN sample at frame 1234"},
       {"zero/bad_text.wav", "not an audio file"},
       {"zero/bad_truncated_header.wav", "not an audio file"},
-      {"zero/ok_short_0.05s.wav", "too short"},
   };
   REQUIRE(skipped.size() == expected.size());
   for (const auto& [path, reason] : expected) {
@@ -372,11 +390,12 @@ TEST_CASE("the demo configuration builds the small spoken-digit corpus plus host
                             "n=0\n"
                             "for s in ('train','val','test'):\n"
                             "  f=h5py.File(sys.argv[1]+'/'+s+'.h5','r')\n"
-                            "  m=f['mel']\n"
-                            "  assert m.dtype=='float16' and m.shape[1:]==(1,4,64,32), m.shape\n"
+                            "  m=f['frames']\n"
+                            "  o=f['frame_offset'][:]\n"
+                            "  assert m.dtype=='float16' and m.shape[1]==64 and o[-1]==m.shape[0], m.shape\n"
                             "  assert len(f['class_names'])==10 and f.attrs['split']==s\n"
-                            "  n+=m.shape[0]\n"
-                            "assert n==101, n\n\" " + out;
+                            "  n+=len(o)-1\n"
+                            "assert n==102, n\n\" " + out;
   CHECK(std::system(check.c_str()) == 0);
 }
 

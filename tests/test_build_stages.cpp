@@ -33,8 +33,8 @@ class GainStage : public builder::AudioStage {
   explicit GainStage(float gain, int64_t batch_bytes = 0, int64_t worker_bytes = 0, std::string reject = "")
       : gain_(gain), batch_bytes_(batch_bytes), worker_bytes_(worker_bytes), reject_(std::move(reject)) {}
   std::string name() const override { return "gain"; }
-  int64_t batch_bytes(const builder::PlannedFile&) const override { return batch_bytes_; }
-  int64_t worker_bytes(const builder::PlannedFile&) const override { return worker_bytes_; }
+  int64_t batch_bytes(const builder::PlannedCopy&) const override { return batch_bytes_; }
+  int64_t worker_bytes(const builder::PlannedCopy&) const override { return worker_bytes_; }
   void run(builder::BatchFile& file) const override {
     calls++;
     const std::string& path = file.file->input->rel_path;
@@ -83,7 +83,7 @@ TEST_CASE("an extra audio stage runs on every decoded file of a build and of the
   CHECK(gain->calls == written);
   CHECK(r["times_s"].contains("gain"));
   for (const std::string split : {"train", "val", "test"})
-    CHECK(read_split(d / "gain" / (split + ".h5")).mel == read_split(d / "plain" / (split + ".h5")).mel);
+    CHECK(read_split(d / "gain" / (split + ".h5")).frames == read_split(d / "plain" / (split + ".h5")).frames);
 
   gain->calls = 0;
   std::ostringstream table;
@@ -104,8 +104,8 @@ TEST_CASE("an extra audio stage sits between decode and mel", "[stages]") {
   builder::run_build(test::tone_build_config(d / "in", d / "half"), {std::make_shared<GainStage>(0.5f)});
   const auto plain = read_split(d / "plain/train.h5");
   const auto half = read_split(d / "half/train.h5");
-  REQUIRE(plain.mel.size() == half.mel.size());
-  CHECK(plain.mel != half.mel);
+  REQUIRE(plain.frames.size() == half.frames.size());
+  CHECK(plain.frames != half.frames);
 }
 
 TEST_CASE("a file an audio stage rejects is skipped at that stage, or stops a --strict build and bench", "[stages]") {
@@ -137,12 +137,14 @@ TEST_CASE("the --max-ram batch planning adds up the needs every audio stage decl
   file.info.channels = 1;
   file.info.frames = 16000;
   file.frames = 16000;
-  file.plan.arena_samples = 16000;
   builder::BuildConfig config;
   config.mel.sample_rate = 8000;
-  const auto stages = builder::make_audio_stages(config, {std::make_shared<GainStage>(1.0f, 1000, 1 << 30)});
-  CHECK(builder::batch_file_bytes(stages, file, 500) == 4 * 16000 + 1000 + 2 * 500);
-  CHECK(builder::largest_worker_bytes(stages, {file}) == int64_t{1} << 30);
+  file.plan = builder::plan_clip(16000, 0, config.mel);
+  builder::BuildState state(config, {std::make_shared<GainStage>(1.0f, 1000, 1 << 30)});
+  state.usable = {file};
+  const builder::PlannedCopy row{&state.usable[0], {}, file.plan};
+  CHECK(builder::batch_row_bytes(state.audio_stages, row, 500) == 4 * 16000 + 1000 + 2 * 500 * file.plan.frames);
+  CHECK(builder::largest_worker_bytes(state.audio_stages, state) == int64_t{1} << 30);
 
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 4);
@@ -180,7 +182,7 @@ TEST_CASE("the --max-ram batch budget reserves 64 MiB, each worker's needs and t
   CHECK(state.engine->host_bytes() == mel::cpu_engine_host_bytes([&] {
     mel::EngineConfig e;
     e.mel = c.mel;
-    e.segment_samples = c.segment.short_samples(state.sample_rate);
+    e.segment_samples = c.clips.short_samples(state.sample_rate);
     e.dtype = c.build.dtype;
     e.threads = 1;
     return e;

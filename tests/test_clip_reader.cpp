@@ -94,6 +94,19 @@ TEST_CASE("SplitInfo reads the clip table of a schema 3 file", "[data][clips]") 
   CHECK(data::MelInfo::from_json(s.info.to_json()).first_difference(s.info, "a", "b").empty());
 }
 
+TEST_CASE("a schema 3 split with no clip reads as empty", "[data][clips]") {
+  test::TempDir dir;
+  test::write_clip_split(dir / "val.h5", {.clip_frames = {}, .split = "val"});
+  const data::SplitInfo s = data::read_split_info(dir / "val.h5", "val");
+  CHECK(s.files() == 0);
+  CHECK(s.frame_offset == std::vector<int64_t>{0});
+  CHECK(s.total_frames() == 0);
+  const data::ClipReader reader(s, 0);
+  CHECK(reader.clips() == 0);
+  reader.read_clips(0, 0, nullptr);
+  CHECK_THROWS_AS(reader.read_clips(0, 1, nullptr), InvalidArgument);
+}
+
 TEST_CASE("ClipReader reads schema 3 frames and clips as written", "[data][clips]") {
   test::TempDir dir;
   const bool half = GENERATE(false, true);

@@ -1,8 +1,8 @@
 // melforge_data (data/): SplitInfo and MelReader against the file as melforge::h5 reads it, and ExampleLoader's
-// epochs: on a built schema 1/2 dataset through its tiles (every valid segment once, the planned order, determinism
-// in (seed, epoch) across prefetch depths, drop_last, each chunk inflated once per shuffled epoch); on schema 3 files
-// written in the test through tiles, crops and whole clips by length (every row against a naive gather of the
-// written frames, lengths, padding, targets, crops by epoch).
+// epochs: on the committed schema 1/2 datasets (tests/data/legacy) through their tiles (every valid segment once,
+// the planned order, determinism in (seed, epoch) across prefetch depths, drop_last, each chunk inflated once per
+// shuffled epoch); on schema 3 files written in the test through tiles, crops and whole clips by length (every row
+// against a naive gather of the written frames, lengths, padding, targets, crops by epoch).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,7 +11,6 @@
 #include <set>
 #include <vector>
 
-#include "build_fixture.h"
 #include "clip_fixture.h"
 #include "loader/example_loader.h"
 #include "melforge/common/errors.h"
@@ -28,22 +27,26 @@ using namespace melforge;
 
 namespace {
 
-/// A built tone corpus (3 classes, 12 files each) with 2 files per chunk in `dtype`, built once per test run;
-/// returns the output folder.
-std::filesystem::path build_dataset(mel::DType dtype) {
-  static test::TempDir d;
-  const std::string name = dtype == mel::DType::float16 ? "out16" : "out32";
-  if (std::filesystem::exists(d / name / "train.h5")) return d / name;
-  if (!std::filesystem::exists(d / "in")) test::write_tone_corpus(d / "in", 3, 12);
-  auto c = test::tone_build_config(d / "in", d / name);
-  c.build.files_per_chunk = 2;
-  c.build.dtype = dtype;
-  builder::run_build(c);
-  return d / name;
+/// The committed legacy dataset of `dtype`: schema 1 (float16) or schema 2 (float32), 2 files per chunk.
+std::filesystem::path legacy(mel::DType dtype) { return test::legacy_dataset(dtype == mel::DType::float16 ? 1 : 2); }
+
+/// What a schema 1/2 split file holds, read through melforge::h5 (mel as float32).
+struct LegacySplit {
+  std::vector<float> mel;
+  std::vector<int32_t> label;
+  std::vector<int32_t> valid;
+  std::vector<std::string> path;
+  std::vector<std::string> classes;
+};
+
+LegacySplit read_legacy(const std::filesystem::path& file) {
+  auto f = h5::open_file(file);
+  return {h5::read_float(h5::open_dataset(f, "mel")), h5::read_int32(f, "label"), h5::read_int32(f, "num_valid_long"),
+          h5::read_strings(f, "path"), h5::read_strings(f, "class_names")};
 }
 
 /// The float32 [n_mels, n_frames] spectrogram of valid segment `position`, from the reference read.
-std::vector<float> reference_segment(const test::SplitData& ref, const data::SplitInfo& info, int64_t position) {
+std::vector<float> reference_segment(const LegacySplit& ref, const data::SplitInfo& info, int64_t position) {
   const data::SegmentRef r = data::segment_at(info.segment_offsets(), info.info.num_short, position);
   const int64_t per = info.info.n_mels * info.info.n_frames;
   const int64_t row = (r.file * info.info.num_long + r.long_index) * info.info.num_short + r.short_index;
@@ -83,9 +86,9 @@ data::ExampleLoader segment_loader(const data::SplitInfo& info, const data::Load
 
 TEST_CASE("SplitInfo and MelReader read what the file holds", "[data]") {
   const auto dtype = GENERATE(mel::DType::float16, mel::DType::float32);
-  const auto out = build_dataset(dtype);
+  const auto out = legacy(dtype);
   const auto info = data::read_split_info(data::split_file(out, "train"), "train");
-  const auto ref = test::read_split(out / "train.h5");
+  const auto ref = read_legacy(out / "train.h5");
   REQUIRE(info.files() == static_cast<int64_t>(ref.path.size()));
   REQUIRE(info.files() > 4);
   CHECK(info.paths == ref.path);
@@ -122,11 +125,11 @@ TEST_CASE("split_file names the missing folder or file", "[data]") {
   CHECK_THROWS_AS(data::split_file(d / "empty", "dev"), InvalidArgument);
 }
 
-TEST_CASE("ExampleLoader delivers every valid segment of a schema 2 split once per epoch in the planned order",
+TEST_CASE("ExampleLoader delivers every valid segment of a schema 1/2 split once per epoch in the planned order",
           "[data]") {
-  const auto out = build_dataset(mel::DType::float16);
+  const auto out = legacy(mel::DType::float16);
   const auto info = data::read_split_info(out / "train.h5", "train");
-  const auto ref = test::read_split(out / "train.h5");
+  const auto ref = read_legacy(out / "train.h5");
   const bool shuffle = GENERATE(false, true);
   const int64_t prefetch = GENERATE(0, 1, 3);
   const int64_t pool_chunks = GENERATE(1, 3);
@@ -171,7 +174,7 @@ TEST_CASE("ExampleLoader delivers every valid segment of a schema 2 split once p
 }
 
 TEST_CASE("ExampleLoader's order depends on seed and epoch only", "[data]") {
-  const auto out = build_dataset(mel::DType::float32);
+  const auto out = legacy(mel::DType::float32);
   const auto info = data::read_split_info(out / "train.h5", "train");
   auto run = [&](uint64_t seed, int64_t prefetch, int64_t epoch, int in_memory = 0) {
     data::LoaderOptions o;
@@ -195,7 +198,7 @@ TEST_CASE("ExampleLoader's order depends on seed and epoch only", "[data]") {
 }
 
 TEST_CASE("ExampleLoader drop_last drops only the final partial batch", "[data]") {
-  const auto out = build_dataset(mel::DType::float16);
+  const auto out = legacy(mel::DType::float16);
   const auto info = data::read_split_info(out / "train.h5", "train");
   int64_t batch = GENERATE(3, 9);
   while (info.valid_segments() % batch == 0) ++batch;

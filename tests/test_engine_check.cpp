@@ -102,7 +102,7 @@ struct PlannedBuild {
     builder::label_files(state);
     builder::init_augment(state);
     builder::probe_files(state, false);
-    builder::plan_segments(state);
+    builder::plan_clip_files(state);
     builder::init_engine(state);
   }
   builder::BuildConfig config;
@@ -226,7 +226,7 @@ TEST_CASE("the engine check passes between two CPU engines and reports its figur
   CHECK(c["result"] == "passed");
   CHECK(c["engine"] == "cpu-fftw");
   CHECK(c["batches_compared"] == 1);
-  CHECK(c["segments_compared"].get<int64_t>() > 0);
+  CHECK(c["frames_compared"].get<int64_t>() > 0);
   CHECK(c["augmented_compared"] == 0);
   CHECK(c["max_abs_diff"] == 0.0);
   CHECK(c["fallback"] == false);
@@ -237,17 +237,17 @@ TEST_CASE("the engine check passes between two CPU engines and reports its figur
   require_same_splits(d / "cpu", d / "hooked");
 }
 
-TEST_CASE("a wrong device spectrogram stops a cuda build naming the file, segment, frame, band and both values",
+TEST_CASE("a wrong device spectrogram stops a cuda build naming the file, frame, band and both values",
           "[engine_check][e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
-  const auto config = hooked(d / "in", d / "out", mel::Device::cuda, 3.0f, 3);
+  const auto config = hooked(d / "in", d / "out", mel::Device::cuda, 3.0f, 3 * 32);
   const std::string message = check_error_of(config);
   CAPTURE(message);
   builder::run_build(test::tone_build_config(d / "in", d / "cpu"));
   const std::string first = test::read_split(d / "cpu" / "train.h5").path.at(0);
   CHECK(message.find("engine check failed: the spectrograms of batch 1 (train)") != std::string::npos);
-  CHECK(message.find(first + " (copy 0), long segment 0, short segment 0, frame 3, mel band 0: device ") !=
+  CHECK(message.find(first + " (copy 0), frame 3, mel band 0: device ") !=
         std::string::npos);
   CHECK(message.find("--device auto falls back") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "out" / "train.h5"));
@@ -263,7 +263,8 @@ TEST_CASE("a wrong device spectrogram under auto falls back to the CPU twin, who
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 3);
   builder::run_build(test::tone_build_config(d / "in", d / "cpu"));
-  const int64_t element = 5 * 32 * 32 + 32 * 9 + 4;  // segment 5 of the batch, band 9, frame 4 (32 x 32 per segment)
+  const test::SplitData cpu = test::read_split(d / "cpu" / "train.h5");
+  const int64_t element = (cpu.clips.frame_offset[1] + 4) * 32 + 9;  // clip 1, frame 4, band 9 ([frames][32])
   const auto report = builder::run_build(hooked(d / "in", d / "auto", mel::Device::auto_select, -4.0f, element)).report;
   const auto& c = report["engine_check"];
   CHECK(c["result"] == "failed");
@@ -271,13 +272,8 @@ TEST_CASE("a wrong device spectrogram under auto falls back to the CPU twin, who
   CHECK(c["fallback_batch"] == 1);
   CHECK(c["max_abs_diff"].get<double>() == Approx(4.0).margin(0.01));
   const auto& w = c["where"];
-  const int64_t segments = report["config"]["num_long"].get<int64_t>() * report["config"]["num_short"].get<int64_t>();
-  const int64_t row = 5 / segments;
-  const int64_t segment = 5 % segments;
   CHECK(w["stage"] == "mel");
-  CHECK(w["path"] == test::read_split(d / "cpu" / "train.h5").path.at(static_cast<std::size_t>(row)));
-  CHECK(w["long_segment"] == segment / report["config"]["num_short"].get<int64_t>());
-  CHECK(w["short_segment"] == segment % report["config"]["num_short"].get<int64_t>());
+  CHECK(w["path"] == cpu.path.at(1));
   CHECK(w["mel_band"] == 9);
   CHECK(w["frame"] == 4);
   CHECK(w["device"].get<double>() - w["cpu"].get<double>() == Approx(-4.0).margin(0.01));

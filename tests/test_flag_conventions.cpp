@@ -27,8 +27,8 @@ namespace {
 std::string summary(const builder::BuildConfig& c) {
   std::ostringstream s;
   s << c.mel.to_string() << " split=" << c.build.split << " max_ram=" << c.build.max_ram
-    << " overwrite=" << c.build.overwrite << " files_per_chunk=" << c.build.files_per_chunk
-    << " long=" << c.segment.long_seconds << " short=" << c.segment.short_seconds << " channel=" << c.decode.channel;
+    << " overwrite=" << c.build.overwrite << " frames_per_chunk=" << c.build.frames_per_chunk
+    << " max=" << c.clips.max_seconds << " short=" << c.clips.short_seconds << " channel=" << c.decode.channel;
   return s.str();
 }
 
@@ -72,8 +72,8 @@ TEST_CASE("torchaudio spellings of the flags set the same fields as the dashed o
       {"window_fn", "window", "hamming"},
       {"log_eps", "log-eps", "0.001"},
       {"max_ram", "max-ram", "1G"},
-      {"files_per_chunk", "files-per-chunk", "7"},
-      {"long_seconds", "long-seconds", "3"},
+      {"frames_per_chunk", "frames-per-chunk", "7"},
+      {"max_seconds", "max-seconds", "3"},
       {"short_seconds", "short-seconds", "0.5"},
   }));
   const std::string& alias = std::get<0>(row);
@@ -132,14 +132,35 @@ TEST_CASE("an unknown flag names the nearest registered one", "[flags]") {
 
 TEST_CASE("config file keys take the same spellings, and an unknown key names the nearest one", "[flags]") {
   TempDir d;
-  test::write_text(d / "a.ini", "n_fft = 128\nnorm = Slaney\n# hop_lenght = 3\n\nlong_seconds=3\n");
+  test::write_text(d / "a.ini", "n_fft = 128\nnorm = Slaney\n# hop_lenght = 3\n\nmax_seconds=3\n");
   const auto c = parsed({"--config", (d / "a.ini").string()});
   CHECK(c.mel.n_fft == 128);
   CHECK(c.mel.mel_norm == mel::MelNorm::slaney);
-  CHECK(c.segment.long_seconds == 3.0);
+  CHECK(c.clips.max_seconds == 3.0);
   test::write_text(d / "b.ini", "n-fft = 128\nnfft = 256\n");
   CHECK(parse_error({"--config", (d / "b.ini").string()}) ==
         "unrecognised option 'nfft' in --config file '" + (d / "b.ini").string() + "'; did you mean n-fft?");
+}
+
+TEST_CASE("the removed segment flags are refused in every spelling, naming --max-seconds", "[flags]") {
+  const auto [flag, value] = GENERATE(table<std::string, std::string>({
+      {"num-long", "3"},
+      {"num_long", "auto"},
+      {"long-seconds", "2"},
+      {"long_seconds", "1"},
+      {"short-files", "skip"},
+      {"short_files", "pad"},
+  }));
+  CAPTURE(flag);
+  CHECK_THROWS_AS(parsed({"--" + flag, value}), InvalidArgument);
+  CHECK_THROWS_WITH(parsed({"--" + flag + "=" + value}),
+                    Catch::Contains("stores every clip whole") && Catch::Contains("--max-seconds"));
+  TempDir d;
+  test::write_text(d / "c.ini", flag + " = " + value + "\n");
+  CHECK_THROWS_WITH(parsed({"--config", (d / "c.ini").string()}),
+                    Catch::Contains("stores every clip whole") && Catch::Contains("--max-seconds"));
+  CHECK(parsed({"--max_seconds", "2.5"}).clips.max_seconds == 2.5);
+  CHECK(parsed({}).clips.max_seconds == 0);
 }
 
 TEST_CASE("melforge-build reads the aliases, and refuses an unknown flag with exit 2 before any work", "[flags]") {

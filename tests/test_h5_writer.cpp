@@ -52,21 +52,28 @@ uint16_t exact_half_bits(float v) {
   return bits;
 }
 
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
+/// Mel bands of the test files.
+constexpr int64_t kMels = 4;
+
+/// Frames of test clip k: 1 to 5, varying.
+int64_t clip_frames(int64_t k) { return 1 + k * 7 % 5; }
+
+/// Frames of test clips [0, k).
+int64_t frames_before(int64_t k) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < k; ++i) n += clip_frames(i);
+  return n;
 }
 
-/// Spectrogram-like test data for `files` files: smooth values plus noise, multiples of 1/8 in (-96, 96), exactly
-/// representable in float16. `bytes` holds them in the stored dtype, `values` as floats.
+/// Spectrogram-like test data for `frames` frames of `n_mels` bands: smooth values plus noise, multiples of 1/8 in
+/// (-96, 96), exactly representable in float16. `bytes` holds them in the stored dtype, `values` as floats.
 struct MelData {
   std::vector<unsigned char> bytes;
   std::vector<float> values;
 };
 
-MelData make_mel(int64_t files, const std::vector<int64_t>& shape, mel::DType dtype, uint32_t seed) {
-  const int64_t n = files * product(shape);
+MelData make_mel(int64_t frames, int64_t n_mels, mel::DType dtype, uint32_t seed) {
+  const int64_t n = frames * n_mels;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> noise(-3.0f, 3.0f);
   MelData d;
@@ -87,42 +94,59 @@ MelData make_mel(int64_t files, const std::vector<int64_t>& shape, mel::DType dt
   return d;
 }
 
-std::vector<FileRecord> make_records(int64_t first, int64_t count, int num_long) {
+/// Records of test clips [first, first + count): clip_frames(k) frames, samples and flags varying with k.
+std::vector<FileRecord> make_records(int64_t first, int64_t count) {
   std::vector<FileRecord> r(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const int64_t k = first + i;
     r[static_cast<size_t>(i)].label = static_cast<int32_t>(k % 3);
     r[static_cast<size_t>(i)].path = "class_" + std::to_string(k % 3) + "/file_" + std::to_string(k) + ".wav";
-    r[static_cast<size_t>(i)].num_valid_long = static_cast<int32_t>(k % (num_long + 1));
+    r[static_cast<size_t>(i)].frames = clip_frames(k);
+    r[static_cast<size_t>(i)].num_samples = clip_frames(k) * 64 + k;
+    r[static_cast<size_t>(i)].clip_flags = static_cast<uint8_t>(k % 4);
     r[static_cast<size_t>(i)].source_sample_rate = k % 2 == 0 ? 44100 : 8000 + static_cast<int32_t>(k);
   }
   return r;
+}
+
+/// The clip columns make_records(0, files) gives, built naively.
+builder::ClipColumns expected_clips(int64_t files) {
+  builder::ClipColumns c;
+  for (int64_t k = 0; k < files; ++k) {
+    c.frame_offset.push_back(frames_before(k + 1));
+    c.num_samples.push_back(clip_frames(k) * 64 + k);
+    c.clip_flags.push_back(static_cast<uint8_t>(k % 4));
+  }
+  return c;
 }
 
 SplitWriterConfig base_config(const std::filesystem::path& path) {
   SplitWriterConfig c;
   c.final_path = path;
   c.split = "train";
-  c.file_shape = {2, 3, 4, 5};
+  c.n_mels = kMels;
   c.class_names = {"a", "b", "c"};
   c.threads = 2;
   return c;
 }
 
-int64_t expected_files_per_chunk(const SplitWriterConfig& c) {
-  const int64_t file_bytes = product(c.file_shape) * (c.dtype == mel::DType::float16 ? 2 : 4);
-  return c.files_per_chunk > 0 ? c.files_per_chunk : std::max<int64_t>(1, (int64_t{1} << 20) / file_bytes);
+int64_t elem_size(const SplitWriterConfig& c) { return c.dtype == mel::DType::float16 ? 2 : 4; }
+
+int64_t expected_frames_per_chunk(const SplitWriterConfig& c) {
+  const int64_t frame_bytes = c.n_mels * elem_size(c);
+  return c.frames_per_chunk > 0 ? c.frames_per_chunk : std::max<int64_t>(1, (int64_t{1} << 20) / frame_bytes);
 }
 
-/// Writes `data` in appends of `sizes` files and finishes; returns the writer's bytes_written().
+/// Writes `data` in appends of `sizes` clips and finishes; returns the writer's bytes_written().
 int64_t write_split(const SplitWriterConfig& config, const MelData& data, const std::vector<int>& sizes) {
   SplitWriter w(config);
-  const int64_t file_bytes = product(config.file_shape) * (config.dtype == mel::DType::float16 ? 2 : 4);
+  const int64_t frame_bytes = config.n_mels * elem_size(config);
   int64_t done = 0;
   for (int s : sizes) {
-    w.append(data.bytes.data() + done * file_bytes, make_records(done, s, static_cast<int>(config.file_shape[0])));
+    w.append(data.bytes.data() + frames_before(done) * frame_bytes, make_records(done, s));
     done += s;
     CHECK(w.files() == done);
+    CHECK(w.frames() == frames_before(done));
   }
   CHECK(std::filesystem::exists(config.final_path.string() + ".partial"));
   CHECK_FALSE(std::filesystem::exists(config.final_path));
@@ -132,33 +156,34 @@ int64_t write_split(const SplitWriterConfig& config, const MelData& data, const 
   return w.bytes_written();
 }
 
-/// Reads the whole `mel` dataset with plain H5Dread in its own stored type (HDF5's filter pipeline decodes).
+/// Reads the whole `frames` dataset with plain H5Dread in its own stored type (HDF5's filter pipeline decodes).
 std::vector<unsigned char> plain_read(const std::filesystem::path& path) {
   h5::File f = h5::open_file(path);
-  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::Dataset ds = h5::open_dataset(f, "frames");
   h5::Datatype type = h5::dataset_type(ds);
-  const int64_t n = product(h5::dims(ds));
+  const std::vector<int64_t> d = h5::dims(ds);
+  const int64_t n = d.at(0) * d.at(1);
   std::vector<unsigned char> out(static_cast<size_t>(n) * H5Tget_size(type.id()));
   if (n > 0) REQUIRE(H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0);
   return out;
 }
 
-/// Stored bytes of every chunk of `mel`, in order along dim 0.
-std::vector<std::vector<unsigned char>> stored_chunks(const std::filesystem::path& path, int64_t files_per_chunk) {
+/// Stored bytes of every chunk of `frames`, in order along dim 0.
+std::vector<std::vector<unsigned char>> stored_chunks(const std::filesystem::path& path, int64_t frames_per_chunk) {
   h5::File f = h5::open_file(path);
-  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::Dataset ds = h5::open_dataset(f, "frames");
   const std::vector<int64_t> d = h5::dims(ds);
   hsize_t num = 0;
   {
     h5::Dataspace space = h5::dataset_space(ds);
     REQUIRE(H5Dget_num_chunks(ds.id(), space.id(), &num) >= 0);
   }
-  const int64_t expected = (d[0] + files_per_chunk - 1) / files_per_chunk;
+  const int64_t expected = (d[0] + frames_per_chunk - 1) / frames_per_chunk;
   REQUIRE(static_cast<int64_t>(num) == expected);
   std::vector<std::vector<unsigned char>> chunks;
   for (int64_t c = 0; c < expected; ++c) {
     std::vector<hsize_t> offset(d.size(), 0);
-    offset[0] = static_cast<hsize_t>(c * files_per_chunk);
+    offset[0] = static_cast<hsize_t>(c * frames_per_chunk);
     hsize_t size = 0;
     REQUIRE(H5Dget_chunk_storage_size(ds.id(), offset.data(), &size) >= 0);
     std::vector<unsigned char> buf(size);
@@ -172,23 +197,18 @@ std::vector<std::vector<unsigned char>> stored_chunks(const std::filesystem::pat
 
 /// Writes `data` into a dataset laid out like the writer's, through HDF5's own H5Dwrite and filter pipeline.
 void write_reference(const std::filesystem::path& path, const SplitWriterConfig& c, const MelData& data,
-                     int64_t files) {
+                     int64_t frames) {
   h5::File f = h5::create_file(path);
   h5::Datatype f16 = h5::float16_type();
   const hid_t type = c.dtype == mel::DType::float16 ? f16.id() : H5T_NATIVE_FLOAT;
   h5::ChunkedSpec spec;
-  spec.dims = {files};
-  spec.max_dims = {-1};
-  spec.chunk = {expected_files_per_chunk(c)};
-  for (int64_t d : c.file_shape) {
-    spec.dims.push_back(d);
-    spec.max_dims.push_back(d);
-    spec.chunk.push_back(d);
-  }
+  spec.dims = {frames, c.n_mels};
+  spec.max_dims = {-1, c.n_mels};
+  spec.chunk = {expected_frames_per_chunk(c), c.n_mels};
   spec.shuffle = c.shuffle;
   spec.deflate_level = c.compression_level;
-  h5::Dataset ds = h5::create_chunked_dataset(f, "mel", type, spec);
-  if (files > 0) REQUIRE(H5Dwrite(ds.id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.bytes.data()) >= 0);
+  h5::Dataset ds = h5::create_chunked_dataset(f, "frames", type, spec);
+  if (frames > 0) REQUIRE(H5Dwrite(ds.id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.bytes.data()) >= 0);
 }
 
 /// Naive inverse of HDF5's shuffle filter.
@@ -212,53 +232,60 @@ TEST_CASE("split files round trip through our reader and HDF5's own filter pipel
   const auto dtype = GENERATE(mel::DType::float16, mel::DType::float32);
   const int level = GENERATE(0, 1, 4, 9);
   const bool shuffle = GENERATE(true, false);
-  const int files_per_chunk = GENERATE(1, 3, 0);
+  const int frames_per_chunk = GENERATE(1, 7, 0);
   const auto sizes = GENERATE(values<std::vector<int>>({{7}, {1, 1, 1, 1, 1}, {3, 3}, {2, 5, 0, 4}, {}}));
   const bool half = dtype == mel::DType::float16;
-  CAPTURE(half, level, shuffle, files_per_chunk, sizes);
+  CAPTURE(half, level, shuffle, frames_per_chunk, sizes);
 
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "train.h5");
   c.dtype = dtype;
   c.compression_level = level;
   c.shuffle = shuffle;
-  c.files_per_chunk = files_per_chunk;
+  c.frames_per_chunk = frames_per_chunk;
   int64_t files = 0;
   for (int s : sizes) files += s;
-  const MelData data = make_mel(files, c.file_shape, dtype, 17u + static_cast<uint32_t>(files));
+  const int64_t frames = frames_before(files);
+  const MelData data = make_mel(frames, kMels, dtype, 17u + static_cast<uint32_t>(files));
   const int64_t bytes_written = write_split(c, data, sizes);
   REQUIRE(std::filesystem::exists(c.final_path));
   CHECK_FALSE(std::filesystem::exists(c.final_path.string() + ".partial"));
 
   {
     h5::File f = h5::open_file(c.final_path);
-    h5::Dataset ds = h5::open_dataset(f, "mel");
-    CHECK(h5::dims(ds) == std::vector<int64_t>{files, 2, 3, 4, 5});
+    h5::Dataset ds = h5::open_dataset(f, "frames");
+    CHECK(h5::dims(ds) == std::vector<int64_t>{frames, kMels});
     CHECK(h5::read_float(ds) == data.values);
-    if (files >= 4) CHECK(h5::read_float(ds, 1, 3) == std::vector<float>(data.values.begin() + 120, data.values.begin() + 480));
+    if (frames >= 4)
+      CHECK(h5::read_float(ds, 1, 3) == std::vector<float>(data.values.begin() + 4, data.values.begin() + 16));
     h5::Datatype type = h5::dataset_type(ds);
     h5::Datatype f16 = h5::float16_type();
     CHECK(H5Tequal(type.id(), dtype == mel::DType::float16 ? f16.id() : H5T_IEEE_F32LE) > 0);
-    const std::vector<FileRecord> records = make_records(0, files, 2);
-    std::vector<int32_t> labels, valid, rates;
+    const std::vector<FileRecord> records = make_records(0, files);
+    std::vector<int32_t> labels, rates;
     std::vector<std::string> paths;
     for (const FileRecord& r : records) {
       labels.push_back(r.label);
-      valid.push_back(r.num_valid_long);
       paths.push_back(r.path);
       rates.push_back(r.source_sample_rate);
     }
     CHECK(h5::read_int32(f, "label") == labels);
-    CHECK(h5::read_int32(f, "num_valid_long") == valid);
+    const builder::ClipColumns clips = builder::read_clip_columns(f, files, frames, c.final_path.string());
+    const builder::ClipColumns want = expected_clips(files);
+    CHECK(clips.frame_offset == want.frame_offset);
+    CHECK(clips.num_samples == want.num_samples);
+    CHECK(clips.clip_flags == want.clip_flags);
+    CHECK_FALSE(h5::exists(f, "mel"));
+    CHECK_FALSE(h5::exists(f, "num_valid_long"));
     CHECK(h5::read_int32(f, "source_sample_rate") == rates);
     CHECK(h5::read_strings(f, "path") == paths);
     CHECK(h5::read_strings(f, "class_names") == c.class_names);
   }
   CHECK(plain_read(c.final_path) == data.bytes);
 
-  const int64_t fpc = expected_files_per_chunk(c);
+  const int64_t fpc = expected_frames_per_chunk(c);
   const size_t elem = dtype == mel::DType::float16 ? 2 : 4;
-  const size_t chunk_bytes = static_cast<size_t>(fpc * product(c.file_shape)) * elem;
+  const size_t chunk_bytes = static_cast<size_t>(fpc * kMels) * elem;
   const auto ours = stored_chunks(c.final_path, fpc);
   int64_t stored = 0;
   for (size_t k = 0; k < ours.size(); ++k) {
@@ -283,31 +310,32 @@ TEST_CASE("split files round trip through our reader and HDF5's own filter pipel
 
   // Our deflate streams come from libdeflate, so only raw chunks can equal HDF5's own bytes; compressed chunks are
   // proven compatible above by zlib's uncompress and by HDF5's own H5Dread (plain_read).
-  write_reference(dir / "reference.h5", c, data, files);
+  write_reference(dir / "reference.h5", c, data, frames);
   const auto reference = stored_chunks(dir / "reference.h5", fpc);
   CHECK(reference.size() == ours.size());
   if (level == 0) CHECK(reference == ours);
 }
 
-TEST_CASE("automatic files per chunk gives about 1 MiB chunks over several chunks", "[h5_writer]") {
+TEST_CASE("automatic frames per chunk gives about 1 MiB chunks over several chunks", "[h5_writer]") {
   const auto dtype = GENERATE(mel::DType::float16, mel::DType::float32);
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "valid.h5");
-  c.file_shape = {1, 2, 64, 100};
+  c.n_mels = 128;
   c.dtype = dtype;
-  c.files_per_chunk = 0;
+  c.frames_per_chunk = 0;
   c.compression_level = 1;
-  const int64_t fpc = expected_files_per_chunk(c);
-  CHECK(fpc == (dtype == mel::DType::float16 ? 40 : 20));
-  const int64_t files = 2 * fpc + fpc / 2;
-  const MelData data = make_mel(files, c.file_shape, dtype, 5);
-  write_split(c, data, {static_cast<int>(fpc / 3), static_cast<int>(files - fpc / 3)});
+  const int64_t fpc = expected_frames_per_chunk(c);
+  CHECK(fpc == (dtype == mel::DType::float16 ? 4096 : 2048));
+  int64_t files = 0;
+  while (frames_before(files) < 2 * fpc + fpc / 2) ++files;
+  const MelData data = make_mel(frames_before(files), c.n_mels, dtype, 5);
+  write_split(c, data, {static_cast<int>(files / 3), static_cast<int>(files - files / 3)});
   h5::File f = h5::open_file(c.final_path);
-  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::Dataset ds = h5::open_dataset(f, "frames");
   h5::PropList dcpl(H5Dget_create_plist(ds.id()), "dcpl");
-  std::vector<hsize_t> chunk(5, 0);
-  REQUIRE(H5Pget_chunk(dcpl.id(), 5, chunk.data()) == 5);
-  CHECK(chunk == std::vector<hsize_t>{static_cast<hsize_t>(fpc), 1, 2, 64, 100});
+  std::vector<hsize_t> chunk(2, 0);
+  REQUIRE(H5Pget_chunk(dcpl.id(), 2, chunk.data()) == 2);
+  CHECK(chunk == std::vector<hsize_t>{static_cast<hsize_t>(fpc), 128});
   CHECK(h5::read_float(ds) == data.values);
   CHECK(plain_read(c.final_path) == data.bytes);
   CHECK(stored_chunks(c.final_path, fpc).size() == 3);
@@ -323,7 +351,7 @@ TEST_CASE("filters are registered only when compressing", "[h5_writer]") {
   SplitWriter w(c);
   w.finish();
   h5::File f = h5::open_file(c.final_path);
-  h5::Dataset ds = h5::open_dataset(f, "mel");
+  h5::Dataset ds = h5::open_dataset(f, "frames");
   h5::PropList dcpl(H5Dget_create_plist(ds.id()), "dcpl");
   std::vector<H5Z_filter_t> filters;
   for (int i = 0; i < H5Pget_nfilters(dcpl.id()); ++i) {
@@ -339,7 +367,7 @@ TEST_CASE("filters are registered only when compressing", "[h5_writer]") {
   CHECK(filters == expected);
 }
 
-TEST_CASE("zero files give a valid file with an empty mel dataset", "[h5_writer]") {
+TEST_CASE("zero clips give a valid file with an empty frames dataset", "[h5_writer]") {
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "test.h5");
   c.split = "test";
@@ -351,11 +379,11 @@ TEST_CASE("zero files give a valid file with an empty mel dataset", "[h5_writer]
     CHECK(w.bytes_written() == 0);
   }
   h5::File f = h5::open_file(c.final_path);
-  h5::Dataset ds = h5::open_dataset(f, "mel");
-  CHECK(h5::dims(ds) == std::vector<int64_t>{0, 2, 3, 4, 5});
+  h5::Dataset ds = h5::open_dataset(f, "frames");
+  CHECK(h5::dims(ds) == std::vector<int64_t>{0, kMels});
   CHECK(h5::read_float(ds).empty());
   CHECK(h5::read_int32(f, "label").empty());
-  CHECK(h5::read_int32(f, "num_valid_long").empty());
+  CHECK(builder::read_clip_columns(f, 0, 0, "empty").frame_offset == std::vector<int64_t>{0});
   CHECK(h5::read_strings(f, "path").empty());
   CHECK(h5::read_strings(f, "class_names") == c.class_names);
   CHECK(h5::read_attribute_string(f, "split") == "test");
@@ -370,8 +398,8 @@ TEST_CASE("attributes and UTF-8 strings are stored", "[h5_writer]") {
                   {"f_min", 20.5},
                   {"window", std::string("hann")},
                   {"note", std::string("Grüße – 日本")}};
-  const MelData data = make_mel(3, c.file_shape, c.dtype, 3);
-  std::vector<FileRecord> records = make_records(0, 3, 2);
+  const MelData data = make_mel(frames_before(3), kMels, c.dtype, 3);
+  std::vector<FileRecord> records = make_records(0, 3);
   records[0].path = "café/été_1.wav";
   records[1].path = "音楽/曲 2.flac";
   records[2].path = "plain/ascii.wav";
@@ -407,12 +435,12 @@ TEST_CASE("a writer destroyed before finish leaves nothing behind", "[h5_writer]
   const int appended = GENERATE(0, 1, 4);
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "train.h5");
-  c.files_per_chunk = 2;
+  c.frames_per_chunk = 2;
   const std::filesystem::path partial = dir / "train.h5.partial";
-  const MelData data = make_mel(appended, c.file_shape, c.dtype, 9);
+  const MelData data = make_mel(frames_before(appended), kMels, c.dtype, 9);
   {
     SplitWriter w(c);
-    if (appended > 0) w.append(data.bytes.data(), make_records(0, appended, 2));
+    if (appended > 0) w.append(data.bytes.data(), make_records(0, appended));
     CHECK(std::filesystem::exists(partial));
   }
   CHECK_FALSE(std::filesystem::exists(partial));
@@ -425,15 +453,15 @@ TEST_CASE("a stale partial file is replaced and an old final file is overwritten
   SplitWriterConfig c = base_config(dir / "train.h5");
   test::write_text(dir / "train.h5.partial", "stale bytes");
   test::write_text(dir / "train.h5", "old result");
-  const MelData data = make_mel(2, c.file_shape, c.dtype, 1);
+  const MelData data = make_mel(frames_before(2), kMels, c.dtype, 1);
   {
     SplitWriter w(c);
-    w.append(data.bytes.data(), make_records(0, 2, 2));
+    w.append(data.bytes.data(), make_records(0, 2));
     CHECK(read_file_bytes(dir / "train.h5") == std::vector<unsigned char>{'o', 'l', 'd', ' ', 'r', 'e', 's', 'u', 'l', 't'});
     w.finish();
   }
   h5::File f = h5::open_file(c.final_path);
-  CHECK(h5::read_float(h5::open_dataset(f, "mel")) == data.values);
+  CHECK(h5::read_float(h5::open_dataset(f, "frames")) == data.values);
   CHECK_FALSE(std::filesystem::exists(dir / "train.h5.partial"));
 }
 
@@ -452,10 +480,9 @@ TEST_CASE("writing into a folder that does not exist throws IoError naming the p
 TEST_CASE("invalid writer arguments throw InvalidArgument", "[h5_writer]") {
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "x.h5");
-  SECTION("shape rank") { c.file_shape = {2, 3, 4}; }
-  SECTION("shape value") { c.file_shape = {2, 0, 4, 5}; }
+  SECTION("no mel band") { c.n_mels = 0; }
   SECTION("level") { c.compression_level = 10; }
-  SECTION("files per chunk") { c.files_per_chunk = -1; }
+  SECTION("frames per chunk") { c.frames_per_chunk = -1; }
   SECTION("reserved attribute") { c.attributes = {{"split", std::string("x")}}; }
   SECTION("duplicate attribute") { c.attributes = {{"n_fft", int64_t{1}}, {"n_fft", int64_t{2}}}; }
   CHECK_THROWS_AS(SplitWriter(c), InvalidArgument);
@@ -465,19 +492,20 @@ TEST_CASE("invalid writer arguments throw InvalidArgument", "[h5_writer]") {
 TEST_CASE("bad records and use after finish are rejected", "[h5_writer]") {
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "x.h5");
-  const MelData data = make_mel(1, c.file_shape, c.dtype, 1);
+  const MelData data = make_mel(clip_frames(0), kMels, c.dtype, 1);
   SplitWriter w(c);
-  std::vector<FileRecord> r = make_records(0, 1, 2);
-  r[0].label = 3;
+  const std::vector<FileRecord> good = make_records(0, 1);
+  std::vector<FileRecord> r = good;
+  SECTION("label") { r[0].label = 3; }
+  SECTION("no frame") { r[0].frames = 0; }
+  SECTION("negative samples") { r[0].num_samples = -1; }
+  SECTION("unknown flag") { r[0].clip_flags = 4; }
   CHECK_THROWS_AS(w.append(data.bytes.data(), r), InvalidArgument);
-  r[0].label = 0;
-  r[0].num_valid_long = 3;
-  CHECK_THROWS_AS(w.append(data.bytes.data(), r), InvalidArgument);
-  CHECK_THROWS_AS(w.append(nullptr, make_records(0, 1, 2)), InvalidArgument);
+  CHECK_THROWS_AS(w.append(nullptr, good), InvalidArgument);
   CHECK(w.files() == 0);
-  w.append(data.bytes.data(), make_records(0, 1, 2));
+  w.append(data.bytes.data(), good);
   w.finish();
-  CHECK_THROWS_AS(w.append(data.bytes.data(), make_records(0, 1, 2)), InvalidArgument);
+  CHECK_THROWS_AS(w.append(data.bytes.data(), good), InvalidArgument);
   CHECK_THROWS_AS(w.finish(), InvalidArgument);
   CHECK(std::filesystem::exists(c.final_path));
 }
@@ -487,10 +515,10 @@ TEST_CASE("1 and 2 compression threads give byte-identical files", "[h5_writer]"
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "one.h5");
   c.dtype = dtype;
-  c.files_per_chunk = 2;
+  c.frames_per_chunk = 2;
   c.compression_level = 4;
   c.attributes = {{"n_fft", int64_t{512}}, {"power", 2.0}, {"window", std::string("hann")}};
-  const MelData data = make_mel(23, c.file_shape, dtype, 11);
+  const MelData data = make_mel(frames_before(23), kMels, dtype, 11);
   c.threads = 1;
   write_split(c, data, {5, 13, 5});
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
@@ -507,12 +535,14 @@ TEST_CASE("a full disk during writing throws IoError and leaves no file", "[h5_w
   const int level = GENERATE(0, 1);
   test::TempDir dir;
   SplitWriterConfig c = base_config(dir / "train.h5");
-  c.file_shape = {1, 1, 64, 512};
+  c.n_mels = 64;
   c.dtype = mel::DType::float32;
   c.compression_level = level;
-  c.files_per_chunk = 1;
+  c.frames_per_chunk = 512;
   c.threads = 1;
-  const MelData data = make_mel(16, c.file_shape, c.dtype, 21);
+  std::vector<FileRecord> records = make_records(0, 16);
+  for (FileRecord& r : records) r.frames = 512;
+  const MelData data = make_mel(16 * 512, c.n_mels, c.dtype, 21);
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   const pid_t pid = fork();
@@ -526,7 +556,8 @@ TEST_CASE("a full disk during writing throws IoError and leaves no file", "[h5_w
     if (setrlimit(RLIMIT_FSIZE, &limit) != 0) code = 9;
     try {
       SplitWriter w(c);
-      for (int i = 0; i < 16; i += 4) w.append(data.bytes.data() + i * 64 * 512 * 4, make_records(i, 4, 1));
+      for (int i = 0; i < 16; i += 4)
+        w.append(data.bytes.data() + i * 64 * 512 * 4, {records.begin() + i, records.begin() + i + 4});
       w.finish();
       code = code ? code : 1;
     } catch (const IoError& e) {
@@ -567,18 +598,19 @@ TEST_CASE("h5py reads the written files", "[h5_writer][python]") {
   c.dtype = half ? mel::DType::float16 : mel::DType::float32;
   c.compression_level = half ? 4 : 0;
   c.shuffle = true;
-  c.files_per_chunk = 3;
+  c.frames_per_chunk = 3;
   c.class_names = {"chien", "café", "音楽"};
   c.attributes = {{"sample_rate", int64_t{16000}}, {"f_min", 20.5}, {"window", std::string("hann")}};
   const int64_t files = 7;
-  const MelData data = make_mel(files, c.file_shape, c.dtype, 99);
-  std::vector<FileRecord> records = make_records(0, files, 2);
+  const int64_t frames = frames_before(files);
+  const MelData data = make_mel(frames, kMels, c.dtype, 99);
+  std::vector<FileRecord> records = make_records(0, files);
   records[1].path = "café/été_1.wav";
   records[4].path = "音楽/曲 2.flac";
   {
     SplitWriter w(c);
     w.append(data.bytes.data(), {records.begin(), records.begin() + 2});
-    w.append(data.bytes.data() + 2 * product(c.file_shape) * (half ? 2 : 4), {records.begin() + 2, records.end()});
+    w.append(data.bytes.data() + frames_before(2) * kMels * (half ? 2 : 4), {records.begin() + 2, records.end()});
     w.finish();
   }
   {
@@ -588,22 +620,24 @@ TEST_CASE("h5py reads the written files", "[h5_writer][python]") {
   }
   nlohmann::json expect;
   expect["file"] = c.final_path.string();
-  expect["expected_mel"] = (dir / "expected.f32").string();
-  expect["shape"] = {files, 2, 3, 4, 5};
+  expect["expected_frames"] = (dir / "expected.f32").string();
+  expect["shape"] = {frames, kMels};
   expect["dtype"] = half ? "float16" : "float32";
-  expect["chunks"] = {3, 2, 3, 4, 5};
+  expect["chunks"] = {3, kMels};
   expect["compression_opts"] = c.compression_level;
   expect["shuffle"] = c.shuffle;
-  std::vector<int32_t> labels, valid, rates;
+  std::vector<int32_t> labels, rates;
   std::vector<std::string> paths;
   for (const FileRecord& r : records) {
     labels.push_back(r.label);
-    valid.push_back(r.num_valid_long);
     paths.push_back(r.path);
     rates.push_back(r.source_sample_rate);
   }
+  const builder::ClipColumns clips = expected_clips(files);
   expect["label"] = labels;
-  expect["num_valid_long"] = valid;
+  expect["frame_offset"] = clips.frame_offset;
+  expect["num_samples"] = clips.num_samples;
+  expect["clip_flags"] = clips.clip_flags;
   expect["source_sample_rate"] = rates;
   expect["path"] = paths;
   expect["class_names"] = c.class_names;
@@ -669,7 +703,7 @@ TEST_CASE("ChunkCutter cuts any sequence of appends into the chunks of the conca
     all.insert(all.end(), files.begin(), files.end());
     for (const unsigned char* c : cutter.append(files.data(), n))
       got.emplace_back(c, c + per_chunk * file_bytes);
-    CHECK(cutter.pending_files() == static_cast<int64_t>(all.size()) / file_bytes % per_chunk);
+    CHECK(cutter.pending_units() == static_cast<int64_t>(all.size()) / file_bytes % per_chunk);
     keep_alive.push_back(std::move(files));
   }
   if (const unsigned char* last = cutter.flush()) got.emplace_back(last, last + per_chunk * file_bytes);

@@ -149,21 +149,28 @@ TEST_CASE("hostile corpus: every input is written or skipped with its reason, hi
     for (const auto& p : accounted) CHECK(p.rfind(hidden, 0) != 0);
   }
   CHECK(report.at("files").at("hidden").get<std::size_t>() == c.expected.at("hidden").size());
+  CHECK(report.at("clips").at("capped") == 0);
+  CHECK(report.at("clips").at("stored_fraction").get<double>() >= 0.999);
+  CHECK_THAT(r.output, Catch::Contains("2 clips need more memory than --max-ram 64M") &&
+                           Catch::Contains("--max-seconds S caps clips"));
   if (!c.unreadable_works)
     MELFORGE_SKIP("partly run: every other input was checked, but the unreadable folder could not be tested (the "
                   "test must run as root to build as uid 65534, for whom beta/locked is unreadable)");
 }
 
-TEST_CASE("hostile corpus: peak RSS stays under --max-ram 64M plus the fixed overhead", "[reliability][hostile]") {
+TEST_CASE("hostile corpus: peak RSS stays under --max-ram 64M plus the fixed overhead once clips are capped",
+          "[reliability][hostile]") {
   require_generator();
   const auto& c = corpus();
   const fs::path out = c.output("out_rss");
-  const auto r = c.build(out, folder_build(c.dir / "in", out));
+  const auto r = c.build(out, folder_build(c.dir / "in", out, {"--max-seconds", "300"}));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("--max-seconds 300: 2 clips were cut") &&
+                           !Catch::Contains("more memory than --max-ram"));
   const auto report = nlohmann::json::parse(test::read_file_bytes(out / "build_report.json"));
   INFO("peak RSS " << r.peak_rss_bytes / kMiB << " MiB sampled, " << report.at("peak_rss_bytes").get<int64_t>() / kMiB
-                   << " MiB reported; num_long " << report.at("config").at("num_long"));
+                   << " MiB reported; " << report.at("clips").at("frames") << " frames");
   CHECK(r.peak_rss_bytes > 0);
   CHECK(r.peak_rss_bytes <= 64 * kMiB + kFixedOverhead);
   CHECK(report.at("peak_rss_bytes").get<int64_t>() <= 64 * kMiB + kFixedOverhead);

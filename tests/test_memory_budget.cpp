@@ -1,9 +1,9 @@
-// The --max-ram cap of num_long (issue 15): one file of the automatic num_long must fit what --max-ram leaves after
-// the per-thread and engine buffers; an explicit --num-long is kept. The child-process peaks are measured in
-// test_reliability_resources.cpp.
+// --max-ram and whole clips (issue 28): a batch holds the rows whose arena slices and frames fit the budget, so memory
+// grows with the real audio of a batch, not with the longest clip; a clip that alone needs more than --max-ram leaves
+// is a warning naming it and --max-seconds. The child-process peaks are measured in test_reliability_resources.cpp.
 #include <catch2/catch.hpp>
 
-#include <limits>
+#include <algorithm>
 
 #include "batch_runner.h"
 #include "build_fixture.h"
@@ -15,34 +15,30 @@ using namespace melforge;
 
 namespace {
 
-constexpr int64_t kMiB = int64_t{1} << 20;
-
-/// A build state with one hour-long 8 kHz mono file planned with num_long 3600 (`given`: --num-long 3600, else
-/// auto), under --max-ram `max_ram` on 2 threads.
-struct HourLongBuild {
-  explicit HourLongBuild(const std::string& max_ram, bool given)
-      : config(make_config(max_ram, given)), state(config) {
-    input.path = "hour.wav";
-    input.rel_path = "c/hour.wav";
+/// A build state with one 8 kHz mono file of `seconds` seconds, planned under --max-ram `max_ram` and --max-seconds
+/// `max_seconds` on 2 threads.
+struct OneFileBuild {
+  OneFileBuild(const std::string& max_ram, double seconds, double max_seconds)
+      : config(make_config(max_ram, max_seconds)), state(config) {
+    input.path = "long.wav";
+    input.rel_path = "c/long.wav";
     input.label = "c";
     builder::PlannedFile f;
     f.input = &input;
     f.info.sample_rate = 8000;
     f.info.channels = 1;
-    f.info.frames = 3600 * 8000;
+    f.info.frames = static_cast<int64_t>(seconds * 8000);
     f.info.format = "WAV PCM_16";
     f.frames = f.info.frames;
-    state.num_long = 3600;
-    state.num_short = config.segment.num_short(8000);
-    f.plan = segment::plan_file(f.frames, config.segment, 8000, state.num_long);
+    f.plan = builder::plan_clip(f.frames, state.max_samples, config.mel);
     state.usable.push_back(f);
   }
 
-  static builder::BuildConfig make_config(const std::string& max_ram, bool given) {
+  static builder::BuildConfig make_config(const std::string& max_ram, double max_seconds) {
     builder::BuildConfig c = test::tone_build_config("in", "out");
     c.build.max_ram = max_ram;
     c.build.threads = 2;
-    if (given) c.segment.num_long = 3600;
+    c.clips.max_seconds = max_seconds;
     return c;
   }
 
@@ -53,44 +49,43 @@ struct HourLongBuild {
 
 }  // namespace
 
-TEST_CASE("num_long_cap is the most long segments that fit the budget, at least 1", "[stages][resources]") {
-  CHECK(builder::num_long_cap(100 * kMiB, kMiB) == 100);
-  CHECK(builder::num_long_cap(100 * kMiB + kMiB - 1, kMiB) == 100);
-  CHECK(builder::num_long_cap(kMiB - 1, kMiB) == 1);
-  CHECK(builder::num_long_cap(-5 * kMiB, kMiB) == 1);
-  CHECK(builder::num_long_cap(int64_t{1} << 62, 1) == std::numeric_limits<int>::max());
+TEST_CASE("a row's batch bytes are its arena slice and two copies of its frames, whatever the longest clip",
+          "[stages][resources]") {
+  const double seconds = GENERATE(0.01, 0.3, 30.0);
+  CAPTURE(seconds);
+  OneFileBuild b("1G", seconds, 0);
+  const builder::PlannedFile& f = b.state.usable[0];
+  const builder::PlannedCopy row{&f, {}, f.plan};
+  const int64_t samples = f.frames;
+  const int64_t frames = mel::clip_frames(samples, 256, 64, 128);
+  CHECK(f.plan.frames == frames);
+  CHECK(b.state.frame_bytes() == 32 * 2);
+  CHECK(builder::batch_row_bytes(b.state.audio_stages, row, b.state.frame_bytes()) == 4 * samples + 2 * frames * 64);
 }
 
-TEST_CASE("the automatic num_long is capped so that one file fits --max-ram, and a given --num-long is kept",
+TEST_CASE("a clip that alone exceeds --max-ram is a warning naming it and --max-seconds; a cap removes it",
           "[stages][resources]") {
-  const std::string max_ram = GENERATE("64M", "96M", "256M");
-  CAPTURE(max_ram);
-  HourLongBuild auto_build(max_ram, false);
-  builder::init_engine(auto_build.state);
-  const builder::BuildState& s = auto_build.state;
-  const int64_t per_long = builder::long_segment_bytes(s);
-  const int64_t held = builder::batch_reserve(s.threads, builder::largest_worker_bytes(s.audio_stages, s.usable),
-                                              s.engine->host_bytes()) -
-                       builder::kFixedReserveBytes;
-  const int64_t room = auto_build.config.build.max_ram_bytes() - held;
-  CAPTURE(per_long, held, room, s.num_long);
-  CHECK(per_long == 8000 * 4 + 4 * 4 * (32 * 32 * 2));
-  CHECK(held <= 2 * 2 * kMiB + s.engine->host_bytes());
-  if (3600 * per_long <= room) {
-    CHECK(s.num_long == 3600);
-  } else {
-    CHECK(s.num_long >= 1);
-    CHECK((s.num_long == 1 || s.num_long * per_long <= room));
-    CHECK((s.num_long + 1) * per_long > room);
-  }
-  CHECK(s.usable[0].plan.num_valid_long == s.num_long);
-  CHECK(s.usable[0].plan.arena_samples == int64_t{s.num_long} * 8000);
-  CHECK(s.usable[0].plan.capped == (s.num_long < 3600));
-
-  HourLongBuild given(max_ram, true);
-  builder::init_engine(given.state);
-  CHECK(given.state.num_long == 3600);
-  CHECK(given.state.usable[0].plan.num_valid_long == 3600);
+  const std::string max_ram = GENERATE("96M", "1G");
+  const double max_seconds = GENERATE(0.0, 60.0);
+  CAPTURE(max_ram, max_seconds);
+  OneFileBuild hour(max_ram, 3600, max_seconds);
+  builder::init_engine(hour.state);
+  const builder::BuildState& s = hour.state;
+  const builder::PlannedCopy row{&s.usable[0], {}, s.usable[0].plan};
+  const int64_t bytes = builder::batch_row_bytes(s.audio_stages, row, s.frame_bytes());
+  const int64_t room = hour.config.build.max_ram_bytes() + builder::kFixedReserveBytes -
+                       builder::batch_reserve(s.threads, builder::largest_worker_bytes(s.audio_stages, s),
+                                              s.held_bytes());
+  CAPTURE(bytes, room);
+  CHECK(s.usable[0].plan.capped() == (max_seconds > 0));
+  CHECK(s.usable[0].plan.samples == (max_seconds > 0 ? 60 * 8000 : 3600 * 8000));
+  const bool over = bytes > room;
+  CHECK(over == (max_ram == "96M" && max_seconds == 0));
+  REQUIRE(s.scan.warnings.size() == (over ? 1u : 0u));
+  if (over)
+    CHECK_THAT(s.scan.warnings[0], Catch::Contains("1 clip needs more memory than --max-ram " + max_ram) &&
+                                       Catch::Contains("c/long.wav") && Catch::Contains("3600.0 s") &&
+                                       Catch::Contains("--max-seconds"));
 }
 
 }  // namespace melforge_test_memory_budget

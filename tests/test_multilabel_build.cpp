@@ -95,7 +95,7 @@ TEST_CASE("a multi-label manifest builds a targets matrix the reader returns, la
   CHECK(test.multilabel());
   CHECK(test.targets == std::vector<uint8_t>{0, 1, 0});
   auto f = h5::open_file(d / "out/train.h5");
-  CHECK(h5::read_attribute_int64(f, "schema_version") == 2);
+  CHECK(h5::read_attribute_int64(f, "schema_version") == 3);
 }
 
 TEST_CASE("the reader reads a schema 1 file (no targets) and checks a damaged targets matrix", "[multilabel]") {

@@ -351,11 +351,13 @@ TEST_CASE("a build whose report cannot be written installs nothing, and a previo
   TempDir d;
   test::write_tone_corpus(d / "in", 3, 12);
   const fs::path out = d / "out";
-  if (overwrite) REQUIRE(test::run_child(test::build_args(d / "in", out), d / "first.log").exit_code == 0);
+  const std::vector<std::string> one_second = {"--max-seconds", "1"};
+  if (overwrite) REQUIRE(test::run_child(test::build_args(d / "in", out, one_second), d / "first.log").exit_code == 0);
   const auto before = files_in(out);
   CHECK(before.size() == (overwrite ? 4u : 0u));
   add_junk_files(d / "in", 800);
-  const std::vector<std::string> extra = overwrite ? std::vector<std::string>{"--overwrite"} : std::vector<std::string>{};
+  std::vector<std::string> extra = one_second;
+  if (overwrite) extra.push_back("--overwrite");
   test::ChildOptions opts;
   opts.file_size_limit = kLimit;
   const auto r = test::run_child(test::build_args(d / "in", out, extra), d / "report.log", opts);
@@ -367,7 +369,7 @@ TEST_CASE("a build whose report cannot be written installs nothing, and a previo
   CHECK(files_in(out) == before);
   CHECK(fs::exists(out) == overwrite);
 
-  const auto ok = test::run_child(test::build_args(d / "in", out, {"--overwrite"}), d / "ok.log");
+  const auto ok = test::run_child(test::build_args(d / "in", out, {"--overwrite", "--max-seconds", "1"}), d / "ok.log");
   INFO(ok.output);
   REQUIRE(ok.exit_code == 0);
   CHECK(fs::file_size(out / builder::kReportName) > kLimit);

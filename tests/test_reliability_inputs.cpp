@@ -10,7 +10,9 @@
 #include <map>
 #include <set>
 
+#include "build_fixture.h"
 #include "build_options.h"
+#include "mel/mel_math.h"
 #include "melforge/common/h5.h"
 #include "reliability/child_process.h"
 #include "reliability/corpus.h"
@@ -27,11 +29,11 @@ namespace {
 
 constexpr uid_t kNobody = 65534;
 
-/// One written file as stored: its split, num_valid_long and spectrograms [num_long * num_short * n_mels * n_frames].
+/// One written clip as stored: its split, samples and frames [frames][n_mels].
 struct Stored {
   std::string split;
-  int valid = 0;
-  std::vector<float> mel;
+  int64_t samples = 0;
+  std::vector<float> frames;
 };
 
 /// True when `path` cannot be read by uid/gid 65534 (checked by trying it as that user).
@@ -44,15 +46,12 @@ bool unreadable_to_nobody(const fs::path& path, const fs::path& log) {
   return r.exit_code != 0 && r.exit_code != 121 && r.exit_code != 122;
 }
 
-/// Index of the largest mel bin of each frame of one short segment `seg` ([n_mels][n_frames]), for the frames whose
-/// energy is above the floor.
-std::vector<int> peak_bins(const float* seg, int n_mels, int n_frames) {
+/// Index of the largest mel bin of each of `n_frames` frames from `frames` ([frames][n_mels], frame-major).
+std::vector<int> peak_bins(const float* frames, int n_mels, int n_frames) {
   std::vector<int> out;
   for (int t = 0; t < n_frames; ++t) {
-    int best = 0;
-    for (int m = 1; m < n_mels; ++m)
-      if (seg[m * n_frames + t] > seg[best * n_frames + t]) best = m;
-    out.push_back(best);
+    const float* f = frames + static_cast<std::ptrdiff_t>(t) * n_mels;
+    out.push_back(static_cast<int>(std::max_element(f, f + n_mels) - f));
   }
   return out;
 }
@@ -106,23 +105,13 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
   const std::set<std::string> hidden = report.at("hidden").at("paths").get<std::set<std::string>>();
   CHECK(report.at("hidden").at("count").get<std::size_t>() == hidden.size());
   std::map<std::string, Stored> written;
-  const int num_long = report["config"]["num_long"].get<int>();
-  const int num_short = report["config"]["num_short"].get<int>();
   const int n_mels = 32;
-  const int n_frames = report["config"]["n_frames"].get<int>();
-  const int64_t per_file = int64_t{num_long} * num_short * n_mels * n_frames;
   for (const std::string split : {"train", "val", "test"}) {
-    auto f = h5::open_file(out / (split + ".h5"));
-    auto ds = h5::open_dataset(f, "mel");
-    const auto mel = h5::read_float(ds);
-    const auto paths = h5::read_strings(f, "path");
-    const auto valid = h5::read_int32(f, "num_valid_long");
-    for (std::size_t i = 0; i < paths.size(); ++i) {
-      CAPTURE(paths[i]);
-      REQUIRE(written.count(paths[i]) == 0);
-      written[paths[i]] = {split, valid[i],
-                           std::vector<float>(mel.begin() + static_cast<std::ptrdiff_t>(i * per_file),
-                                              mel.begin() + static_cast<std::ptrdiff_t>((i + 1) * per_file))};
+    const test::SplitData s = test::read_split(out / (split + ".h5"));
+    for (std::size_t i = 0; i < s.files(); ++i) {
+      CAPTURE(s.path[i]);
+      REQUIRE(written.count(s.path[i]) == 0);
+      written[s.path[i]] = {split, s.clips.num_samples[i], s.clip(i)};
     }
   }
 
@@ -162,30 +151,34 @@ TEST_CASE("every hostile or odd input is accounted for, with the expected outcom
 
   for (const auto& [p, s] : written) {
     CAPTURE(p);
-    CHECK(std::all_of(s.mel.begin(), s.mel.end(), [](float v) { return std::isfinite(v); }));
+    CHECK(std::all_of(s.frames.begin(), s.frames.end(), [](float v) { return std::isfinite(v); }));
+    CHECK(s.frames.size() == static_cast<std::size_t>(mel::clip_frames(s.samples, 256, 64, 128) * n_mels));
   }
-  REQUIRE(num_long == 1);
-  CHECK(written["odd/ok_one_long_segment.wav"].valid == 1);
-  CHECK(written["odd/ok_truncated_data.wav"].valid == 1);
+  CHECK(written["odd/ok_one_long_segment.wav"].samples == 8000);
+  CHECK(written["odd/ok_truncated_data.wav"].samples == 3 * 8000 / 5);
+  CHECK(written["odd/bad_shorter_than_short.wav"].samples == 1000);
+  CHECK(written["odd/ok_short_0.05s.wav"].samples == 400);
+  CHECK(report["clips"]["stored_fraction"].get<double>() >= 0.999);
 
-  const auto& silence = written["odd/ok_silence.wav"].mel;
+  const auto& silence = written["odd/ok_silence.wav"].frames;
   CHECK(std::all_of(silence.begin(), silence.end(), [&](float v) { return v == silence[0]; }));
-  const auto& square = written["odd/ok_clipped_square.wav"].mel;
+  const auto& square = written["odd/ok_clipped_square.wav"].frames;
   CHECK(*std::max_element(square.begin(), square.end()) > silence[0] + 5.0f);
 
-  // The same 440 Hz tone in every container, sample format and rate: the same mel bin peaks in every frame of the
-  // second short segment (away from the file edges), as in the 16-bit 8 kHz file; the 200 Hz ok_ch1.wav differs.
-  const int64_t seg = int64_t{n_mels} * n_frames;
-  const auto reference = peak_bins(written["odd/ok_rate_8000.wav"].mel.data() + seg, n_mels, n_frames);
-  CHECK(peak_bins(written["odd/ok_ch1.wav"].mel.data() + seg, n_mels, n_frames) != reference);
+  // The same 440 Hz tone in every container, sample format and rate: the same mel bin peaks in the frames away from
+  // the clip's edges (frames 32 to 63 of the 1 s clip), as in the 16-bit 8 kHz file; the 200 Hz ok_ch1.wav differs.
+  const int64_t from = int64_t{32} * n_mels;
+  const int n_frames = 32;
+  const auto reference = peak_bins(written["odd/ok_rate_8000.wav"].frames.data() + from, n_mels, n_frames);
+  CHECK(peak_bins(written["odd/ok_ch1.wav"].frames.data() + from, n_mels, n_frames) != reference);
   for (const char* name : {"ok_u8.wav", "ok_s24.wav", "ok_f32.wav", "ok_f64.wav", "ok_flac.flac", "ok_ogg.ogg",
                            "link_ok.wav", "ok_rate_11025.wav", "ok_rate_16000.wav",
                            "ok_rate_22050.wav", "ok_rate_32000.wav", "ok_rate_44100.wav", "ok_rate_48000.wav",
                            "ok_rate_88200.wav", "ok_rate_96000.wav"}) {
     CAPTURE(name);
-    CHECK(peak_bins(written[std::string("odd/") + name].mel.data() + seg, n_mels, n_frames) == reference);
+    CHECK(peak_bins(written[std::string("odd/") + name].frames.data() + from, n_mels, n_frames) == reference);
   }
-  CHECK(written["odd/link_ok.wav"].mel == written["odd/ok_f32.wav"].mel);
+  CHECK(written["odd/link_ok.wav"].frames == written["odd/ok_f32.wav"].frames);
   CHECK(written.count("odd/ok name with spaces.wav") == 1);
   CHECK(written.count("odd/ok_nön_äscii_音.wav") == 1);
   if (!unreadable_case)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 
+#include "build_fixture.h"
 #include "melforge/common/h5.h"
 #include "reliability/child_process.h"
 #include "reliability/corpus.h"
@@ -54,8 +55,8 @@ int64_t build_peak(const test::ChildResult& r, const nlohmann::json& report) {
 
 }  // namespace
 
-TEST_CASE("the builder stays within --max-ram on a corpus larger than it, with a file larger than it",
-          "[reliability][resources]") {
+TEST_CASE("the builder stays within --max-ram on a corpus larger than it, with a file larger than it cut by "
+          "--max-seconds", "[reliability][resources]") {
   TempDir d;
   const fs::path in = d / "in";
   const int64_t long_frames = 16'000'000;
@@ -69,9 +70,12 @@ TEST_CASE("the builder stays within --max-ram on a corpus larger than it, with a
   REQUIRE(fs::file_size(in / "a" / "long.wav") > static_cast<uintmax_t>(max_ram));
   REQUIRE(corpus_float_bytes > 2 * max_ram);
 
+  const bool cap = GENERATE(true, false);
+  CAPTURE(cap);
   const fs::path out = d / "out";
-  const auto r = test::run_child(test::build_args(in, out, {"--max-ram", "32M"}),
-                                 d / "build.log");
+  std::vector<std::string> extra = {"--max-ram", "32M"};
+  if (cap) extra.insert(extra.end(), {"--max-seconds", "60"});
+  const auto r = test::run_child(test::build_args(in, out, extra), d / "build.log");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto report = nlohmann::json::parse(test::read_file_bytes(out / "build_report.json"));
@@ -80,22 +84,27 @@ TEST_CASE("the builder stays within --max-ram on a corpus larger than it, with a
   INFO("peak RSS sampled " << r.peak_rss_bytes / kMiB << " MiB, reported by the build " << self_reported / kMiB
                            << " MiB; bound " << (max_ram + kFixedOverhead) / kMiB << " MiB");
   CHECK(r.peak_rss_bytes > 0);
-  CHECK(peak <= max_ram + kFixedOverhead);
   CHECK(report["files"]["written"].get<int>() == 25);
-  CHECK(report["files"]["capped"].get<int>() == 1);
+  CHECK(report["clips"]["capped"].get<int>() == (cap ? 1 : 0));
   CHECK(report["batches"].get<int>() > 1);
-  CHECK(report["audio_seconds"].get<double>() == Approx(2000.0 + 24 * 20.0));
-  const int num_long = report["config"]["num_long"].get<int>();
-  CHECK(num_long == 20);
+  CHECK(report["clips"]["seconds_in"].get<double>() == Approx(2000.0 + 24 * 20.0));
+  CHECK(report["audio_seconds"].get<double>() == Approx((cap ? 60.0 : 2000.0) + 24 * 20.0));
+  if (cap) {
+    CHECK(peak <= max_ram + kFixedOverhead);
+    CHECK_THAT(r.output, Catch::Contains("warning: --max-seconds 60: 1 clip was cut, 1940.0 s of 2480.0 s") &&
+                             !Catch::Contains("more memory than --max-ram"));
+  } else {
+    CHECK_THAT(r.output, Catch::Contains("warning: 1 clip needs more memory than --max-ram 32M") &&
+                             Catch::Contains("'a/long.wav' (2000.0 s)"));
+  }
   bool found = false;
   for (const std::string split : {"train", "val", "test"}) {
-    auto f = h5::open_file(out / (split + ".h5"));
-    const auto paths = h5::read_strings(f, "path");
-    const auto valid = h5::read_int32(f, "num_valid_long");
-    for (std::size_t i = 0; i < paths.size(); ++i) {
-      if (paths[i] != "a/long.wav") continue;
+    const test::SplitData s = test::read_split(out / (split + ".h5"));
+    for (std::size_t i = 0; i < s.files(); ++i) {
+      if (s.path[i] != "a/long.wav") continue;
       found = true;
-      CHECK(valid[i] == num_long);
+      CHECK(s.clips.num_samples[i] == (cap ? 60 * 8000 : long_frames));
+      CHECK(s.clips.clip_flags[i] == (cap ? builder::kStoredCapped : 0));
     }
   }
   CHECK(found);
@@ -127,7 +136,7 @@ TEST_CASE("thread counts follow --threads", "[reliability][resources]") {
   CHECK(runs[4].max_threads > runs[1].max_threads);
 }
 
-TEST_CASE("hour-long files stay within --max-ram: decode streams into the arena and the automatic num_long is capped",
+TEST_CASE("hour-long clips stay within --max-ram: stored whole when they fit, cut by --max-seconds when asked",
           "[reliability][resources]") {
   TempDir d;
   const fs::path in = d / "in";
@@ -135,29 +144,32 @@ TEST_CASE("hour-long files stay within --max-ram: decode streams into the arena 
     write_wav_seconds(in / ("c" + std::to_string(i % 2)) / ("hour" + std::to_string(i) + ".wav"), 8000, 1, 3600,
                       300.0 + 100 * i);
   const std::string limit = GENERATE("96M", "256M");
+  const bool cap = limit == "96M";
   const int64_t max_ram = std::stoll(limit) * kMiB;
   const fs::path out = d / ("out" + limit);
-  const auto r = test::run_child(test::build_args(in, out, {"--max-ram", limit}), d / "build.log");
+  std::vector<std::string> extra = {"--max-ram", limit};
+  if (cap) extra.insert(extra.end(), {"--max-seconds", "600"});
+  const auto r = test::run_child(test::build_args(in, out, extra), d / "build.log");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto report = nlohmann::json::parse(test::read_file_bytes(out / "build_report.json"));
   const int64_t peak = build_peak(r, report);
-  const int num_long = report["config"]["num_long"].get<int>();
   INFO("--max-ram " << limit << ": peak RSS " << peak / kMiB << " MiB (bound " << (max_ram + kFixedOverhead) / kMiB
-                    << " MiB), num_long " << num_long);
+                    << " MiB)");
   CHECK(peak <= max_ram + kFixedOverhead);
   CHECK(report["files"]["written"].get<int>() == 3);
-  if (limit == "96M") {
-    CHECK(num_long > 1);
-    CHECK(num_long < 3600);
-    CHECK(report["files"]["capped"].get<int>() == 3);
-    CHECK_THAT(r.output, Catch::Contains("warning: --num-long auto would be 3600") &&
-                             Catch::Contains("using " + std::to_string(num_long) + " long segments per file") &&
-                             Catch::Contains("choose --num-long"));
+  CHECK_THAT(r.output, !Catch::Contains("more memory than --max-ram"));
+  const auto& clips = report["clips"];
+  CHECK(clips["seconds_in"].get<double>() == Approx(3 * 3600.0));
+  if (cap) {
+    CHECK(clips["capped"].get<int>() == 3);
+    CHECK(clips["seconds_stored"].get<double>() == Approx(3 * 600.0));
+    CHECK(clips["seconds_dropped"].get<double>() == Approx(3 * 3000.0));
+    CHECK_THAT(r.output, Catch::Contains("warning: --max-seconds 600: 3 clips were cut, 9000.0 s of 10800.0 s"));
   } else {
-    CHECK(num_long == 3600);
-    CHECK(report["files"]["capped"].get<int>() == 0);
-    CHECK_THAT(r.output, !Catch::Contains("--num-long"));
+    CHECK(clips["capped"].get<int>() == 0);
+    CHECK(clips["stored_fraction"].get<double>() == Approx(1.0));
+    CHECK_THAT(r.output, !Catch::Contains("warning: --max-seconds"));
   }
 }
 

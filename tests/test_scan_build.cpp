@@ -174,7 +174,7 @@ TEST_CASE("classes without a training file and labels differing in case are repo
   TempDir d;
   write_corpus(d / "in");
   for (int i = 0; i < 4; ++i) test::write_tone(d / "in/C0" / ("g" + std::to_string(i) + ".wav"), 700, 12000, 8000);
-  test::write_tone(d / "in/rare/short.wav", 800, 100, 8000);
+  test::write_text(d / "in/rare/broken.wav", "not audio");
   const auto r = build(d / "in", d / "out");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);

@@ -44,8 +44,8 @@ void write_corpus_with_bad_files(const fs::path& in) {
   test::write_tone(in / "class2/nan.wav", 440, 9000, 8000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 4000);
 }
 
-/// Checks that `got` holds the same files, in the same order, with the same spectrograms, labels, paths, valid
-/// counts and class names as `want`.
+/// Checks that `got` holds the same clips, in the same order, with the same frames, clip layout, labels, paths and
+/// class names as `want`.
 void require_same_split(const fs::path& got, const fs::path& want) {
   INFO(got.string() << " vs " << want.string());
   const auto a = read_split(got);
@@ -53,10 +53,12 @@ void require_same_split(const fs::path& got, const fs::path& want) {
   REQUIRE(a.dims == b.dims);
   CHECK(a.path == b.path);
   CHECK(a.label == b.label);
-  CHECK(a.valid == b.valid);
+  CHECK(a.clips.frame_offset == b.clips.frame_offset);
+  CHECK(a.clips.num_samples == b.clips.num_samples);
+  CHECK(a.clips.clip_flags == b.clips.clip_flags);
   CHECK(a.classes == b.classes);
-  REQUIRE(a.mel.size() == b.mel.size());
-  if (!a.mel.empty()) CHECK(std::memcmp(a.mel.data(), b.mel.data(), a.mel.size() * sizeof(float)) == 0);
+  REQUIRE(a.frames.size() == b.frames.size());
+  if (!a.frames.empty()) CHECK(std::memcmp(a.frames.data(), b.frames.data(), a.frames.size() * sizeof(float)) == 0);
 }
 
 /// Root attributes of a split file.
@@ -110,12 +112,12 @@ TEST_CASE("a sharded build plus merge holds the same data, in the same order, as
   TempDir d;
   write_corpus_with_bad_files(d / "in");
   const int shards = GENERATE(1, 2, 3);
-  const int files_per_chunk = GENERATE(0, 3);
-  const int num_long = GENERATE(0, 2);
-  CAPTURE(shards, files_per_chunk, num_long);
+  const int64_t frames_per_chunk = GENERATE(0, 7);
+  const double max_seconds = GENERATE(0.0, 1.5);
+  CAPTURE(shards, frames_per_chunk, max_seconds);
   auto config = test::tone_build_config(d / "in", d / "single");
-  config.build.files_per_chunk = files_per_chunk;
-  config.segment.num_long = num_long;
+  config.build.frames_per_chunk = frames_per_chunk;
+  config.clips.max_seconds = max_seconds;
   const auto single = builder::run_build(config).report;
   const auto dirs = test::build_shards(config, d / "run", shards);
 
@@ -156,9 +158,9 @@ TEST_CASE("a sharded build plus merge holds the same data, in the same order, as
     a.erase("merged_shards");
     CHECK(a == attributes(d / "single" / (split + ".h5")));
     const auto f = h5::open_file(file);
-    const auto mel = h5::open_dataset(f, "mel");
+    const auto mel = h5::open_dataset(f, "frames");
     const auto f1 = h5::open_file(d / "single" / (split + ".h5"));
-    const auto mel1 = h5::open_dataset(f1, "mel");
+    const auto mel1 = h5::open_dataset(f1, "frames");
     CHECK(h5::chunk_dims(mel) == h5::chunk_dims(mel1));
     CHECK(h5::is_virtual(mel) == (!copy && h5::dims(mel)[0] > 0));
     if (copy) {
@@ -166,11 +168,15 @@ TEST_CASE("a sharded build plus merge holds the same data, in the same order, as
       CHECK(h5::filters(mel).shuffle == h5::filters(mel1).shuffle);
     }
   }
-  for (const char* key : {"scanned", "written", "skipped", "resampled", "padded", "capped", "partial"})
+  for (const char* key : {"scanned", "written", "skipped", "resampled", "padded", "capped"})
     CHECK(merged["files"][key] == single["files"][key]);
   CHECK(merged["files"]["per_split"] == single["files"]["per_split"]);
   CHECK(merged["counts"] == single["counts"]);
-  CHECK(merged["segments"] == single["segments"]);
+  for (const char* key : {"rows", "frames", "padded", "capped"}) CHECK(merged["clips"][key] == single["clips"][key]);
+  for (const char* key : {"seconds_in", "seconds_stored", "seconds_dropped", "stored_fraction"})
+    CHECK(merged["clips"][key].get<double>() == Approx(single["clips"][key].get<double>()));
+  CHECK(single["clips"]["padded"] == 1);
+  CHECK((single["clips"]["capped"].get<int>() > 0) == (max_seconds > 0));
   CHECK(merged["merge"]["mode"] == (copy ? "copy" : "virtual"));
   CHECK(read_json(d / "run/merged/build_report.json") == merged);
   CHECK_FALSE(fs::exists(d / "run/merged/.partial"));
@@ -190,10 +196,10 @@ TEST_CASE("shards and splits without files merge like an unsharded build", "[sha
   for (const std::string split : {"train", "val", "test"})
     require_same_split(d / "run/merged" / (split + ".h5"), d / "single" / (split + ".h5"));
   const auto f = h5::open_file(d / "run/merged/train.h5");
-  const auto mel = h5::open_dataset(f, "mel");
+  const auto mel = h5::open_dataset(f, "frames");
   CHECK(h5::virtual_sources(mel).size() == (copy ? 0u : 2u));
   const auto v = h5::open_file(d / "run/merged/val.h5");
-  CHECK_FALSE(h5::is_virtual(h5::open_dataset(v, "mel")));
+  CHECK_FALSE(h5::is_virtual(h5::open_dataset(v, "frames")));
 }
 
 TEST_CASE("a merged report names every engine its shards ran on", "[shard][e2e]") {
@@ -221,7 +227,7 @@ TEST_CASE("a merged folder moved together with its shards still reads, and a mis
     require_same_split(d / "moved/merged" / (split + ".h5"), d / "single" / (split + ".h5"));
   {
     const auto f = h5::open_file(d / "moved/merged/train.h5");
-    const auto mel = h5::open_dataset(f, "mel");
+    const auto mel = h5::open_dataset(f, "frames");
     const auto sources = h5::virtual_sources(mel);
     REQUIRE(sources.size() == 3);
     CHECK(sources[0].stored_file == "../shards/shard-1/train.h5");
@@ -230,10 +236,10 @@ TEST_CASE("a merged folder moved together with its shards still reads, and a mis
   }
   fs::rename(d / "moved/shards/shard-2", d / "elsewhere");
   const auto f = h5::open_file(d / "moved/merged/train.h5");
-  const auto mel = h5::open_dataset(f, "mel");
+  const auto mel = h5::open_dataset(f, "frames");
   CHECK_THROWS_WITH(h5::check_virtual_sources(mel), Catch::Contains("shards/shard-2/train.h5") &&
                                                         Catch::Contains("missing"));
-  CHECK(h5::chunk_dims(mel).size() == 5);
+  CHECK(h5::chunk_dims(mel).size() == 2);
 }
 
 TEST_CASE("merge refuses shards that do not form one complete series, naming the file", "[shard][e2e]") {
@@ -273,6 +279,13 @@ TEST_CASE("merge refuses shards that do not form one complete series, naming the
   CHECK_THAT(run_merge_error({d / "unsharded"}, out), Catch::Contains("unsharded/build_report.json: no \"shard\""));
   CHECK_THAT(run_merge_error({d / "single-missing"}, out), Catch::Contains("single-missing' is not a folder"));
 
+  {
+    auto f = h5::open_file(three[1] / "test.h5", true);
+    REQUIRE(H5Adelete(f.id(), "schema_version") >= 0);
+    h5::write_attribute_int64(f, "schema_version", 2);
+  }
+  CHECK_THAT(run_merge_error(three, out), Catch::Contains("shard-2/test.h5: schema_version 2") &&
+                                              Catch::Contains("schema 3 (whole clips) only"));
   fs::remove(three[2] / "val.h5");
   CHECK_THAT(run_merge_error(three, out), Catch::Contains("shard-3/val.h5: missing"));
   CHECK_FALSE(fs::exists(out));
@@ -288,7 +301,7 @@ TEST_CASE("the CLI: --shard validation, shard builds and merge", "[shard][e2e][c
   const std::string exe = MELFORGE_BUILD_EXE;
   const std::vector<std::string> common = {"--input",  (d / "in").string(), "--quiet", "--device", "cpu",
                                            "--sample-rate", "8000", "--n-fft", "256", "--hop-length", "64",
-                                           "--n-mels", "32", "--long-seconds", "1", "--short-seconds", "0.25"};
+                                           "--n-mels", "32", "--short-seconds", "0.25"};
   const auto build = [&](const std::string& shard, const fs::path& out) {
     std::vector<std::string> argv = {exe};
     argv.insert(argv.end(), common.begin(), common.end());
@@ -347,13 +360,15 @@ TEST_CASE("h5py reads a merged dataset (virtual and --copy) exactly as the unsha
       "for merged in sys.argv[2:]:\n"
       "  for s in ('train', 'val', 'test'):\n"
       "    with h5py.File(sys.argv[1] + '/' + s + '.h5', 'r') as a, h5py.File(merged + '/' + s + '.h5', 'r') as b:\n"
-      "      assert b['mel'].dtype == a['mel'].dtype and b['mel'].shape == a['mel'].shape, (merged, s)\n"
-      "      assert np.array_equal(b['mel'][...], a['mel'][...]), (merged, s, 'mel')\n"
-      "      assert not np.isnan(b['mel'][...]).any(), (merged, s, 'nan')\n"
-      "      if a['mel'].shape[0] > 2:\n"
-      "        assert np.array_equal(b['mel'][1:3], a['mel'][1:3]), (merged, s, 'slice')\n"
-      "        assert np.array_equal(b['mel'][[0, 2]], a['mel'][[0, 2]]), (merged, s, 'fancy')\n"
-      "      for n in ('label', 'num_valid_long', 'path', 'class_names'):\n"
+      "      assert b['frames'].dtype == a['frames'].dtype and b['frames'].shape == a['frames'].shape, (merged, s)\n"
+      "      assert np.array_equal(b['frames'][...], a['frames'][...]), (merged, s, 'frames')\n"
+      "      assert not np.isnan(b['frames'][...]).any(), (merged, s, 'nan')\n"
+      "      o = b['frame_offset'][...]\n"
+      "      for c in range(len(o) - 1):\n"
+      "        assert np.array_equal(b['frames'][o[c]:o[c + 1]], a['frames'][o[c]:o[c + 1]]), (merged, s, c)\n"
+      "      if a['frames'].shape[0] > 2:\n"
+      "        assert np.array_equal(b['frames'][[0, 2]], a['frames'][[0, 2]]), (merged, s, 'fancy')\n"
+      "      for n in ('label', 'frame_offset', 'num_samples', 'clip_flags', 'path', 'class_names'):\n"
       "        assert b[n].dtype == a[n].dtype and list(b[n][...]) == list(a[n][...]), (merged, s, n)\n"
       "      for k, v in a.attrs.items():\n"
       "        assert b.attrs[k] == v, (merged, s, k)\n"

@@ -47,7 +47,7 @@ void check_split_files(const fs::path& dir, std::size_t expected_files) {
     CHECK(h5::read_attribute_string(f, "resampler_quality") == "HQ");
     CHECK(h5::read_attribute_string(f, "resampler_phase") == "linear");
     CHECK(h5::read_attribute_string(f, "resampler_version") == audio::resampler_version());
-    CHECK(h5::read_attribute_int64(f, "schema_version") == 2);
+    CHECK(h5::read_attribute_int64(f, "schema_version") == 3);
     f.close();
     const auto rates = rates_of(dir / (split + ".h5"));
     CHECK(rates.size() == test::read_split(dir / (split + ".h5")).path.size());

@@ -311,8 +311,8 @@ TEST_CASE("split-by file, given or not, writes the same bytes and no split_by at
 TEST_CASE("split-by class: a given split emptied by skips fails, too few classes warn", "[split][class][e2e]") {
   TempDir d;
   write_voxceleb_tree(d / "in", 3, 1.0);
-  test::write_tone(d / "in/short/a.wav", 500, 800, 8000);
-  test::write_tone(d / "in/short/b.wav", 600, 800, 8000);
+  test::write_text(d / "in/short/a.wav", "not audio");
+  test::write_text(d / "in/short/b.wav", "not audio either");
   std::string csv = "path,label,split\nin/short/a.wav,short,val\nin/short/b.wav,short,\n";
   for (int s = 0; s < 3; ++s)
     csv += "in/id1000" + std::to_string(s) + "/vid" + std::to_string(2 * s) + "/00000.wav,id1000" + std::to_string(s) +
@@ -336,42 +336,31 @@ TEST_CASE("split-by class: a given split emptied by skips fails, too few classes
   CHECK_THAT(warnings, !Catch::Contains("no training file"));
 }
 
-TEST_CASE("3 s segments build, and a file shorter than a segment follows --short-files", "[segment][class][e2e]") {
-  const auto policy = GENERATE(segment::ShortFilePolicy::pad, segment::ShortFilePolicy::skip);
+TEST_CASE("3 s tiles build, and a clip shorter than the tile is stored whole", "[clips][class][e2e]") {
   const double short_seconds = GENERATE(3.0, 1.0);
-  CAPTURE(segment::to_string(policy), short_seconds);
+  CAPTURE(short_seconds);
   TempDir d;
   write_voxceleb_tree(d / "in", 2, 3.5);
   test::write_tone(d / "in/id10000/vid9/short.wav", 440, 2 * 8000, 8000);
   auto config = test::tone_build_config(d / "in", d / "out");
   config.build.split = "1,0,0";
-  config.segment.long_seconds = 3;
-  config.segment.short_seconds = short_seconds;
-  config.segment.short_files = policy;
+  config.clips.short_seconds = short_seconds;
   const nlohmann::json report = builder::run_build(config).report;
-  CHECK(report["config"]["num_short"] == static_cast<int>(3 / short_seconds));
-  CHECK(report["config"]["n_frames"] == static_cast<int>(short_seconds * 8000 / 64) + 1);
-  const bool padded = short_seconds < 2 && policy == segment::ShortFilePolicy::pad;
-  CHECK(report["files"]["padded"] == (padded ? 1 : 0));
-  CHECK(report["files"]["written"] == (padded ? 9 : 8));
-  const std::string skipped = report["skipped"].dump();
-  if (short_seconds > 2) {
-    CHECK_THAT(skipped, Catch::Contains("too short: 2.000 s < one short segment (3.000 s)"));
-  } else if (!padded) {
-    CHECK_THAT(skipped, Catch::Contains("too short: 2.000 s < one long segment (3.000 s) and --short-files skip"));
-  }
+  CHECK(report["config"]["n_frames"] == static_cast<int>(short_seconds * 8000 / 64));
+  CHECK(report["files"]["written"] == 9);
+  CHECK(report["skipped"].empty());
+  CHECK(report["clips"]["padded"] == 0);
+  CHECK(report["clips"]["stored_fraction"].get<double>() == Approx(1.0));
   const test::SplitData train = test::read_split(d / "out/train.h5");
-  REQUIRE(train.dims.size() == 5);
-  CHECK(train.dims[1] == 1);
-  const auto row = std::find(train.path.begin(), train.path.end(), "id10000/vid9/short.wav") - train.path.begin();
-  REQUIRE((row < static_cast<std::ptrdiff_t>(train.path.size())) == padded);
-  if (!padded) return;
-  const auto per_short = static_cast<std::size_t>(train.dims[3] * train.dims[4]);
-  const std::size_t last_short = static_cast<std::size_t>(row) * 3 * per_short + 2 * per_short;
-  const std::vector<float> silence(train.mel.begin() + static_cast<std::ptrdiff_t>(last_short),
-                                   train.mel.begin() + static_cast<std::ptrdiff_t>(last_short + per_short));
-  CHECK(train.valid[static_cast<std::size_t>(row)] == 1);
-  CHECK(*std::max_element(silence.begin(), silence.end()) == -100.0f);
+  REQUIRE(train.dims.size() == 2);
+  const auto row = static_cast<std::size_t>(
+      std::find(train.path.begin(), train.path.end(), "id10000/vid9/short.wav") - train.path.begin());
+  REQUIRE(row < train.path.size());
+  CHECK(train.clips.num_samples[row] == 2 * 8000);
+  CHECK(train.clip_frames(row) == 1 + 2 * 8000 / 64);
+  CHECK(train.clips.clip_flags[row] == 0);
+  const std::vector<float> clip = train.clip(row);
+  CHECK(*std::max_element(clip.begin(), clip.end()) > -100.0f);
 }
 
 }  // namespace melforge_test_split_by_class

@@ -2,7 +2,7 @@
 """Writes hostile and odd input files into one class folder of a corpus, for end-to-end and reliability tests.
 
     make_bad_inputs.py --out CORPUS [--class NAME] [--manifest FILE.json]
-                       [--set basic|full] [--rate HZ] [--short-seconds S]
+                       [--set basic|full] [--rate HZ] [--long-seconds S] [--short-seconds S]
 
 --set basic (the default) writes the seven files below into CORPUS/<class>/ (the class folder is created if
 needed; by default the first existing sub-folder of CORPUS in sorted order):
@@ -14,20 +14,22 @@ needed; by default the first existing sub-folder of CORPUS in sorted order):
     bad_nan.wav               32-bit float WAV, NaN at sample 1234         AudioError "NaN sample at frame 1234 ..."
                               and +Inf at sample 4000
     bad_dir.wav/              an empty directory named like a WAV          AudioError "is a directory" (if scanned)
-    ok_short_0.05s.wav        valid 16 kHz mono 16-bit, 0.05 s (800        decodes; shorter than the default tile,
-                              frames)                                      stored whole (schema 3 skips no clip)
+    ok_short_0.05s.wav        valid 16 kHz mono 16-bit, 0.05 s (800        decodes; the builder stores it whole (a
+                              frames)                                      few frames), like every short clip
     ok_stereo_44k.wav         valid 44.1 kHz stereo 16-bit, 1 s, two       decodes: mixed down to mono and resampled
                               different tones                              to 16 kHz (16000 frames)
 
 --set full writes the basic set plus every case of issue 5's "Hostile and odd audio" list (the very long file
 larger than --max-ram excepted: the tests write it at run time into a temporary folder). The build these files are
-meant for runs at --rate Hz with a default tile of --short-seconds (defaults 16000, 0.25): they fix the length of
-ok_shorter_than_tile.wav (half a tile at --rate). The full set adds:
+meant for runs at --rate Hz with --long-seconds / --short-seconds segments (defaults 16000, 1.0, 0.25): they fix the
+length of ok_one_long_segment.wav (exactly one long segment at --rate) and bad_shorter_than_short.wav (half a short
+segment). The full set adds:
 
     bad_inf.wav                  float WAV, +Inf at frame 100                  skipped "Inf sample"
     bad_claims_more_frames.flac  FLAC cut in half: STREAMINFO claims more     skipped "truncated"
                                  frames than the stream holds
-    ok_shorter_than_tile.wav     half a default tile                          written whole (schema 3)
+    bad_shorter_than_short.wav   half a short segment (the default tile)     written whole (nothing is skipped for
+                                                                              being short)
     bad_unreadable.wav           valid WAV, mode 000                          skipped "permission denied" (only when
                                                                               the build does not run as root)
     ok_truncated_data.wav        16-bit WAV cut inside its data chunk, on an  written: libsndfile clamps the frame
@@ -38,8 +40,7 @@ ok_shorter_than_tile.wav (half a tile at --rate). The full set adds:
     ok_rate_8000.wav ... ok_rate_96000.wav  8, 11.025, 16, 22.05, 32, 44.1,   written (resampled)
                                  48, 88.2 and 96 kHz
     ok_flac.flac ok_ogg.ogg      FLAC 16-bit and Ogg Vorbis                   written
-    ok_shorter_than_a_frame.wav  40 samples at --rate, less than half of any  written: padded to one frame,
-                                 n_fft of 128 or more                         clip_flags bit 0 (1)
+    ok_one_long_segment.wav      exactly --long-seconds at --rate             written whole, no padding
     ok_silence.wav               all zeros                                    written
     ok_clipped_square.wav        a square wave at full scale (+32767/-32768)  written
     ok name with spaces.wav      a name with spaces                           written
@@ -60,7 +61,7 @@ ok_shorter_than_tile.wav (half a tile at --rate). The full set adds:
 substring of the message in "reason", or "ok"); "build" is what melforge-build does with the entry ("written" into a
 split, "skipped" with a substring of the skip reason in "build_reason", or "hidden": listed in the report's
 "hidden" paths, unread, for a name starting with '.' or inside such a folder, where "name" is the hidden entry).
-Nothing is skipped for being short: melforge-build stores every clip whole (schema 3). Entries with "needs_non_root": true
+Short clips are "written": melforge-build stores every clip whole. Entries with "needs_non_root": true
 (bad_unreadable.wav, bad_unreadable_dir) are only unreadable to a user other than root.
 
 Everything is deterministic (sox runs with -D, no dither; the random Ogg stream serial number is rewritten to 1 and
@@ -175,7 +176,8 @@ def main():
     ap.add_argument("--set", dest="which", choices=["basic", "full"], default="basic",
                     help="basic: the seven files of the demo; full: every case of issue 5's hostile-audio list")
     ap.add_argument("--rate", type=int, default=16000, help="sample rate of the build the files are meant for, Hz")
-    ap.add_argument("--short-seconds", type=float, default=0.25, help="default tile of that build, seconds")
+    ap.add_argument("--long-seconds", type=float, default=1.0, help="long segment of that build, seconds")
+    ap.add_argument("--short-seconds", type=float, default=0.25, help="short segment of that build, seconds")
     args = ap.parse_args()
 
     root = os.path.abspath(args.out)
@@ -243,7 +245,7 @@ def main():
         flac = sox_bytes(base, r, 1, "flac", ["-b", "16"])
         add("bad_claims_more_frames.flac", "FLAC cut in half: the header claims more frames than are present",
             "error", "truncated", flac[:len(flac) // 2])
-        add("ok_shorter_than_tile.wav", "half a default tile at the build's rate", "ok", "",
+        add("bad_shorter_than_short.wav", "half a short segment at the build's rate", "ok", "",
             pcm16_wav_bytes(tone(500.0, 0.5 * args.short_seconds, r), r, 1))
         add("bad_unreadable.wav", "valid WAV with mode 000 (unreadable unless root)", "error", "permission denied",
             pcm16_wav_bytes(base, r, 1), mode=0)
@@ -264,8 +266,9 @@ def main():
                 pcm16_wav_bytes(tone(440.0, sec, native), native, 1))
         add("ok_flac.flac", "FLAC 16-bit", "ok", "", flac)
         add("ok_ogg.ogg", "Ogg Vorbis", "ok", "", fix_ogg_serial(sox_bytes(base, r, 1, "ogg", ["-C", "3"])))
-        add("ok_shorter_than_a_frame.wav", f"40 samples at {r} Hz: padded to one STFT frame (clip_flags 1)", "ok",
-            "", pcm16_wav_bytes(tone(600.0, 40 / r, r), r, 1))
+        long_samples = int(round(args.long_seconds * r))
+        add("ok_one_long_segment.wav", f"exactly one long segment ({long_samples} frames at {r} Hz)", "ok", "",
+            pcm16_wav_bytes(tone(600.0, long_samples / r, r), r, 1))
         add("ok_silence.wav", "all-zero 16-bit WAV", "ok", "", pcm16_wav_bytes(np.zeros(r), r, 1))
         square = np.where(np.sin(2 * np.pi * 100.0 * np.arange(r) / r) >= 0, 1.5, -1.5)
         add("ok_clipped_square.wav", "square wave clipped at full scale (+32767/-32768)", "ok", "",

@@ -47,12 +47,8 @@ struct ClipReader::Impl {
 
   /// Throws FormatError naming the clip when `frames` frames of it at `out` (from its frame `first`) are not finite.
   void check_finite(int64_t clip, int64_t first, int64_t frames, const float* out) const {
-    const int64_t n = frames * n_mels;
-    bool bad = false;
-    for (int64_t i = 0; i < n; ++i) bad |= !(out[i] - out[i] == 0.0f);
-    if (!bad) return;
-    int64_t i = 0;
-    while (out[i] - out[i] == 0.0f) ++i;
+    const int64_t i = first_non_finite(out, frames * n_mels);
+    if (i < 0) return;
     throw FormatError(where + ": split '" + split + "', row " + std::to_string(clip) + " (file " +
                       paths[static_cast<std::size_t>(clip)] + "): the spectrogram holds " +
                       (std::isnan(out[i]) ? "NaN" : "an infinite value") + " (frame " +

@@ -90,26 +90,28 @@ void SplitInfo::check_finite(int64_t first, int64_t count, const float* data) co
 }
 
 void SplitInfo::check_finite_segment(const SegmentRef& ref, const float* data) const {
-  const int64_t n = info.n_mels * info.n_frames;
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
-  if (!bad) return;
+  if (first_non_finite(data, info.n_mels * info.n_frames) < 0) return;
   throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(ref.file) + " (file " +
                     paths[static_cast<std::size_t>(ref.file)] + "): the spectrogram holds NaN or an infinite value " +
                     "(long segment " + std::to_string(ref.long_index) + ", short segment " +
                     std::to_string(ref.short_index) + "); rebuild the dataset, or remove the file");
 }
 
+int64_t first_non_finite(const float* data, int64_t n) {
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
+  if (!bad) return -1;
+  int64_t i = 0;
+  while (data[i] - data[i] == 0.0f) ++i;
+  return i;
+}
+
 void check_finite(const fs::path& path, const std::string& name, const MelInfo& info,
                   const std::vector<std::string>& paths, int64_t first, int64_t count, const float* data) {
   int64_t per_file = 1;
   for (const int64_t d : info.file_shape()) per_file *= d;
-  const int64_t n = count * per_file;
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= !(data[i] - data[i] == 0.0f);
-  if (!bad) return;
-  int64_t i = 0;
-  while (data[i] - data[i] == 0.0f) ++i;
+  const int64_t i = first_non_finite(data, count * per_file);
+  if (i < 0) return;
   const int64_t row = first + i / per_file, segment = i % per_file / (info.n_mels * info.n_frames);
   throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(row) + " (file " +
                     paths[static_cast<std::size_t>(row)] + "): the spectrogram holds " +

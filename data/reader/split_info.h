@@ -95,6 +95,10 @@ struct SplitInfo {
 void check_finite(const std::filesystem::path& path, const std::string& name, const MelInfo& info,
                   const std::vector<std::string>& paths, int64_t first, int64_t count, const float* data);
 
+/// Index of the first NaN or infinity among data[0, n), or -1 when all n values are finite (a branch-free scan first,
+/// so the common all-finite case vectorises).
+int64_t first_non_finite(const float* data, int64_t n);
+
 /// SegmentRef of valid-segment position `position` given `offsets` (SplitInfo::segment_offsets) and num_short.
 /// Throws InvalidArgument when the position is outside [0, offsets.back()).
 SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, int64_t position);

@@ -136,10 +136,13 @@ nb::tuple batch_arrays(std::shared_ptr<const data::Batch> b, int64_t n_mels, int
   const auto n = static_cast<size_t>(b->size);
   FloatArray x(const_cast<float*>(b->x.data()), {n, static_cast<size_t>(n_mels), static_cast<size_t>(b->length)},
                owner_of());
-  auto longs = [&](const std::vector<int64_t>& v) { return LongArray(const_cast<int64_t*>(v.data()), {n}, owner_of()); };
+  auto longs = [&](const std::vector<int64_t>& v) {
+    return LongArray(const_cast<int64_t*>(v.data()), {n}, owner_of());
+  };
   nb::object targets = nb::none();
   if (classes > 0)
-    targets = nb::cast(FloatArray(const_cast<float*>(b->targets.data()), {n, static_cast<size_t>(classes)}, owner_of()));
+    targets = nb::cast(
+        FloatArray(const_cast<float*>(b->targets.data()), {n, static_cast<size_t>(classes)}, owner_of()));
   return nb::make_tuple(x, longs(b->lengths), longs(b->y), longs(b->clip), longs(b->start), targets, b->index);
 }
 

@@ -75,7 +75,7 @@ def make_run(tmp: pathlib.Path) -> dict:
     corpus, data, out = tmp / "corpus", tmp / "data", tmp / "run"
     write_corpus(corpus)
     run([build_bin, "--input", corpus, "--output", data, "--sample-rate", 8000, "--n-fft", 256, "--hop-length", 64,
-         "--n-mels", 32, "--long-seconds", 1.0, "--short-seconds", 0.25, "--split", "0.5,0.25,0.25", "--seed", 3,
+         "--n-mels", 32, "--short-seconds", 0.25, "--split", "0.5,0.25,0.25", "--seed", 3,
          "--device", "cpu", "--quiet"])
     run([train_bin, "train", "--data", data, "--out", out, "--epochs", 2, "--positive-class", "c1", "--device", "cpu",
          "--threads", 2, "--hidden", 16, "--batch-size", 16])

@@ -12,8 +12,8 @@ import pytest
 import melforge
 from melforge_run import build_binary, write_wav
 
-# Small and fast: 8 kHz, 1 s long segments of 0.25 s short ones, 32 mel bands.
-FLAGS = dict(sample_rate=8000, n_fft=256, hop_length=64, n_mels=32, long_seconds=1, short_seconds=0.25,
+# Small and fast: 8 kHz, a default tile of 0.25 s, 32 mel bands.
+FLAGS = dict(sample_rate=8000, n_fft=256, hop_length=64, n_mels=32, short_seconds=0.25,
              device="cpu", threads=2, max_ram="70M", quiet=True)
 
 
@@ -55,19 +55,19 @@ def test_build_returns_the_report_and_writes_the_dataset(tmp_path, corpus):
     assert sum(report["files"]["per_split"].values()) == 10
     assert report["config"]["n_fft"] == 256
     assert report["config"]["n_mels"] == 32
-    frames = 1 + 2000 // 64  # centred frames of a 0.25 s short segment at hop 64
+    frames = 1 + 12000 // 64  # centred frames of a whole 1.5 s clip at hop 64
     total = 0
     for split in ("train", "val", "test"):
         with h5py.File(out / f"{split}.h5", "r") as f:
-            assert f.attrs["split"] == split
+            assert f.attrs["split"] == split and f.attrs["schema_version"] == 3
             assert int(f.attrs["n_fft"]) == 256
-            mel = f["mel"]
-            assert mel.shape[0] == report["files"]["per_split"][split]
-            # [files, long segments (one whole 1 s segment in 1.5 s), short per long, n_mels, frames]
-            assert mel.shape[1:] == (1, 4, 32, frames)
-            if mel.shape[0]:
-                assert np.isfinite(mel[...].astype(np.float32)).all()
-            total += mel.shape[0]
+            clips = report["files"]["per_split"][split]
+            assert f["frame_offset"].shape == (clips + 1,)
+            assert (np.diff(f["frame_offset"][...]) == frames).all()
+            assert f["frames"].shape == (clips * frames, 32)
+            if clips:
+                assert np.isfinite(f["frames"][...].astype(np.float32)).all()
+            total += clips
     assert total == 10
 
 

@@ -1,6 +1,7 @@
 """melforge.Dataset and melforge.Loader over a dataset built in the test by the C++ `melforge-build` binary
-(build/builder/melforge-build of the C++ build, or MELFORGE_BUILD_BIN), compared with h5py's reading of the same
-file."""
+(build/builder/melforge-build of the C++ build, or MELFORGE_BUILD_BIN; schema 3, clips stored whole), read through
+the default view (tiles of the dataset's n_frames, the last one padded with the silence value when at least half
+real), compared with h5py's reading of the same file."""
 import pickle
 import subprocess
 
@@ -28,9 +29,9 @@ def _build(tmp, name, dtype):
         _make_corpus(corpus)
     out = tmp / name
     subprocess.run([str(build_binary()), "--input", str(corpus), "--output", str(out), "--sample-rate", "8000",
-                    "--n-fft", "256", "--hop-length", "64", "--n-mels", "32", "--long-seconds", "1",
-                    "--short-seconds", "0.25", "--split", "0.6,0.2,0.2", "--device", "cpu", "--quiet",
-                    "--files-per-chunk", "2", "--dtype", dtype], check=True, capture_output=True)
+                    "--n-fft", "256", "--hop-length", "64", "--n-mels", "32", "--short-seconds", "0.25",
+                    "--split", "0.6,0.2,0.2", "--device", "cpu", "--quiet", "--frames-per-chunk", "64",
+                    "--dtype", dtype], check=True, capture_output=True)
     return out
 
 
@@ -40,21 +41,31 @@ def datasets(tmp_path_factory):
     return {dtype: _build(tmp, dtype, dtype) for dtype in ("float16", "float32")}
 
 
-def _h5_segments(path):
-    """Every valid segment as h5py reads it: (x float32 [N, M, T], label [N], file [N]), in Dataset order."""
+def _h5_tiles(path, pad):
+    """Every tile of the default view as h5py and NumPy make it: (x float32 [N, M, T], label [N], clip [N],
+    real frames [N]), in Dataset order: clip by clip, tiles of T = n_frames side by side, the last one padded with
+    `pad` (the silence value) and kept when it is the clip's only one or at least half real."""
     h5py = pytest.importorskip("h5py")
     with h5py.File(path, "r") as f:
-        mel = f["mel"][...].astype(np.float32)
+        frames = f["frames"][...].astype(np.float32)
+        offset = f["frame_offset"][...]
         labels = f["label"][...]
-        valid = f["num_valid_long"][...]
-    xs, ys, fs = [], [], []
-    for i in range(mel.shape[0]):
-        for l in range(int(valid[i])):
-            for s in range(mel.shape[2]):
-                xs.append(mel[i, l, s])
-                ys.append(int(labels[i]))
-                fs.append(i)
-    return np.stack(xs), np.array(ys, dtype=np.int64), np.array(fs, dtype=np.int64)
+        t = int(f.attrs["n_frames"])
+        assert f.attrs["schema_version"] == 3
+    xs, ys, cs, reals = [], [], [], []
+    for c in range(len(labels)):
+        clip = frames[offset[c]:offset[c + 1]]
+        for start in range(0, len(clip), t):
+            real = min(t, len(clip) - start)
+            if start > 0 and real < t / 2:
+                continue
+            x = np.full((clip.shape[1], t), pad, np.float32)
+            x[:, :real] = clip[start:start + real].T
+            xs.append(x)
+            ys.append(int(labels[c]))
+            cs.append(c)
+            reals.append(real)
+    return np.stack(xs), np.array(ys, dtype=np.int64), np.array(cs, dtype=np.int64), np.array(reals, dtype=np.int64)
 
 
 @pytest.mark.needs_h5py
@@ -62,20 +73,25 @@ def _h5_segments(path):
 def test_dataset_equals_h5py(datasets, dtype):
     h5py = pytest.importorskip("h5py")
     ds = melforge.Dataset(datasets[dtype], "train")
-    x, y, f = _h5_segments(datasets[dtype] / "train.h5")
+    assert ds.pad_value == pytest.approx(-100.0)
+    x, y, f, real = _h5_tiles(datasets[dtype] / "train.h5", ds.pad_value)
     assert len(ds) == len(x) > 20
+    assert (real < x.shape[2]).any()
     for i in list(range(0, len(ds), 3)) + [-1]:
         xi, yi, fi = ds[i]
         assert xi.dtype == np.float32 and xi.shape == x.shape[1:]
         np.testing.assert_array_equal(xi, x[i])
-        assert (yi, fi) == (y[i], f[i])
+        assert (yi, fi, ds[i].length) == (y[i], f[i], real[i])
     with pytest.raises(IndexError):
         ds[len(ds)]
     with h5py.File(datasets[dtype] / "train.h5", "r") as h:
         assert ds.class_names == [c.decode() if isinstance(c, bytes) else c for c in h["class_names"][...]]
         assert ds.paths == [p.decode() if isinstance(p, bytes) else p for p in h["path"][...]]
         np.testing.assert_array_equal(ds.labels, h["label"][...])
-        np.testing.assert_array_equal(ds.num_valid_long, h["num_valid_long"][...])
+        np.testing.assert_array_equal(ds.clip_frames, np.diff(h["frame_offset"][...]))
+        np.testing.assert_array_equal(ds.num_samples, h["num_samples"][...])
+        np.testing.assert_array_equal(ds.clip_flags, h["clip_flags"][...])
+        assert ds.schema_version == 3 and ds.num_valid_long.size == 0
         assert ds.info["dtype"] == dtype
         assert ds.info["n_mels"] == h.attrs["n_mels"] == 32
 
@@ -85,8 +101,8 @@ def test_dataset_equals_h5py(datasets, dtype):
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("in_memory", [False, True])
 def test_loader_equals_h5py(datasets, dtype, shuffle, in_memory):
-    x, y, f = _h5_segments(datasets[dtype] / "train.h5")
     ds = melforge.Dataset(datasets[dtype], "train")
+    x, y, f, real = _h5_tiles(datasets[dtype] / "train.h5", ds.pad_value)
     loader = melforge.Loader(ds, batch_size=8, shuffle=shuffle, seed=3, pool_chunks=2, in_memory=in_memory,
                              as_torch=False)
     assert loader.in_memory == in_memory
@@ -95,17 +111,21 @@ def test_loader_equals_h5py(datasets, dtype, shuffle, in_memory):
     if not shuffle:
         assert order.tolist() == list(range(len(ds)))
     loader.set_epoch(0)
-    got_x, got_y, got_f = [], [], []
-    for bx, by, bf in loader:
+    got_x, got_y, got_f, got_real = [], [], [], []
+    for batch in loader:
+        bx, by, bf = batch
         assert isinstance(bx, np.ndarray) and bx.dtype == np.float32 and bx.shape[1:] == (32, x.shape[2])
         assert by.dtype == np.int64 and bf.dtype == np.int64
+        np.testing.assert_array_equal(batch.mask, np.arange(x.shape[2]) < batch.lengths[:, None])
         got_x.append(bx.copy())
         got_y.append(by.copy())
         got_f.append(bf.copy())
+        got_real.append(batch.lengths.copy())
     assert len(got_x) == len(loader) == -(-len(ds) // 8)
     np.testing.assert_array_equal(np.concatenate(got_x), x[order])
     np.testing.assert_array_equal(np.concatenate(got_y), y[order])
     np.testing.assert_array_equal(np.concatenate(got_f), f[order])
+    np.testing.assert_array_equal(np.concatenate(got_real), real[order])
 
 
 def test_loader_epochs_seed_prefetch_drop_last(datasets):

@@ -39,7 +39,7 @@ def test_recipe_datasets_and_attributes(tmp_path):
     h[3] = 1.0
     write_wav(tmp_path / "rir" / "room.wav", h, 8000)
     run([build_bin, "--input", tmp_path / "in", "--output", tmp_path / "out", "--sample-rate", 8000, "--n-fft", 256,
-         "--hop-length", 64, "--n-mels", 32, "--long-seconds", 1.0, "--short-seconds", 0.25, "--split", "0.6,0.2,0.2",
+         "--hop-length", 64, "--n-mels", 32, "--short-seconds", 0.25, "--split", "0.6,0.2,0.2",
          "--device", "cpu", "--quiet", "--augment-copies", 2, "--augment-splits", "train,val", "--noise",
          tmp_path / "noise", "--rir", tmp_path / "rir", "--rir-prob", 0.5, "--speed", "0.9,1.0,1.1", "--gain-db",
          "-3,3"])
@@ -48,7 +48,7 @@ def test_recipe_datasets_and_attributes(tmp_path):
     for split in ("train", "val", "test"):
         with h5py.File(tmp_path / "out" / f"{split}.h5", "r") as f:
             rows = f["label"].shape[0]
-            assert f["mel"].shape[0] == rows
+            assert f["frame_offset"].shape[0] == rows + 1 and f["frames"].shape[0] == f["frame_offset"][-1]
             assert f.attrs["augment_copies"] == 2
             assert f.attrs["augment_splits"] == "train,val"
             copy = f["aug_copy"][...]

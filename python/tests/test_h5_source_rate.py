@@ -24,7 +24,7 @@ def test_resampler_attributes_and_source_rates(tmp_path):
             assert f.attrs["resampler_quality"] == "HQ"
             assert f.attrs["resampler_phase"] == "linear"
             assert f.attrs["resampler_version"].startswith("libsoxr-")
-            assert f.attrs["schema_version"] == 2
+            assert f.attrs["schema_version"] == 3
             ds = f["source_sample_rate"]
             assert ds.dtype == "int32" and ds.shape == f["label"].shape
             seen.update(zip(f["path"].asstr()[...], ds[...].tolist()))

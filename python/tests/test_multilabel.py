@@ -55,8 +55,7 @@ def multilabel_run(tmp_path_factory):
     manifest = write_corpus(tmp)
     data, out = tmp / "data", tmp / "run"
     run([build_binary(), "--manifest", manifest, "--output", data, "--sample-rate", 8000, "--n-fft", 256,
-         "--hop-length", 64, "--n-mels", 32, "--long-seconds", 1.0, "--short-seconds", 0.25, "--num-long", 2,
-         "--device", "cpu", "--quiet"])
+         "--hop-length", 64, "--n-mels", 32, "--short-seconds", 0.25, "--device", "cpu", "--quiet"])
     train_bin = binary("MELFORGE_TRAIN_BIN", "trainer/melforge-train")
     run([train_bin, "train", "--data", data, "--out", out, "--task", "multilabel", "--epochs", 8, "--device", "cpu",
          "--threads", 2, "--hidden", 24, "--batch-size", 16, "--lr", 3e-3, "--seed", 42])
@@ -68,7 +67,7 @@ def test_targets_matrix_read_back_with_h5py_and_dataset(multilabel_run):
     data = multilabel_run["data"]
     for split in ("train", "val", "test"):
         with h5py.File(data / f"{split}.h5", "r") as f:
-            assert f.attrs["schema_version"] == 2
+            assert f.attrs["schema_version"] == 3
             targets = f["targets"][...]
             labels = f["label"][...]
             paths = f["path"].asstr()[...]

@@ -53,8 +53,8 @@ def speaker_run(tmp_path_factory):
     write_speakers(tmp)
     data, out = tmp / "data", tmp / "run"
     run([build_binary(), "--input", tmp / "in", "--output", data, "--split-by", "class", "--split", "0.6,0.2,0.2",
-         "--sample-rate", 8000, "--n-fft", 256, "--hop-length", 64, "--n-mels", 32, "--long-seconds", 1.0,
-         "--short-seconds", 0.25, "--num-long", 1, "--device", "cpu", "--quiet"])
+         "--sample-rate", 8000, "--n-fft", 256, "--hop-length", 64, "--n-mels", 32,
+         "--short-seconds", 0.25, "--device", "cpu", "--quiet"])
     train_bin = binary("MELFORGE_TRAIN_BIN", "trainer/melforge-train")
     run([train_bin, "train", "--data", data, "--out", out, "--task", "verification", "--model", "resnet-se",
          "--width", "quarter", "--embedding-dim", 16, "--epochs", 1, "--device", "cpu", "--threads", 1,

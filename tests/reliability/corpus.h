@@ -44,7 +44,7 @@ inline std::vector<std::string> build_args(const std::filesystem::path& in, cons
                                            const std::vector<std::string>& extra = {}) {
   const std::vector<std::pair<std::string, std::string>> defaults = {
       {"--input", in.string()}, {"--output", out.string()}, {"--sample-rate", "8000"}, {"--n-fft", "256"},
-      {"--hop-length", "64"}, {"--n-mels", "32"}, {"--long-seconds", "1"}, {"--short-seconds", "0.25"},
+      {"--hop-length", "64"}, {"--n-mels", "32"}, {"--short-seconds", "0.25"},
       {"--device", "cpu"}, {"--threads", "2"}, {"--max-ram", "70M"}};
   std::vector<std::string> a = {MELFORGE_BUILD_EXE, "--quiet"};
   for (const auto& [flag, value] : defaults) {
