@@ -7,7 +7,7 @@ tools/setup_torch.sh). Used by trainer/tests/test_trainer_checkpoint.cpp and tes
   check_export.py export WEIGHTS INPUT EXPECTED [TOL]
       torch.load(WEIGHTS) (weights_only), builds the model of WEIGHTS.json's model_config with
       python/melforge/models.py (loaded by path: this venv does not have melforge installed), load_state_dict(strict=True), eval mode, runs INPUT (a tensor saved with
-      torch::pickle_save) and compares its two outputs, named by the model's `output_names` ((logits, detection)
+      torch::pickle_save, or a dict of the input "x" and its "lengths", int64 [B]) and compares its two outputs, named by the model's `output_names` ((logits, detection)
       for the classifiers, (logits, embedding) for the speaker models), with EXPECTED (a dict holding both names)
       within TOL (default 1e-5, max absolute difference).
 
@@ -80,9 +80,12 @@ def check_export(weights: str, input_path: str, expected_path: str, tol: float) 
     model.load_state_dict(state, strict=True)
     model.eval()
     x = torch.load(input_path)
+    lengths = None
+    if isinstance(x, dict):
+        x, lengths = x["x"], x["lengths"]
     expected = torch.load(expected_path)
     with torch.no_grad():
-        outputs = model(x)
+        outputs = model(x, lengths)
     for name, got in zip(model.output_names, outputs):
         if name not in expected:
             fail(f"{expected_path}: missing {name!r}")
@@ -92,7 +95,8 @@ def check_export(weights: str, input_path: str, expected_path: str, tol: float) 
         diff = (got - want).abs().max().item()
         if not diff <= tol:
             fail(f"{name}: max abs difference {diff:.3g} > {tol:g}")
-    print(f"ok: {len(state)} tensors, logits {list(outputs[0].shape)}, max diff within {tol:g}")
+    with_lengths = "" if lengths is None else " (with lengths)"
+    print(f"ok: {len(state)} tensors, logits {list(outputs[0].shape)}{with_lengths}, max diff within {tol:g}")
 
 
 def main(argv) -> None:

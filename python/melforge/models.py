@@ -3,8 +3,12 @@
 Each class has exactly the modules, parameter names and forward pass of its C++ counterpart, so a state dict saved
 by the trainer loads here unchanged (and back). `build_model(config)` takes the dict `Classifier::config_json()`
 writes, or the whole `weights.pt.json` of `melforge-train export` / a loaded checkpoint that holds it under
-"model_config", and returns the module. `forward(x)` takes `[B, n_mels, n_frames]` or `[B, 1, n_mels, n_frames]`
-float spectrograms and returns `(logits [B, num_classes], detection [B])` for the classifiers (Cnn, Crnn), and
+"model_config", and returns the module. `forward(x, lengths=None)` takes `[B, n_mels, T]` or `[B, 1, n_mels, T]`
+float spectrograms of any T >= 1 (a Cnn of `time_pool` "flatten", from a checkpoint older than inputs of any length:
+exactly `n_frames`) and optionally `lengths` (int64 [B], real frames per row, 1 <= lengths[b] <= T: row b is its real
+frames, then padding; None: every frame real; `lengths_of(mask)` turns a bool [B, T] mask into it). Every model pools
+over the real frames only, so in eval mode a padded row gives the output of the row alone, whatever the padding
+holds. It returns `(logits [B, num_classes], detection [B])` for the classifiers (Cnn, Crnn), and
 `(cosine logits [B, num_classes], embedding [B, embedding_dim])` for the speaker models (ResNetSE, Ecapa): the
 cosines between the L2-normalised embedding and the L2-normalised rows of `aam.weight`, without scale or margin.
 Each class names its two outputs in `output_names`.
@@ -35,24 +39,98 @@ class _Classifier(nn.Module):
         return (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
 
 
-def _check_input(x: torch.Tensor, n_mels: int, n_frames: int, name: str) -> torch.Tensor:
-    """Returns x as [B, 1, n_mels, n_frames]; raises ValueError for another shape."""
-    ok = (x.dim() == 3 or (x.dim() == 4 and x.shape[1] == 1)) and x.shape[-2] == n_mels and x.shape[-1] == n_frames
+def _check_input(x: torch.Tensor, n_mels: int, name: str, min_frames: int = 1, max_frames: int | None = None):
+    """Returns x as [B, 1, n_mels, T] (min_frames <= T <= max_frames, None: no maximum); raises ValueError for
+    another shape (trainer/models/model.h spectrogram_input)."""
+    t = x.shape[-1] if x.dim() >= 1 else 0
+    ok = ((x.dim() == 3 or (x.dim() == 4 and x.shape[1] == 1)) and x.shape[-2] == n_mels and t >= min_frames
+          and (max_frames is None or t <= max_frames))
     if not ok:
-        raise ValueError(f"{name}: input of shape {list(x.shape)}, expected [B, {n_mels}, {n_frames}] or "
-                         f"[B, 1, {n_mels}, {n_frames}]")
+        fixed = max_frames == min_frames
+        w = str(min_frames) if fixed else "T"
+        where = "" if fixed else f" with T >= {min_frames}"
+        raise ValueError(f"{name}: input of shape {list(x.shape)}, expected [B, {n_mels}, {w}] or "
+                         f"[B, 1, {n_mels}, {w}]{where}")
     return x.unsqueeze(1) if x.dim() == 3 else x
 
 
+def lengths_of(mask: torch.Tensor) -> torch.Tensor:
+    """Real frames per row, int64 [B], of a bool mask [B, T] whose rows are real frames first, then padding (the
+    `mask` of melforge.Dataset's batches)."""
+    return mask.to(torch.int64).sum(1)
+
+
+def _check_lengths(lengths, batch: int, frames: int, device, name: str):
+    """trainer/models/time_mask.h check_lengths: None, or int64 [batch] within [1, frames], moved to `device`."""
+    if lengths is None:
+        return None
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int64 or lengths.shape != (batch,):
+        got = f"{lengths.dtype} {list(lengths.shape)}" if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise ValueError(f"{name}: lengths must be an int64 tensor of shape [{batch}] (real frames per row), got {got}")
+    bad = (lengths < 1) | (lengths > frames)
+    if batch > 0 and bool(bad.any()):
+        row = int(bad.to(torch.int64).argmax())
+        raise ValueError(f"{name}: lengths[{row}] = {int(lengths[row])} real frames, outside [1, {frames}] "
+                         "(the input's frames)")
+    return lengths.to(device)
+
+
+def _downsampled(lengths, k: int, t_out: int):
+    """Real steps after a time downsampling by k to t_out steps: max(1, min(ceil(lengths / k), t_out))."""
+    return None if lengths is None else torch.div(lengths + (k - 1), k, rounding_mode="floor").clamp(1, t_out)
+
+
+def _time_mask(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """bool [B, 1, ..., 1, T] for x [B, ..., T], true at the real steps."""
+    mask = torch.arange(x.shape[-1], device=lengths.device)[None, :] < lengths[:, None]
+    return mask.view(x.shape[0], *([1] * (x.dim() - 2)), x.shape[-1])
+
+
+def _mask_time(x: torch.Tensor, lengths):
+    """x with the steps after each row's real ones set to 0 (x itself for lengths None)."""
+    return x if lengths is None else torch.where(_time_mask(x, lengths), x, torch.zeros((), dtype=x.dtype,
+                                                                                        device=x.device))
+
+
+def _pad_time(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x padded with zeros at the end of the time axis to a multiple of k steps."""
+    extra = (k - x.shape[-1] % k) % k
+    return nn.functional.pad(x, (0, extra)) if extra else x
+
+
+def _masked_mean(x: torch.Tensor, lengths) -> torch.Tensor:
+    """The mean of x [B, ..., T] over the real steps: [B, ...]."""
+    if lengths is None:
+        return x.mean(-1)
+    return _mask_time(x, lengths).sum(-1) / lengths.view(-1, *([1] * (x.dim() - 2))).to(x.dtype)
+
+
+def _masked_max(x: torch.Tensor, lengths) -> torch.Tensor:
+    """The maximum of x [B, ..., T] over the real steps: [B, ...]."""
+    if lengths is None:
+        return x.amax(-1)
+    return torch.where(_time_mask(x, lengths), x, torch.full((), float("-inf"), dtype=x.dtype,
+                                                             device=x.device)).amax(-1)
+
+
 class Cnn(_Classifier):
-    """`--model cnn` (trainer/models/cnn.cpp): input normalisation, three 3x3 convolutions with in-place ReLU, a 2x2 max-pool after the
-    first two, a hidden fully connected layer with dropout, a multi-class head and a binary detection head."""
+    """`--model cnn` (trainer/models/cnn.cpp): input normalisation, three 3x3 convolutions with in-place ReLU, a 2x2
+    max-pool after the first two, a pooling over time, a hidden fully connected layer with dropout, a multi-class head
+    and a binary detection head. `time_pool` "mean_max" (the default): the time axis is padded with zeros to a
+    multiple of 4, the padding is zeros before each convolution, and the last map's mean and maximum over the real
+    steps (ceil(lengths / 4)), each flattened channel-major, are concatenated; any T. "flatten" (checkpoints from
+    before the field): the whole map flattened; T must be n_frames and every row full."""
+
+    TIME_POOLS = ("mean_max", "flatten")
 
     def __init__(self, n_mels: int, n_frames: int, num_classes: int, channels=(16, 32, 64), hidden: int = 128,
-                 dropout: float = 0.3):
+                 dropout: float = 0.3, time_pool: str = "mean_max"):
         super().__init__()
-        if n_mels < 4 or n_frames < 4:
-            raise ValueError(f"cnn needs spectrograms of at least 4 x 4, got {n_mels} x {n_frames}")
+        if time_pool not in self.TIME_POOLS:
+            raise ValueError(f"cnn: unknown time_pool {time_pool!r} (mean_max or flatten)")
+        min_frames = 4 if time_pool == "flatten" else 1
+        if n_mels < 4 or n_frames < min_frames:
+            raise ValueError(f"cnn needs spectrograms of at least 4 x {min_frames}, got {n_mels} x {n_frames}")
         if num_classes < 2:
             raise ValueError(f"cnn needs at least 2 classes, got {num_classes}")
         channels = [int(c) for c in channels]
@@ -60,36 +138,64 @@ class Cnn(_Classifier):
             raise ValueError(f"cnn needs 3 positive channel counts, got {channels}")
         self.n_mels, self.n_frames, self.num_classes = int(n_mels), int(n_frames), int(num_classes)
         self.channels, self.hidden, self.dropout_p = channels, int(hidden), float(dropout)
+        self.time_pool = time_pool
         self.conv1 = nn.Conv2d(1, channels[0], 3, padding=1)
         self.conv2 = nn.Conv2d(channels[0], channels[1], 3, padding=1)
         self.conv3 = nn.Conv2d(channels[1], channels[2], 3, padding=1)
         self.pool = nn.MaxPool2d(2)
         self.relu = nn.ReLU(inplace=True)
-        flat = channels[2] * (self.n_mels // 2 // 2) * (self.n_frames // 2 // 2)
+        if time_pool == "flatten":
+            flat = channels[2] * (self.n_mels // 2 // 2) * (self.n_frames // 2 // 2)
+        else:
+            flat = 2 * channels[2] * (self.n_mels // 2 // 2)
         self.fc = nn.Linear(flat, self.hidden)
         self.dropout = nn.Dropout(self.dropout_p)
         self.class_head = nn.Linear(self.hidden, self.num_classes)
         self.detect_head = nn.Linear(self.hidden, 1)
 
-    def forward(self, x: torch.Tensor):
-        h = self.normalize_input(_check_input(x, self.n_mels, self.n_frames, "cnn"))
+    def _flatten_features(self, x: torch.Tensor, lengths) -> torch.Tensor:
+        if lengths is not None and bool((lengths < x.shape[-1]).any()):
+            raise ValueError(f"cnn: this model (time_pool flatten: a checkpoint from before inputs of any length) "
+                             f"reads every frame of its {self.n_frames}-frame input and cannot leave padding out; "
+                             "give it full rows only")
+        h = self.normalize_input(x)
         h = self.pool(self.relu(self.conv1(h)))
         h = self.pool(self.relu(self.conv2(h)))
-        h = self.relu(self.conv3(h))
-        h = self.dropout(self.relu(self.fc(h.flatten(1))))
+        return self.relu(self.conv3(h)).flatten(1)
+
+    def _mean_max_features(self, x: torch.Tensor, lengths) -> torch.Tensor:
+        if lengths is None and x.shape[-1] % 4:
+            lengths = torch.full((x.shape[0],), x.shape[-1], dtype=torch.int64, device=x.device)
+        h = _mask_time(_pad_time(self.normalize_input(x), 4), lengths)
+        h = self.pool(self.relu(self.conv1(h)))
+        half = _downsampled(lengths, 2, h.shape[-1])
+        h = self.pool(self.relu(self.conv2(_mask_time(h, half))))
+        quarter = _downsampled(lengths, 4, h.shape[-1])
+        h = self.relu(self.conv3(_mask_time(h, quarter)))
+        return torch.cat((_masked_mean(h, quarter).flatten(1), _masked_max(h, quarter).flatten(1)), 1)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        flatten = self.time_pool == "flatten"
+        x = _check_input(x, self.n_mels, "cnn", self.n_frames if flatten else 1, self.n_frames if flatten else None)
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[-1], x.device, "cnn")
+        h = self._flatten_features(x, lengths) if flatten else self._mean_max_features(x, lengths)
+        h = self.dropout(self.relu(self.fc(h)))
         return self.class_head(h), self.detect_head(h).squeeze(1)
 
     def config(self) -> dict:
         """The same dict as CnnNetImpl::config_json()."""
         return {"model": "cnn", "n_mels": self.n_mels, "n_frames": self.n_frames, "num_classes": self.num_classes,
-                "channels": list(self.channels), "hidden": self.hidden, "dropout": self.dropout_p}
+                "channels": list(self.channels), "hidden": self.hidden, "dropout": self.dropout_p,
+                "time_pool": self.time_pool}
 
 
 class Crnn(_Classifier):
-    """`--model crnn` (trainer/models/crnn.cpp): input normalisation, conv3x3(1->c0) ReLU maxpool 2x2 over (mel, time), conv3x3(c0->c1)
-    ReLU maxpool (2,1) over mel only; the [B, c1, M/4, T/2] map becomes T/2 steps of c1*(M/4) features (channel
-    major) for a one-layer batch-first GRU or LSTM from a zero initial state; the outputs are averaged over time,
-    then linear(rnn_hidden -> hidden) ReLU dropout and the two heads of Cnn."""
+    """`--model crnn` (trainer/models/crnn.cpp): input normalisation, the time axis padded with zeros to an even T,
+    conv3x3(1->c0) ReLU maxpool 2x2 over (mel, time), conv3x3(c0->c1) ReLU maxpool (2,1) over mel only; the
+    [B, c1, M/4, T/2] map becomes T/2 steps of c1*(M/4) features (channel major) for a one-layer batch-first GRU or
+    LSTM from a zero initial state; the outputs are averaged over the real steps (ceil(lengths / 2); the padding is
+    zeros before each convolution, and the forward-only recurrence's outputs at the real steps do not see the steps
+    after them), then linear(rnn_hidden -> hidden) ReLU dropout and the two heads of Cnn."""
 
     def __init__(self, n_mels: int, n_frames: int, num_classes: int, channels=(16, 32), rnn: str = "gru",
                  rnn_hidden: int = 64, hidden: int = 128, dropout: float = 0.3):
@@ -118,13 +224,18 @@ class Crnn(_Classifier):
         self.class_head = nn.Linear(self.hidden, self.num_classes)
         self.detect_head = nn.Linear(self.hidden, 1)
 
-    def forward(self, x: torch.Tensor):
-        h = self.normalize_input(_check_input(x, self.n_mels, self.n_frames, "crnn"))
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        x = _check_input(x, self.n_mels, "crnn")
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[-1], x.device, "crnn")
+        if lengths is None and x.shape[-1] % 2:
+            lengths = torch.full((x.shape[0],), x.shape[-1], dtype=torch.int64, device=x.device)
+        h = _mask_time(_pad_time(self.normalize_input(x), 2), lengths)
         h = self.pool(self.relu(self.conv1(h)))
-        h = self.pool_mel(self.relu(self.conv2(h)))
+        steps = _downsampled(lengths, 2, h.shape[-1])
+        h = self.pool_mel(self.relu(self.conv2(_mask_time(h, steps))))
         h = h.permute(0, 3, 1, 2).flatten(2)
         h, _ = self.rnn(h)
-        h = self.dropout(self.relu(self.fc(h.mean(1))))
+        h = self.dropout(self.relu(self.fc(_masked_mean(h.transpose(1, 2), steps))))
         return self.class_head(h), self.detect_head(h).squeeze(1)
 
     def config(self) -> dict:
@@ -136,15 +247,19 @@ class Crnn(_Classifier):
 
 class _SqueezeExcite(nn.Module):
     """trainer/models/speaker.h `SqueezeExcite`: x * sigmoid(fc2(relu(fc1(mean of x over the axes after the
-    channels))))."""
+    channels)))), the last axis (time) over its real steps only."""
 
     def __init__(self, channels: int, bottleneck: int):
         super().__init__()
         self.fc1 = nn.Linear(channels, bottleneck)
         self.fc2 = nn.Linear(bottleneck, channels)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = x.mean(dim=tuple(range(2, x.dim())))
+    def forward(self, x: torch.Tensor, lengths=None) -> torch.Tensor:
+        if lengths is None:
+            s = x.mean(dim=tuple(range(2, x.dim())))
+        else:
+            s = _masked_mean(x, lengths)
+            s = s.flatten(2).mean(2) if s.dim() > 2 else s
         s = torch.sigmoid(self.fc2(torch.relu(self.fc1(s))))
         return x * s.view(x.shape[0], x.shape[1], *([1] * (x.dim() - 2)))
 
@@ -160,16 +275,34 @@ class _AttentiveStatsPool(nn.Module):
         self.bn = nn.BatchNorm1d(hidden)
         self.conv2 = nn.Conv1d(hidden, channels, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lengths=None) -> torch.Tensor:
+        if lengths is None and x.shape[2] == 1:
+            lengths = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
+        if lengths is None:
+            return self._pool(x, None)
+        mask = _time_mask(x, lengths)
+        return self._pool(torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)), mask)
+
+    def _pool(self, x: torch.Tensor, mask) -> torch.Tensor:
         a = x
         if self.global_context:
-            mean = x.mean(2, keepdim=True).expand_as(x)
-            std = torch.sqrt(torch.var(x, 2, unbiased=True, keepdim=True).clamp_min(self.eps)).expand_as(x)
-            a = torch.cat((x, mean, std), 1)
+            if mask is None:
+                mean = x.mean(2, keepdim=True)
+                var = torch.var(x, 2, unbiased=True, keepdim=True)
+            else:
+                n = mask.sum(2, keepdim=True).to(x.dtype)
+                mean = x.sum(2, keepdim=True) / n
+                var = torch.where(mask, (x - mean).square(), torch.zeros((), dtype=x.dtype, device=x.device))
+                var = var.sum(2, keepdim=True) / (n - 1).clamp_min(1)
+            std = torch.sqrt(var.clamp_min(self.eps))
+            a = torch.cat((x, mean.expand_as(x), std.expand_as(x)), 1)
         a = self.bn(torch.relu(self.conv1(a)))
         if self.global_context:
             a = torch.tanh(a)
-        w = torch.softmax(self.conv2(a), 2)
+        logits = self.conv2(a)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(logits, 2)
         mu = (x * w).sum(2)
         sigma = torch.sqrt((((x * x) * w).sum(2) - mu * mu).clamp_min(self.eps))
         return torch.cat((mu, sigma), 1)
@@ -199,9 +332,11 @@ class _SpeakerModel(_Classifier):
                                       nn.functional.normalize(self.aam.weight, p=2, dim=1))
         return cosine, embedding
 
-    def input(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """x normalised, as [B, n_mels, n_frames]."""
-        return self.normalize_input(_check_input(x, self.n_mels, self.n_frames, name).squeeze(1))
+    def input(self, x: torch.Tensor, lengths, name: str):
+        """(x normalised as [B, n_mels, T] with zeros at the padding, lengths checked)."""
+        x = _check_input(x, self.n_mels, name).squeeze(1)
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[-1], x.device, name)
+        return _mask_time(self.normalize_input(x), lengths), lengths
 
 
 class _SEBasicBlock(nn.Module):
@@ -214,15 +349,18 @@ class _SEBasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.se = _SqueezeExcite(planes, planes // ResNetSE.REDUCTION)
+        self.stride = stride
         self.downsample = None
         if stride != 1 or inplanes != planes:
             self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False),
                                             nn.BatchNorm2d(planes))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.bn1(torch.relu(self.conv1(x)))
-        out = self.se(self.bn2(self.conv2(out)))
-        return torch.relu(out + (self.downsample(x) if self.downsample is not None else x))
+    def forward(self, x: torch.Tensor, lengths=None):
+        """(output, its real steps) for x [B, in, H, W] with `lengths` real steps of W."""
+        out = self.bn1(torch.relu(self.conv1(_mask_time(x, lengths))))
+        lengths = _downsampled(lengths, self.stride, out.shape[-1])
+        out = self.se(self.bn2(self.conv2(_mask_time(out, lengths))), lengths)
+        return torch.relu(out + (self.downsample(x) if self.downsample is not None else x)), lengths
 
 
 class ResNetSE(_SpeakerModel):
@@ -259,13 +397,14 @@ class ResNetSE(_SpeakerModel):
         self.pool = _AttentiveStatsPool(features, self.ATTENTION, False, self.EPS)
         self.fc = nn.Linear(2 * features, self.embedding_dim)
 
-    def forward(self, x: torch.Tensor):
-        h = self.bn1(torch.relu(self.conv1(self.input(x, "resnet-se").unsqueeze(1))))
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        h, lengths = self.input(x, lengths, "resnet-se")
+        h = self.bn1(torch.relu(self.conv1(h.unsqueeze(1))))
         for layer in (self.layer1, self.layer2, self.layer3, self.layer4):
             for block in layer:
-                h = block(h)
+                h, lengths = block(h, lengths)
         h = h.reshape(h.shape[0], -1, h.shape[-1])
-        return self.speaker_output(self.fc(self.pool(h)))
+        return self.speaker_output(self.fc(self.pool(h, lengths)))
 
     def config(self) -> dict:
         """The same dict as ResNetSEImpl::config_json()."""
@@ -288,15 +427,15 @@ class _SERes2Block(nn.Module):
         self.bn3 = nn.BatchNorm1d(channels)
         self.se = _SqueezeExcite(channels, Ecapa.SE_BOTTLENECK)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lengths=None) -> torch.Tensor:
         groups = torch.split(self.bn1(torch.relu(self.conv1(x))), self.width, 1)
         parts, y = [], None
         for i, (conv, bn) in enumerate(zip(self.convs, self.bns)):
             y = groups[0] if i == 0 else y + groups[i]
-            y = bn(torch.relu(conv(y)))
+            y = bn(torch.relu(conv(_mask_time(y, lengths))))
             parts.append(y)
         parts.append(groups[-1])
-        return self.se(self.bn3(torch.relu(self.conv3(torch.cat(parts, 1))))) + x
+        return self.se(self.bn3(torch.relu(self.conv3(torch.cat(parts, 1)))), lengths) + x
 
 
 class Ecapa(_SpeakerModel):
@@ -323,12 +462,13 @@ class Ecapa(_SpeakerModel):
         self.fc = nn.Linear(6 * c, self.embedding_dim)
         self.embedding_bn = nn.BatchNorm1d(self.embedding_dim)
 
-    def forward(self, x: torch.Tensor):
-        h = self.bn1(torch.relu(self.conv1(self.input(x, "ecapa"))))
-        x1 = self.layer1(h)
-        x2 = self.layer2(h + x1)
-        x3 = self.layer3(h + x1 + x2)
-        pooled = self.pool(torch.relu(self.layer4(torch.cat((x1, x2, x3), 1))))
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None):
+        h, lengths = self.input(x, lengths, "ecapa")
+        h = self.bn1(torch.relu(self.conv1(h)))
+        x1 = self.layer1(h, lengths)
+        x2 = self.layer2(h + x1, lengths)
+        x3 = self.layer3(h + x1 + x2, lengths)
+        pooled = self.pool(torch.relu(self.layer4(torch.cat((x1, x2, x3), 1))), lengths)
         return self.speaker_output(self.embedding_bn(self.fc(self.pool_bn(pooled))))
 
     def config(self) -> dict:
@@ -369,8 +509,8 @@ def build_model(config) -> nn.Module:
     Returns
     -------
     torch.nn.Module
-        `Cnn`, `Crnn`, `ResNetSE` or `Ecapa` with freshly initialised parameters. `forward(x [B, n_mels,
-        n_frames])` returns `(logits [B, num_classes], detection logits [B])` for Cnn and Crnn, and `(cosine logits
+        `Cnn`, `Crnn`, `ResNetSE` or `Ecapa` with freshly initialised parameters (a "cnn" configuration without
+        "time_pool" is the "flatten" Cnn of older checkpoints). `forward(x [B, n_mels, T], lengths=None)` returns `(logits [B, num_classes], detection logits [B])` for Cnn and Crnn, and `(cosine logits
         [B, num_classes], embedding [B, embedding_dim])` for the speaker models (their `output_names`).
 
     Raises ValueError for an unknown model and KeyError for a missing field.
@@ -387,5 +527,5 @@ def build_model(config) -> nn.Module:
     common = dict(n_mels=config["n_mels"], n_frames=config["n_frames"], num_classes=config["num_classes"],
                   channels=config["channels"], hidden=config["hidden"], dropout=config["dropout"])
     if kind == "cnn":
-        return Cnn(**common)
+        return Cnn(time_pool=config.get("time_pool", "flatten"), **common)
     return Crnn(rnn=config["rnn"], rnn_hidden=config["rnn_hidden"], **common)

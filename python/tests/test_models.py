@@ -1,6 +1,7 @@
 """melforge.models: imported lazily (not by `import melforge`), build_model from every form a user holds: the
 export's weights.pt.json as it is, its model_config dict, JSON text, a checkpoint dict (model_config a dict, or the
-JSON string of checkpoint format version 1)."""
+JSON string of checkpoint format version 1); inputs of any length with lengths: a padded row gives the output of the
+row alone (the C++ twins are compared with these modules by trainer/tests/test_trainer_export.cpp)."""
 import json
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def test_build_model_accepts_every_form(form):
         "checkpoint_v1": {"format": "melforge-checkpoint", "version": 1, "model_config": json.dumps(CONFIG)},
     }[form]
     model = melforge.models.build_model(holder)
-    assert model.config() == CONFIG
+    assert model.config() == dict(CONFIG, time_pool="flatten")  # no time_pool: a checkpoint from before the field
     logits, det = model.eval()(torch.zeros(2, 16, 12))
     assert logits.shape == (2, 3) and det.shape == (2,)
 
@@ -66,3 +67,70 @@ def test_speaker_models_give_cosine_logits_and_embeddings(config):
     assert torch.allclose(cosine, want, atol=1e-6)
     with pytest.raises(ValueError, match="at least 2 classes"):
         melforge.models.build_model(dict(config, num_classes=1))
+
+
+MASK_CONFIGS = [
+    dict(CONFIG, time_pool="mean_max"),
+    {"model": "crnn", "n_mels": 16, "n_frames": 12, "num_classes": 3, "channels": [4, 6], "rnn": "gru",
+     "rnn_hidden": 10, "hidden": 8, "dropout": 0.3},
+    {"model": "crnn", "n_mels": 16, "n_frames": 12, "num_classes": 3, "channels": [4, 6], "rnn": "lstm",
+     "rnn_hidden": 10, "hidden": 8, "dropout": 0.3},
+] + SPEAKER_CONFIGS
+
+
+def _outputs(pair):
+    """A model's two outputs side by side, [B, num_classes + 1 or + embedding_dim]."""
+    import torch
+
+    return torch.cat([o if o.dim() == 2 else o[:, None] for o in pair], 1)
+
+
+@pytest.mark.needs_torch
+@pytest.mark.parametrize("config", MASK_CONFIGS, ids=lambda c: f"{c['model']}-{c.get('rnn', '')}")
+@pytest.mark.parametrize("frames", [40, 37])
+def test_padded_rows_give_the_output_of_the_row_alone(config, frames):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = melforge.models.build_model(config)
+    for name, b in model.named_buffers():
+        if name.endswith("running_mean"):
+            b.normal_(0, 0.5)
+        if name.endswith("running_var"):
+            b.uniform_(0.5, 2)
+    model.eval()
+    lengths = [frames, 17, 22, 3, 1, 9]
+    x = torch.randn(len(lengths), 16, frames) * 8 - 30
+    garbage, nan = x.clone(), x.clone()
+    for i, n in enumerate(lengths):
+        garbage[i, :, n:] = torch.randn(16, frames - n) * 1000
+        nan[i, :, n:] = float("nan")
+    mask = torch.arange(frames)[None, :] < torch.tensor(lengths)[:, None]
+    lens = melforge.models.lengths_of(mask)
+    assert lens.tolist() == lengths
+    with torch.no_grad():
+        batch = _outputs(model(garbage, lens))
+        assert torch.equal(_outputs(model(nan, lens)), batch)
+        for i, n in enumerate(lengths):
+            alone = _outputs(model(x[i:i + 1, :, :n]))
+            assert torch.allclose(batch[i], alone[0], rtol=1e-4, atol=1e-4), (i, n)
+        assert not torch.allclose(_outputs(model(garbage))[3], batch[3], rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.needs_torch
+def test_lengths_are_checked_and_flatten_takes_full_rows_only():
+    torch = pytest.importorskip("torch")
+    model = melforge.models.build_model(dict(CONFIG, time_pool="mean_max")).eval()
+    x = torch.zeros(2, 16, 7)
+    for bad in (torch.tensor([7, 3], dtype=torch.int32), torch.tensor([7]), torch.tensor([8, 1]),
+                torch.tensor([0, 1])):
+        with pytest.raises(ValueError, match="lengths"):
+            model(x, bad)
+    with pytest.raises(ValueError, match=r"expected \[B, 16, T\]"):
+        model(torch.zeros(2, 15, 7))
+    old = melforge.models.build_model(CONFIG).eval()
+    assert old.fc.in_features == 4 * 4 * 3
+    with pytest.raises(ValueError, match=r"expected \[B, 16, 12\]"):
+        old(x)
+    with pytest.raises(ValueError, match="cannot leave padding out"):
+        old(torch.zeros(2, 16, 12), torch.tensor([12, 5]))
+    assert torch.equal(old(torch.ones(2, 16, 12), torch.tensor([12, 12]))[0], old(torch.ones(2, 16, 12))[0])

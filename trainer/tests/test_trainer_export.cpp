@@ -40,19 +40,23 @@ std::vector<char> read_bytes(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-/// A checkpoint of a seeded CNN (with a non-trivial input normalisation) at `path`.
-std::shared_ptr<CnnNetImpl> seeded_checkpoint(const fs::path& path, uint64_t seed) {
+/// A checkpoint of a seeded CNN (with a non-trivial input normalisation) at `path`. time_pool flatten: as a
+/// checkpoint from before the field was written (model_config without "time_pool").
+std::shared_ptr<CnnNetImpl> seeded_checkpoint(const fs::path& path, uint64_t seed,
+                                              const std::string& time_pool = "mean_max") {
   at::manual_seed(seed);
   CnnConfig c;
   c.n_mels = 16;
   c.n_frames = 12;
   c.num_classes = 4;
   c.hidden = 24;
+  c.time_pool = time_pool;
   auto model = std::make_shared<CnnNetImpl>(c);
   model->set_input_normalization(-40.0, 12.5);
   Checkpoint ck;
   ck.version = kCheckpointVersion;
   ck.model_config = model->config_json();
+  if (time_pool == "flatten") ck.model_config.erase("time_pool");
   ck.mel = {{"sample_rate", 8000}, {"n_mels", 16}};
   ck.class_names = {"a", "b", "c", "d"};
   ck.positive_class = "c";
@@ -117,8 +121,12 @@ TEST_CASE("Python loads the export into python/melforge/models.py and reproduces
   if (python.empty()) {
     MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
   }
+  // mean_max with padded rows (5, 1 and 9 of 12 frames real, random values after them); flatten (a checkpoint
+  // from before time_pool) with full rows.
+  const std::string time_pool = GENERATE("mean_max", "flatten");
+  CAPTURE(time_pool);
   TempDir d;
-  auto model = seeded_checkpoint(d / "ck.pt", 17);
+  auto model = seeded_checkpoint(d / "ck.pt", 17, time_pool);
   ExportOptions opts;
   opts.checkpoint = d / "ck.pt";
   opts.out = d / "weights.pt";
@@ -127,15 +135,17 @@ TEST_CASE("Python loads the export into python/melforge/models.py and reproduces
 
   at::manual_seed(4);
   const at::Tensor x = at::randn({5, 16, 12}) * 12.5 - 40.0;
+  const at::Tensor lengths =
+      time_pool == "flatten" ? at::full({5}, 12, at::kLong) : at::tensor(std::vector<int64_t>{12, 5, 1, 9, 12}, at::kLong);
   model->eval();
   c10::NoGradGuard no_grad;
-  const ModelOutput y = model->forward(x);
+  const ModelOutput y = model->forward(x, lengths);
   std::string output;
   const int rc = check_export_in_python(python, d / "weights.pt", x,
-                                        {{"logits", y.logits}, {"detection", y.detection}}, output);
+                                        {{"logits", y.logits}, {"detection", y.detection}}, output, lengths);
   INFO(output);
   CHECK(rc == 0);
-  CHECK_THAT(output, Catch::Contains("ok:"));
+  CHECK_THAT(output, Catch::Contains("ok:") && Catch::Contains("(with lengths)"));
 
   // The comparison can fail: other weights give other outputs.
   std::string output2;

@@ -455,7 +455,7 @@ std::shared_ptr<Classifier> speaker_checkpoint(const SpeakerCase& c, const fs::p
 namespace {
 
 /// Exports a checkpoint of the model of `c` and has tools/check_export.py reproduce its cosine logits and embeddings
-/// in Python within 1e-5 (that the comparison can fail is shown by test_trainer_export.cpp, with the same script).
+/// of a batch with padded rows (lengths) in Python within 1e-5 (that the comparison can fail is shown by test_trainer_export.cpp, with the same script).
 void check_python_reproduces(const std::string& python, const SpeakerCase& c) {
   CAPTURE(c.model);
   TempDir d;
@@ -468,12 +468,13 @@ void check_python_reproduces(const std::string& python, const SpeakerCase& c) {
 
   at::manual_seed(4);
   const at::Tensor x = at::randn({5, c.n_mels, c.n_frames}) * 12.5 - 40.0;
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{c.n_frames, 1, c.n_frames / 2, 3, c.n_frames}, at::kLong);
   model->eval();
   c10::NoGradGuard no_grad;
-  const ModelOutput y = model->forward(x);
+  const ModelOutput y = model->forward(x, lengths);
   std::string output;
   const int rc = check_export_in_python(python, d / "weights.pt", x,
-                                        {{"logits", y.logits}, {"embedding", y.embedding}}, output);
+                                        {{"logits", y.logits}, {"embedding", y.embedding}}, output, lengths);
   INFO(output);
   CHECK(rc == 0);
   CHECK_THAT(output, Catch::Contains("ok:"));
