@@ -5,7 +5,10 @@ on the device and `.item()` once per epoch, autocast (AMP) when asked. The model
 same module tree as melforge-train's; the hyperparameters are melforge-train's defaults (batch 64, lr 1e-3 with 5%
 linear warmup then cosine to 0, AdamW wd 0.01, clip-norm 1, CE + BCE detection head with pos_weight
 negatives/positives, dropout 0.3, input normalised by the training split's mean and std). Reads melforge-build's
-(or py_builder.py's) OUT/{train,val,test}.h5.
+(or py_builder.py's) OUT/{train,val,test}.h5 of schema 3 (each clip whole: `frames` [N, n_mels] and `frame_offset`),
+through the tiles melforge-train uses by default (data/views/tiles.cpp): tile = the file's n_frames (short_seconds),
+hop = tile, min_real 0.5 for training and 0 for evaluation (every frame of every clip in a tile; the last tile of a
+clip padded with the silence value), the file vote the mean of the clip's tiles' probabilities.
 
   py_trainer.py train --data DIR --out RUN [--epochs 8] [--batch-size 64] [--workers 2] [--threads 0]
                       [--amp off|bf16|fp16] [--positive-class NAME] [--device cpu|cuda]
@@ -18,9 +21,8 @@ It reads the split into RAM first, outside the timer (load_s), as `melforge-trai
 evaluation; then it evaluates the split --passes times from RAM and times each pass. files_per_s is the first pass
 (cold, like `melforge-train eval`'s single pass), files_per_s_warm the last one when --passes >= 2 (warm, like the
 second of the two passes `melforge-train bench` makes, which it times). sequential: one forward per file (the file's
-valid segments); batched: whole files packed into forward passes of --eval-batch-size segments. File decision: per
-long segment the mean of its short segments' softmax, then the mean over the valid long segments (melforge's vote
-mean). Both modes compute the confusion matrices inside the timer, as melforge's evaluation computes its metrics.
+tiles); batched: every tile of the split in forward passes of --eval-batch-size tiles. File decision: the mean of its
+tiles' softmax (melforge's vote mean). Both modes compute the confusion matrices inside the timer, as melforge's evaluation computes its metrics.
 `bench-step` times forward + backward + clip + AdamW step on one batch already in place (melforge-train bench's
 "training step").
 """
@@ -50,51 +52,112 @@ _models_spec.loader.exec_module(melforge_models)
 import py_common as pc  # noqa: E402
 
 
-class SegmentDataset(Dataset):
-    """Valid short segments of one split file; item = (float32 [n_mels, n_frames], label)."""
+def silence_value(attrs) -> float:
+    """The value of a padded frame: the log of zero energy under the file's parameters (mel::silence_value)."""
+    log = attrs["log"].decode() if isinstance(attrs["log"], bytes) else str(attrs["log"])
+    if log == "db":
+        return float(np.float32(20.0 / float(attrs["power"]) * math.log10(float(attrs["amin"]))))
+    if log == "ln":
+        return float(np.float32(math.log(float(attrs["log_eps"]))))
+    return 0.0
 
-    def __init__(self, path: str, cache_bytes: int = 256 << 20):
+
+def tile_table(frame_offset: np.ndarray, tile: int, hop: int, min_real: float):
+    """melforge's tiles view (data/views/tiles.cpp): windows of `tile` frames every `hop` frames over each clip, up to
+    the first that reaches the clip's end; one with fewer than min_real * tile real frames is not made unless it is
+    the clip's first. Returns int64 arrays (clip, start, real) [K], clip by clip."""
+    clips, starts, reals = [], [], []
+    for c, n in enumerate(np.diff(frame_offset).tolist()):
+        start = 0
+        while True:
+            real = min(tile, n - start)
+            if start == 0 or real / tile >= min_real:
+                clips.append(c)
+                starts.append(start)
+                reals.append(real)
+            if start + tile >= n:
+                break
+            start += hop
+    return np.array(clips, np.int64), np.array(starts, np.int64), np.array(reals, np.int64)
+
+
+def check_schema3(f, path: str) -> None:
+    if int(f.attrs.get("schema_version", 0)) != 3 or "frames" not in f:
+        raise SystemExit(f"py_trainer: {path} is not a schema-3 melforge dataset (frames + frame_offset)")
+
+
+class TileDataset(Dataset):
+    """Training tiles of one split file (tile = n_frames, hop = tile, min_real 0.5: melforge-train's default view);
+    item = (float32 [n_mels, n_frames], label), padded with the silence value."""
+
+    def __init__(self, path: str, cache_bytes: int = 256 << 20, min_real: float = 0.5):
         self.path, self.cache_bytes = path, cache_bytes
         with h5py.File(path, "r") as f:
-            self.shape = f["mel"].shape
+            check_schema3(f, path)
+            self.n_mels, self.n_frames = int(f["frames"].shape[1]), int(f.attrs["n_frames"])
+            self.offset = f["frame_offset"][:].astype(np.int64)
             self.labels = f["label"][:].astype(np.int64)
-            nvl = f["num_valid_long"][:]
+            self.pad = silence_value(f.attrs)
             self.class_names = [c.decode() if isinstance(c, bytes) else c for c in f["class_names"][:]]
-        S = self.shape[2]
-        self.index = np.array([(fi, li, si) for fi in range(self.shape[0]) for li in range(nvl[fi])
-                               for si in range(S)], dtype=np.int64).reshape(-1, 3)
+        self.clip, self.start, self.real = tile_table(self.offset, self.n_frames, self.n_frames, min_real)
         self.file = None
 
     def __len__(self):
-        return len(self.index)
+        return len(self.clip)
 
     def __getitem__(self, i):
         if self.file is None:
             self.file = h5py.File(self.path, "r", rdcc_nbytes=self.cache_bytes, rdcc_nslots=100003)
-            self.mel = self.file["mel"]
-        fi, li, si = self.index[i]
-        return torch.from_numpy(self.mel[fi, li, si].astype(np.float32)), self.labels[fi]
+            self.frames = self.file["frames"]
+        c, real = int(self.clip[i]), int(self.real[i])
+        first = int(self.offset[c] + self.start[i])
+        x = np.full((self.n_frames, self.n_mels), self.pad, dtype=np.float32)
+        x[:real] = self.frames[first:first + real]
+        return torch.from_numpy(np.ascontiguousarray(x.T)), self.labels[c]
 
 
-def read_split(path: str):
-    with h5py.File(path, "r") as f:
-        names = [c.decode() if isinstance(c, bytes) else c for c in f["class_names"][:]]
-        return (torch.from_numpy(f["mel"][:].astype(np.float32)), torch.from_numpy(f["label"][:].astype(np.int64)),
-                torch.from_numpy(f["num_valid_long"][:].astype(np.int64)), names)
+class Clips:
+    """A split in RAM: frames float32 [N + 1, M] (the last row the silence value), frame_offset [F + 1], labels [F],
+    and its evaluation tiles (min_real 0: every frame of every clip in a tile)."""
+
+    def __init__(self, path: str, min_real: float = 0.0):
+        with h5py.File(path, "r") as f:
+            check_schema3(f, path)
+            self.names = [c.decode() if isinstance(c, bytes) else c for c in f["class_names"][:]]
+            self.n_frames = int(f.attrs["n_frames"])
+            pad = silence_value(f.attrs)
+            frames = torch.from_numpy(f["frames"][:].astype(np.float32))
+            self.offset = f["frame_offset"][:].astype(np.int64)
+            self.labels = torch.from_numpy(f["label"][:].astype(np.int64))
+        self.frames = torch.cat([frames, torch.full((1, frames.shape[1]), pad)])
+        clip, start, real = tile_table(self.offset, self.n_frames, self.n_frames, min_real)
+        self.tile_clip = torch.from_numpy(clip)
+        self.tile_first = torch.from_numpy(self.offset[clip] + start)
+        self.tile_real = torch.from_numpy(real)
+
+    @property
+    def files(self) -> int:
+        return len(self.labels)
+
+    def gather(self, tiles: torch.Tensor) -> torch.Tensor:
+        """x float32 [len(tiles), n_mels, n_frames] of those tiles, padded frames holding the silence value."""
+        steps = torch.arange(self.n_frames)
+        rows = torch.where(steps < self.tile_real[tiles, None], self.tile_first[tiles, None] + steps,
+                           self.frames.shape[0] - 1)
+        return self.frames[rows].transpose(1, 2).contiguous()
 
 
 def input_statistics(path: str):
+    """Mean and std of the training split's frames (schema 3: every stored frame is real)."""
     with h5py.File(path, "r") as f:
-        nvl = f["num_valid_long"][:]
-        mel = f["mel"]
+        frames = f["frames"]
         s = s2 = n = 0.0
-        for fi in range(0, mel.shape[0], 256):
-            block = mel[fi:fi + 256].astype(np.float64)
-            for j in range(block.shape[0]):
-                v = block[j, :nvl[fi + j]]
-                s += v.sum()
-                s2 += np.square(v).sum()
-                n += v.size
+        step = frames.chunks[0] if frames.chunks else 8192
+        for r in range(0, frames.shape[0], step):
+            v = frames[r:r + step].astype(np.float64)
+            s += v.sum()
+            s2 += np.square(v).sum()
+            n += v.size
     mean = s / n
     var = max(0.0, s2 / n - mean * mean)
     return mean, math.sqrt(var) if var > 0 else 1.0
@@ -115,50 +178,42 @@ def macro_f1(conf: torch.Tensor) -> float:
     return float(f1[support].mean())
 
 
-def file_scores(probs, det, nvl):
-    """probs [F, L, S, C], det [F, L, S], nvl [F] -> (class probs [F, C], det prob [F]): vote mean."""
-    Lmax = probs.shape[1]
-    w = (torch.arange(Lmax, device=nvl.device)[None, :] < nvl[:, None]).float()
-    p_long, d_long = probs.mean(2), det.mean(2)
-    fp = (p_long * w[:, :, None]).sum(1) / w.sum(1, keepdim=True)
-    fd = (d_long * w).sum(1) / w.sum(1)
-    return fp, fd
+def clip_vote(probs: torch.Tensor, clip: torch.Tensor, files: int) -> torch.Tensor:
+    """probs [K, C] of tiles of clips `clip` [K] -> [files, C]: the mean over each clip's tiles (melforge's vote)."""
+    total = torch.zeros(files, probs.shape[1]).index_add_(0, clip, probs)
+    count = torch.zeros(files).index_add_(0, clip, torch.ones(len(clip)))
+    return total / count.clamp(min=1)[:, None]
 
 
-def eval_batched(model, mel, labels, nvl, batch, device, amp):
-    """Whole files packed into forward passes of `batch` segments; returns (seg acc, seg conf, file acc, file conf)."""
-    Fn, Lmax, S = mel.shape[:3]
+def eval_batched(model, clips: Clips, batch, device, amp):
+    """Every tile of every clip in forward passes of `batch` tiles, voted per clip; returns (tile conf, file conf)."""
     C = model.num_classes
-    files_per_pass = max(1, batch // (Lmax * S))
-    probs = torch.empty(Fn, Lmax, S, C)
-    det = torch.empty(Fn, Lmax, S)
+    K = len(clips.tile_clip)
+    probs = torch.empty(K, C)
     with torch.inference_mode(), torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-        for f0 in range(0, Fn, files_per_pass):
-            x = mel[f0:f0 + files_per_pass].to(device, non_blocking=True)
-            lg, dt = model(x.reshape(-1, *x.shape[3:]))
-            n = x.shape[0]
-            probs[f0:f0 + n] = lg.float().softmax(1).view(n, Lmax, S, C).cpu()
-            det[f0:f0 + n] = dt.float().sigmoid().view(n, Lmax, S).cpu()
-    valid = torch.arange(Lmax)[None, :] < nvl[:, None]
-    seg_pred = probs.argmax(-1)[valid].reshape(-1)
-    seg_true = labels[:, None, None].expand(Fn, Lmax, S)[valid].reshape(-1)
-    fp, _ = file_scores(probs, det, nvl)
-    return confusions(seg_true, seg_pred, C), confusions(labels, fp.argmax(1), C)
+        for k0 in range(0, K, batch):
+            x = clips.gather(torch.arange(k0, min(K, k0 + batch))).to(device, non_blocking=True)
+            lg, _ = model(x)
+            probs[k0:k0 + x.shape[0]] = lg.float().softmax(1).cpu()
+    tile_true = clips.labels[clips.tile_clip]
+    fp = clip_vote(probs, clips.tile_clip, clips.files)
+    return confusions(tile_true, probs.argmax(1), C), confusions(clips.labels, fp.argmax(1), C)
 
 
-def eval_sequential(model, mel, labels, nvl, device, amp):
-    """One forward per file (its valid long segments) from the split in RAM; returns (seg conf, file conf)."""
+def eval_sequential(model, clips: Clips, device, amp):
+    """One forward per file (its tiles) from the split in RAM; returns (tile conf, file conf)."""
     C = model.num_classes
-    preds, seg_true, seg_pred = [], [], []
+    preds, tile_true, tile_pred = [], [], []
+    bounds = torch.searchsorted(clips.tile_clip, torch.arange(clips.files + 1))
     with torch.inference_mode(), torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-        for fi in range(mel.shape[0]):
-            x = mel[fi, :int(nvl[fi])].to(device)
-            lg, dt = model(x.reshape(-1, *x.shape[2:]))
-            p = lg.float().softmax(1).view(x.shape[0], x.shape[1], C)
-            preds.append(int(p.mean(1).mean(0).argmax()))
-            seg_pred.append(p.argmax(-1).reshape(-1).cpu())
-            seg_true.append(torch.full((p.shape[0] * p.shape[1],), int(labels[fi])))
-    return confusions(torch.cat(seg_true), torch.cat(seg_pred), C), confusions(labels, torch.tensor(preds), C)
+        for fi in range(clips.files):
+            x = clips.gather(torch.arange(int(bounds[fi]), int(bounds[fi + 1]))).to(device)
+            lg, _ = model(x)
+            p = lg.float().softmax(1)
+            preds.append(int(p.mean(0).argmax()))
+            tile_pred.append(p.argmax(-1).cpu())
+            tile_true.append(torch.full((p.shape[0],), int(clips.labels[fi])))
+    return confusions(torch.cat(tile_true), torch.cat(tile_pred), C), confusions(clips.labels, torch.tensor(preds), C)
 
 
 def confusions(t, p, C):
@@ -216,19 +271,19 @@ def train(a) -> int:
     cuda = device.type == "cuda"
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.amp]
     train_path = os.path.join(a.data, "train.h5")
-    ds = SegmentDataset(train_path)
+    ds = TileDataset(train_path)
     C = len(ds.class_names)
     positive = ds.class_names.index(a.positive_class) if a.positive_class else (
         ds.class_names.index("leak") if "leak" in ds.class_names else 0)
-    seg_labels = torch.from_numpy(ds.labels[ds.index[:, 0]])
+    seg_labels = torch.from_numpy(ds.labels[ds.clip])
     pos = float((seg_labels == positive).sum())
     pos_weight = torch.tensor([(len(ds) - pos) / pos if pos > 0 else 1.0], device=device)
     mean, std = input_statistics(train_path)
-    val_mel, val_y, val_nvl, _ = read_split(os.path.join(a.data, "val.h5"))
+    val = Clips(os.path.join(a.data, "val.h5"))
     t_load = time.perf_counter() - t_start
 
     torch.manual_seed(a.seed)
-    model = melforge_models.Cnn(ds.shape[3], ds.shape[4], C, hidden=a.hidden, dropout=a.dropout)
+    model = melforge_models.Cnn(ds.n_mels, ds.n_frames, C, hidden=a.hidden, dropout=a.dropout)
     model.input_mean.fill_(mean)
     model.input_std.fill_(std)
     model.to(device)
@@ -264,7 +319,7 @@ def train(a) -> int:
         tl, tc = loss_sum.item(), correct.item()
         tv = time.perf_counter()
         model.eval()
-        seg_conf, file_conf = eval_batched(model, val_mel, val_y, val_nvl, a.eval_batch_size, device, amp)
+        seg_conf, file_conf = eval_batched(model, val, a.eval_batch_size, device, amp)
         val_s = time.perf_counter() - tv
         f1 = macro_f1(seg_conf)
         line = {"epoch": epoch + 1, "train_loss": tl / n, "train_accuracy": tc / n,
@@ -286,8 +341,8 @@ def train(a) -> int:
     model.load_state_dict(best_state)
     ckpt = os.path.join(a.out, "best.pt")
     torch.save({"model": best_state, "model_config": model.config()}, ckpt)
-    test_mel, test_y, test_nvl, _ = read_split(os.path.join(a.data, "test.h5"))
-    seg_conf, file_conf = eval_batched(model, test_mel, test_y, test_nvl, a.eval_batch_size, device, amp)
+    test = Clips(os.path.join(a.data, "test.h5"))
+    seg_conf, file_conf = eval_batched(model, test, a.eval_batch_size, device, amp)
     rss = pc.peak_rss_bytes()
     rep = {"epochs": epochs, "batch_size": a.batch_size, "workers": a.workers, "threads": torch.get_num_threads(),
            "amp": a.amp, "device": str(device), "load_s": t_load, "train_s": train_total,
@@ -319,16 +374,16 @@ def evaluate(a) -> int:
     model = load_model(a.checkpoint).to(device)
     path = os.path.join(a.data, f"{a.split}.h5")
     t0 = time.perf_counter()
-    mel, y, nvl, _ = read_split(path)
+    clips = Clips(path)
     load_s = time.perf_counter() - t0
-    Fn = mel.shape[0]
+    Fn = clips.files
     pass_s = []
     for _ in range(a.passes):
         t0 = time.perf_counter()
         if a.mode == "batched":
-            seg_conf, file_conf = eval_batched(model, mel, y, nvl, a.eval_batch_size, device, amp)
+            seg_conf, file_conf = eval_batched(model, clips, a.eval_batch_size, device, amp)
         else:
-            seg_conf, file_conf = eval_sequential(model, mel, y, nvl, device, amp)
+            seg_conf, file_conf = eval_sequential(model, clips, device, amp)
         if device.type == "cuda":
             torch.cuda.synchronize()
         pass_s.append(time.perf_counter() - t0)
@@ -352,11 +407,13 @@ def bench_step(a) -> int:
     pc.set_threads(a.threads)
     device = torch.device(a.device)
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.amp]
-    mel, y, nvl, names = read_split(os.path.join(a.data, "train.h5"))
-    x = mel[:, 0].reshape(-1, *mel.shape[3:])[:a.batch_size].contiguous().to(device)
-    yb = y.repeat_interleave(mel.shape[2])[:a.batch_size].to(device)
+    clips = Clips(os.path.join(a.data, "train.h5"), min_real=0.5)
+    first = torch.arange(min(a.batch_size, len(clips.tile_clip)))
+    x = clips.gather(first).to(device)
+    yb = clips.labels[clips.tile_clip[first]].to(device)
     torch.manual_seed(a.seed)
-    model = melforge_models.Cnn(mel.shape[3], mel.shape[4], len(names), hidden=a.hidden, dropout=a.dropout).to(device)
+    model = melforge_models.Cnn(x.shape[1], x.shape[2], len(clips.names), hidden=a.hidden,
+                                dropout=a.dropout).to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay, fused=True)
     pw = torch.ones(1, device=device)
