@@ -127,7 +127,7 @@ def test_the_confusion_image_decodes_to_the_validation_counts(trained):
     report = json.load(open(trained / "report.json"))
     best = images[report["best_epoch"] - 1]
     _, _, rgb = decode_png(best.encoded_image_string)
-    counts = np.array(report["val"]["segment"]["confusion"], dtype=float)
+    counts = np.array(report["val"]["tiles"]["confusion"], dtype=float)
     for t in range(3):
         for p in range(3):
             v = counts[t, p] / counts[t].sum()

@@ -85,9 +85,10 @@ TrainingView training_view(const TrainConfig& config, const Split& train) {
 double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda) {
   const ModelSize size = model_size(config.model, info, num_classes);
   if (cuda) return size.parameters * 12;
-  const double train_rows = 2 * static_cast<double>(config.loader.batch_size);
-  const double rows = std::max(train_rows, static_cast<double>(config.eval.batch_size));
-  return size.parameters * 16 + rows * size.activation_floats * sizeof(float);
+  const double train_floats = 2 * static_cast<double>(config.loader.batch_size) * size.activation_floats;
+  const double eval_floats = static_cast<double>(config.eval.batch_size) * static_cast<double>(info.n_mels) *
+                             static_cast<double>(info.n_frames);
+  return size.parameters * 16 + std::max(train_floats, eval_floats) * sizeof(float);
 }
 
 void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,

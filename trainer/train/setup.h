@@ -81,8 +81,9 @@ struct TrainingView {
 TrainingView training_view(const TrainConfig& config, const Split& train);
 
 /// Bytes of host memory training the model of `config` needs at the least: on the CPU 16 bytes a parameter (weights,
-/// gradients and AdamW's two moments) plus the activations of the larger of a training batch (kept for backward and
-/// again as gradients) and an evaluation batch; on CUDA 12 bytes a parameter (the checkpoints' host copies of the
+/// gradients and AdamW's two moments) plus the larger of a training batch's activations (kept for backward and again
+/// as gradients) and an evaluation batch's inputs (evaluation runs without autograd, so its layers' outputs are freed
+/// as it goes: only its input is sure to be held whole); on CUDA 12 bytes a parameter (the checkpoints' host copies of the
 /// weights and moments). Computed from the shapes alone (model_size), before anything is allocated.
 double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda);
 
