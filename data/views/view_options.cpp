@@ -81,9 +81,9 @@ void add_options(po::options_description& desc, ViewOptions& options) {
     ("view", po::value<std::string>(&options.view)->default_value(options.view),
      ("how clips are read as examples: " + view_names() + " (tiles: fixed windows; crops: one random window per "
       "clip per epoch; clips: whole clips)").c_str())
-    ("tile-seconds", po::value<double>(&options.tile_seconds)->default_value(options.tile_seconds,
-                                                                            default_text(options.tile_seconds)),
-     "tiles: window length, seconds")
+    ("tile-seconds", po::value<double>(&options.tile_seconds)->default_value(options.tile_seconds, "short_seconds"),
+     "tiles: window length, seconds (default: the dataset's short_seconds attribute, the builder's --short-seconds; "
+     "a schema 1 or 2 dataset: its short segment)")
     ("tile-hop", po::value<double>(&options.tile_hop)->default_value(options.tile_hop, default_text(options.tile_hop)),
      "tiles: distance between window starts, seconds, at most --tile-seconds (0: --tile-seconds)")
     ("min-real", po::value<double>(&options.min_real)->default_value(options.min_real,

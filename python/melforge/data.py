@@ -119,7 +119,7 @@ class Dataset:
         Fraction in [0, 1]: a tile with fewer real frames than min_real * tile is not made unless it is the clip's only
         one. 0 covers every frame of every clip (evaluation).
     crop_seconds : float or None
-        Crop length in seconds; None: the dataset's default tile.
+        Crop length in seconds; None: 2 s, the default of melforge-train's --crop-seconds.
     short_clips : str
         "pad" or "repeat": the crop of a clip shorter than the crop.
     seed : int

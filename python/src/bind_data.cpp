@@ -44,7 +44,8 @@ LongArray long_array(const std::vector<int64_t>& v) {
   return LongArray(copy->data(), {copy->size()}, owner);
 }
 
-/// The view arguments of melforge.Dataset; tile_seconds and crop_seconds None: the split's default tile.
+/// The view arguments of melforge.Dataset; tile_seconds None: the split's default tile (its short_seconds);
+/// crop_seconds None: ViewOptions' default, as melforge-train's --crop-seconds.
 struct ViewArgs {
   std::string view = "tiles";
   std::optional<double> tile_seconds;
@@ -61,7 +62,7 @@ struct ViewArgs {
     o.tile_seconds = tile_seconds.value_or(split.info.short_seconds);
     o.tile_hop = tile_hop;
     o.min_real = min_real;
-    o.crop_seconds = crop_seconds.value_or(split.info.short_seconds);
+    o.crop_seconds = crop_seconds.value_or(data::views::ViewOptions{}.crop_seconds);
     o.short_clips = data::views::parse_short_clips(short_clips);
     return data::views::make_split_view(split, o, !tile_seconds.has_value(), false);
   }
