@@ -543,11 +543,17 @@ def compare_split(a_path, b_path):
     import h5py
     import numpy as np
     with h5py.File(a_path, "r") as fa, h5py.File(b_path, "r") as fb:
-        keys = [k for k in ("label", "path", "num_valid_long", "class_names", *AUG_COLUMNS) if k in fa or k in fb]
+        clips = "frames" in fa  # schema 3: frames [N, M], frame-major; else schema 1/2: mel [F, L, S, M, T]
+        keys = [k for k in ("label", "path", "num_valid_long", "frame_offset", "num_samples", "clip_flags",
+                            "class_names", *AUG_COLUMNS) if k in fa or k in fb]
         meta_same = all(k in fa and k in fb and same_values(fa[k][()], fb[k][()]) for k in keys)
-        a = fa["mel"][()].astype(np.float32)
-        b = fb["mel"][()].astype(np.float32)
-        copy = fa["aug_copy"][()] if "aug_copy" in fa else np.zeros(a.shape[:1], dtype=np.int32)
+        name = "frames" if clips else "mel"
+        a = fa[name][()].astype(np.float32)
+        b = fb[name][()].astype(np.float32) if name in fb else np.zeros((0,), dtype=np.float32)
+        rows = len(fa["label"])
+        copy = fa["aug_copy"][()] if "aug_copy" in fa else np.zeros(rows, dtype=np.int32)
+        if clips:  # the copy index of each frame: its clip's
+            copy = np.repeat(copy, np.diff(fa["frame_offset"][()]))
         attrs = dict(fa.attrs)
     r = {"shape": list(a.shape), "metadata_differs": not meta_same or a.shape != b.shape}
     if a.shape != b.shape or a.size == 0:
@@ -559,7 +565,8 @@ def compare_split(a_path, b_path):
     diff = np.abs(a - b)
     ok = diff <= 2e-3 * np.abs(a) + 5e-3
     pa, pb = to_power(a, attrs), to_power(b, attrs)
-    peak = np.max(pa, axis=-2, keepdims=True)  # [..., n_mels, n_frames]: the loudest band of each frame
+    # The loudest band of each frame: the last axis of [N, M] (schema 3), the band axis of [..., M, T] (1/2).
+    peak = np.max(pa, axis=-1 if clips else -2, keepdims=True)
     ok |= np.abs(pa - pb) <= 1e-6 * peak
     ok |= augmented
     d = diff[clean]
@@ -582,7 +589,8 @@ def compare_split(a_path, b_path):
 
 def build_summary(report):
     """The figures of a build_report.json that the report shows."""
-    return {"engine": report["engine"], "files": report["files"]["written"], "segments": report["segments"],
+    return {"engine": report["engine"], "files": report["files"]["written"],
+            "frames": report["clips"]["frames"] if "clips" in report else report.get("segments"),
             "wall_s": report["gpu_check_wall_s"], "files_per_s": report["throughput"]["files_per_s"]}
 
 
@@ -657,7 +665,7 @@ def markdown_build(step):
     """The report's section for a CUDA build compared with a CPU build (build_cuda, build_augment_cuda)."""
     d = step["details"]
     L = ["", f"### {step['title']}", "",
-         f"Engine `{d['engine']}`, {d['files']} files, {d['segments']} segments, {d['wall_s']} s "
+         f"Engine `{d['engine']}`, {d['files']} files, {d['frames']} frames, {d['wall_s']} s "
          f"({fmt(d['files_per_s'])} files/s in the report).", ""]
     if "augmentation" in d:
         L += [f"Augmenter `{d['augmentation']['augmenter']}`, {fmt(d['augmentation']['device_bytes'])} bytes of "

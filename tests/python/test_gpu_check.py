@@ -75,6 +75,51 @@ def test_a_band_80_db_below_its_frame_may_differ_by_rounding_of_the_frame_energy
     assert compare(tmp_path, a, b)["outside_tolerance"] == 1
 
 
+def write_clips(path, frames, offsets, copy=None):
+    """A schema-3 split: frames [N, M] frame-major, clip c = rows offsets[c]:offsets[c + 1]."""
+    clips = len(offsets) - 1
+    with h5py.File(path, "w") as f:
+        f.create_dataset("frames", data=frames.astype(np.float16))
+        f.create_dataset("frame_offset", data=np.array(offsets, dtype=np.int64))
+        f.create_dataset("num_samples", data=np.full(clips, 1000, dtype=np.int64))
+        f.create_dataset("clip_flags", data=np.zeros(clips, dtype=np.uint8))
+        f.create_dataset("label", data=np.zeros(clips, dtype=np.int32))
+        f.create_dataset("path", data=[f"a/{c}.wav".encode() for c in range(clips)])
+        f.create_dataset("class_names", data=[b"a"])
+        if copy is not None:
+            f.create_dataset("aug_copy", data=np.array(copy, dtype=np.int32))
+        f.attrs["log"] = "db"
+        f.attrs["power"] = 2.0
+        f.attrs["schema_version"] = 3
+
+
+def test_schema_3_frames_are_compared_per_frame_with_its_loudest_band(tmp_path):
+    rng = np.random.default_rng(5)
+    a = -rng.uniform(0, 90, size=(9, 8))
+    a[:, 2] = 0.0  # each frame (row) has a 0 dB band
+    a = a.astype(np.float16).astype(np.float32)
+    offsets = [0, 4, 9]
+
+    def run(b, copy=None):
+        write_clips(tmp_path / "cpu.h5", a, offsets, copy)
+        write_clips(tmp_path / "cuda.h5", b, offsets, copy)
+        return gpu_check.compare_split(str(tmp_path / "cpu.h5"), str(tmp_path / "cuda.h5"))
+
+    assert run(a)["outside_tolerance"] == 0 and run(a)["agrees"]
+    b = a.copy()
+    b[6, 2] += 0.5
+    r = run(b)
+    assert r["outside_tolerance"] == 1 and r["worst"]["index"] == [6, 2] and not r["agrees"]
+    a[3, 5] = -75.0
+    b = a.copy()
+    b[3, 5] = -74.5  # 0.5 dB on a band 75 dB below its frame's peak: FFT rounding of that frame
+    assert run(b)["outside_tolerance"] == 0
+    b = a.copy()
+    b[5:, 4] += 0.3  # clip 1 is an augmented copy: held to the augmented bounds, not the engine's
+    r = run(b, copy=[0, 1])
+    assert r["outside_tolerance"] == 0 and r["augmented"]["rows"] == 5 and r["agrees"]
+
+
 def test_other_labels_are_reported(tmp_path, mel):
     assert compare(tmp_path, mel, mel, labels_b=(1, 1))["metadata_differs"]
 
