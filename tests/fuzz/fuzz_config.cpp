@@ -47,11 +47,10 @@ const std::filesystem::path& scratch() {
 
 void check_derived(const melforge::builder::BuildConfig& c) {
   const int sr = c.mel.sample_rate;
-  const int64_t S = c.segment.short_samples(sr);
-  const int64_t L = c.segment.long_samples(sr);
+  const int64_t S = c.clips.short_samples(sr);
   require(S >= 1, "validated config has short_samples < 1");
-  require(L >= S, "validated config has long_samples < short_samples");
-  require(c.segment.num_short(sr) >= 1, "validated config has num_short < 1");
+  require(c.clips.tile_frames(sr, c.mel.hop()) >= 1, "validated config has a default tile of no frame");
+  require(c.clips.max_samples(sr) >= 0, "validated config has a negative --max-seconds");
   require(c.mel.n_frames(S) >= 1, "validated config gives no frame per short segment");
   require(c.build.max_ram_bytes() >= 0, "validated config has a negative --max-ram");
   const auto r = c.build.split_ratios();
