@@ -167,6 +167,83 @@ TEST_CASE("the stored frames of each clip equal compute_clips and the naive refe
   }
 }
 
+/// Clips of 0.3 to 30 s (8 kHz) in two classes, and one of 80 samples (shorter than a frame's reflect padding).
+void write_variable_corpus(const fs::path& in) {
+  const double seconds[] = {0.3, 0.9, 2.5, 7.0, 12.0, 30.0};
+  for (int c = 0; c < 2; ++c)
+    for (std::size_t i = 0; i < std::size(seconds); ++i)
+      test::write_tone(in / ("class" + std::to_string(c)) / ("clip" + std::to_string(i) + ".wav"), 300.0 + 200 * c,
+                       static_cast<int64_t>(seconds[i] * 8000), 8000);
+  test::write_tone(in / "class1/blip.wav", 900, 80, 8000);
+}
+
+TEST_CASE("clips of 0.3 to 30 s are stored whole by default: every sample, nothing skipped for being short",
+          "[e2e][clips]") {
+  TempDir d;
+  write_variable_corpus(d / "in");
+  const auto r = builder::run_build(test::tone_build_config(d / "in", d / "out")).report;
+  INFO(r.dump());
+  CHECK(r["files"]["written"] == 13);
+  CHECK(r["skipped"].empty());
+  const auto& clips = r["clips"];
+  CHECK(clips["seconds_in"].get<double>() == Approx(2 * (0.3 + 0.9 + 2.5 + 7.0 + 12.0 + 30.0) + 80.0 / 8000));
+  CHECK(clips["stored_fraction"].get<double>() >= 0.999);
+  CHECK(clips["padded"] == 1);
+  CHECK(clips["capped"] == 0);
+  CHECK(clips["seconds_dropped"] == 0.0);
+  int64_t frames = 0;
+  for (const std::string split : {"train", "val", "test"}) {
+    const auto s = read_split(d / "out" / (split + ".h5"));
+    for (std::size_t i = 0; i < s.files(); ++i) {
+      CAPTURE(s.path[i]);
+      const auto info = audio::probe(d / "in" / s.path[i]);
+      CHECK(s.clips.num_samples[i] == info.frames);
+      CHECK(s.clip_frames(i) == 1 + s.clips.num_samples[i] / 64);
+      CHECK(s.clips.clip_flags[i] == (s.path[i] == "class1/blip.wav" ? builder::kStoredPadded : 0));
+    }
+    frames += s.dims[0];
+  }
+  CHECK(clips["frames"] == frames);
+  CHECK(clips["rows"] == 13);
+}
+
+TEST_CASE("--max-seconds cuts longer clips with a warning and its figures, a padded clip is a warning too",
+          "[e2e][clips][cli]") {
+  TempDir d;
+  write_variable_corpus(d / "in");
+  const fs::path err = d / "stderr.txt";
+  const std::string args = "--input " + (d / "in").string() + " --output " + (d / "out").string() +
+                           " --sample-rate 8000 --n-fft 256 --hop-length 64 --n-mels 32 --device cpu --quiet";
+  REQUIRE(run_cli_stderr(args + " --max-seconds 5", err) == 0);
+  const std::string log = read_text(err);
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("melforge-build: warning: --max-seconds 5: 6 clips were cut, 68.0 s of 105.4 s of "
+                                  "audio dropped (64.51%"));
+  CHECK_THAT(log, Catch::Contains("melforge-build: warning: 1 clip was too short for one STFT frame (n_fft 256, "
+                                  "center true) and zero-padded to one frame"));
+  const auto report = nlohmann::json::parse(read_text(d / "out/build_report.json"));
+  CHECK(report["clips"]["capped"] == 6);
+  CHECK(report["files"]["capped"] == 6);
+  CHECK(report["clips"]["seconds_dropped"].get<double>() == Approx(2 * (2.0 + 7.0 + 25.0)));
+  CHECK(report["clips"]["seconds_stored"].get<double>() == Approx(2 * (0.3 + 0.9 + 2.5 + 3 * 5.0) + 0.01));
+  CHECK(report["config"]["max_seconds"] == 5.0);
+  const auto warnings = report["warnings"].dump();
+  CHECK_THAT(warnings, Catch::Contains("--max-seconds 5: 6 clips were cut"));
+  for (const std::string split : {"train", "val", "test"}) {
+    const auto s = read_split(d / "out" / (split + ".h5"));
+    auto f = h5::open_file(d / "out" / (split + ".h5"));
+    CHECK(h5::read_attribute_double(f, "max_seconds") == 5.0);
+    for (std::size_t i = 0; i < s.files(); ++i) {
+      CAPTURE(s.path[i]);
+      const int64_t whole = audio::probe(d / "in" / s.path[i]).frames;
+      CHECK(s.clips.num_samples[i] == std::min<int64_t>(whole, 5 * 8000));
+      CHECK(((s.clips.clip_flags[i] & builder::kStoredCapped) != 0) == (whole > 5 * 8000));
+    }
+  }
+  REQUIRE(run_cli_stderr(args + " --overwrite", d / "plain.txt") == 0);
+  CHECK_THAT(read_text(d / "plain.txt"), !Catch::Contains("--max-seconds"));
+}
+
 TEST_CASE("builds are identical across thread counts", "[e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 3, 5);
