@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "build_fixture.h"
+#include "clip_fixture.h"
 #include "h5_writer.h"
 #include "melforge/common/errors.h"
 #include "reader/split_info.h"
@@ -99,19 +100,22 @@ TEST_CASE("a multi-label manifest builds a targets matrix the reader returns, la
 }
 
 TEST_CASE("the reader reads a schema 1 file (no targets) and checks a damaged targets matrix", "[multilabel]") {
+  const data::SplitInfo old = data::read_split_info(melforge::test::legacy_dataset(1) / "train.h5", "train");
+  CHECK(old.schema_version == 1);
+  CHECK_FALSE(old.multilabel());
+  CHECK(old.targets.empty());
+
   TempDir d;
   melforge::test::write_tone_corpus(d / "in", 2, 3);
   builder::run_build(melforge::test::tone_build_config(d / "in", d / "out"));
   const fs::path train = d / "out/train.h5";
   {
-    auto f = h5::open_file(train, true);
+    auto f = h5::open_file(train);
     CHECK_FALSE(h5::exists(f, "targets"));
-    h5::write_attribute_int64(f, "schema_version", 1);
   }
-  const data::SplitInfo old = data::read_split_info(train, "train");
-  CHECK_FALSE(old.multilabel());
-  CHECK(old.targets.empty());
-  const int64_t files = old.files();
+  const data::SplitInfo built = data::read_split_info(train, "train");
+  CHECK_FALSE(built.multilabel());
+  const int64_t files = built.files();
   REQUIRE(files > 1);
 
   SECTION("a matrix of the wrong shape") {
@@ -124,10 +128,10 @@ TEST_CASE("the reader reads a schema 1 file (no targets) and checks a damaged ta
   }
   SECTION("a value other than 0 or 1, a row without the file's label") {
     std::vector<uint8_t> m(static_cast<std::size_t>(files * 2), 0);
-    for (int64_t r = 0; r < files; ++r) m[static_cast<std::size_t>(r * 2 + old.labels[r])] = 1;
+    for (int64_t r = 0; r < files; ++r) m[static_cast<std::size_t>(r * 2 + built.labels[r])] = 1;
     const bool two = GENERATE(true, false);
     if (two) m[1] = 2;
-    else m[static_cast<std::size_t>(old.labels[0])] = 0;
+    else m[static_cast<std::size_t>(built.labels[0])] = 0;
     auto f = h5::open_file(train, true);
     h5::write_uint8_matrix(f, "targets", files, 2, m);
     f.close();
