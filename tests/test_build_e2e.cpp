@@ -207,7 +207,7 @@ TEST_CASE("clips of 0.3 to 30 s are stored whole by default: every sample, nothi
   CHECK(clips["rows"] == 13);
 }
 
-TEST_CASE("--max-seconds cuts longer clips with a warning and its figures, a padded clip is a warning too",
+TEST_CASE("a --max-seconds cap cuts longer clips with a warning and its figures, a padded clip is a warning too",
           "[e2e][clips][cli]") {
   TempDir d;
   write_variable_corpus(d / "in");
