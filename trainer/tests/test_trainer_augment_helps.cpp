@@ -121,8 +121,8 @@ fs::path build(const fs::path& root, const std::string& name, const std::vector<
   builder::add_build_groups(all, config, config_file);
   std::vector<std::string> args = {"--manifest", (root / "m.csv").string(), "--output", (root / name).string(),
                                    "--sample-rate", "8000", "--n-fft", "256", "--win-length", "256",
-                                   "--hop-length", "64", "--n-mels", "32", "--long-seconds", "1",
-                                   "--short-seconds", "0.25", "--num-long", "2", "--device", "cpu",
+                                   "--hop-length", "64", "--n-mels", "32",
+                                   "--short-seconds", "0.25", "--device", "cpu",
                                    "--threads", "2", "--quiet"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::ostringstream help;

@@ -151,11 +151,11 @@ TEST_CASE("inspect loads a dataset, builds the model for it and runs it", "[trai
   INFO(r.err);
   REQUIRE(r.code == trainer::kExitOk);
   CHECK_THAT(r.out, Catch::Contains("classes (3): class0, class1, class2"));
-  CHECK_THAT(r.out, Catch::Contains("each [32 mels x 32 frames]"));
-  CHECK_THAT(r.out, Catch::Contains("input [B, 1, 32, 32] -> logits [B, 3], detection [B]"));
+  CHECK_THAT(r.out, Catch::Contains("default tile: 0.25 s (31 frames of 32 mels)"));
+  CHECK_THAT(r.out, Catch::Contains("input [B, 1, 32, 31] -> logits [B, 3], detection [B]"));
   CHECK_THAT(r.out, Catch::Contains("-> logits ["));
-  CHECK_THAT(r.out, Catch::Matches("(.|\n)*forward on class[0-2]/[^ ]+: input \\[[48], 32, 32\\] -> logits \\[[48], "
-                                   "3\\], detection \\[[48]\\](.|\n)*"));
+  CHECK_THAT(r.out, Catch::Matches("(.|\n)*forward on class[0-2]/[^ ]+: input \\[([1-9][0-9]*), 32, 31\\] -> logits "
+                                   "\\[\\2, 3\\], detection \\[\\2\\](.|\n)*"));
 
   const auto missing = run({"inspect", "--data", (d / "nowhere").string()});
   CHECK(missing.code == trainer::kExitError);

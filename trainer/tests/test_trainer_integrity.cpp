@@ -87,12 +87,18 @@ fs::path copy_dataset(const fs::path& dir) {
   return dir;
 }
 
-/// Writes `value` into the spectrogram of row `row` of a split file (long segment 0, short segment 1, mel 2, frame 3).
+/// Writes `value` into the frames of clip `row` of a split file (its third frame, or its last when shorter; mel band 3).
 void write_mel_value(const fs::path& file, int64_t row, float value) {
   auto f = h5::open_file(file, true);
-  auto ds = h5::open_dataset(f, "mel");
+  auto offsets = h5::open_dataset(f, "frame_offset");
+  std::vector<int64_t> offset(static_cast<std::size_t>(h5::dims(offsets).at(0)));
+  REQUIRE(H5Dread(offsets.id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offset.data()) >= 0);
+  REQUIRE(static_cast<std::size_t>(row + 1) < offset.size());
+  const int64_t frame = offset[static_cast<std::size_t>(row)] +
+                        std::min<int64_t>(2, offset[static_cast<std::size_t>(row + 1)] - offset[static_cast<std::size_t>(row)] - 1);
+  auto ds = h5::open_dataset(f, "frames");
   const hid_t space = H5Dget_space(ds.id());
-  const hsize_t start[5] = {static_cast<hsize_t>(row), 0, 1, 2, 3}, count[5] = {1, 1, 1, 1, 1};
+  const hsize_t start[2] = {static_cast<hsize_t>(frame), 3}, count[2] = {1, 1};
   REQUIRE(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0);
   const hsize_t one = 1;
   const hid_t mem = H5Screate_simple(1, &one, nullptr);

@@ -194,10 +194,10 @@ void flip_bytes(const fs::path& file, std::uintmax_t offset, int n) {
   REQUIRE(f.good());
 }
 
-/// File offset of the first stored chunk of `mel` in a split file.
-std::uintmax_t first_mel_chunk_offset(const fs::path& file) {
+/// File offset of the middle of the first stored chunk of `frames` in a split file.
+std::uintmax_t first_frames_chunk_offset(const fs::path& file) {
   auto f = h5::open_file(file);
-  auto ds = h5::open_dataset(f, "mel");
+  auto ds = h5::open_dataset(f, "frames");
   haddr_t addr = HADDR_UNDEF;
   hsize_t size = 0;
   unsigned mask = 0;
@@ -420,7 +420,7 @@ TEST_CASE("corrupt, truncated and foreign inputs given to melforge-train get a c
   TempDir d;
   const fs::path source = shared().data;
   const auto size = fs::file_size(source / "train.h5");
-  const std::uintmax_t chunk = first_mel_chunk_offset(source / "train.h5");
+  const std::uintmax_t chunk = first_frames_chunk_offset(source / "train.h5");
   struct Case {
     std::string name;
     std::function<void(const fs::path& data)> damage;
@@ -437,11 +437,11 @@ TEST_CASE("corrupt, truncated and foreign inputs given to melforge-train get a c
       {"train.h5 truncated to half", truncate_to(size / 2), true},
       {"train.h5 without its last byte", truncate_to(size - 1)},
       {"train.h5 with flipped bytes in the superblock", flip_at(24, 8)},
-      {"train.h5 with flipped bytes inside the first mel chunk", flip_at(chunk, 16), true},
-      {"train.h5 of schema version 3",
+      {"train.h5 with flipped bytes inside the first frames chunk", flip_at(chunk, 16), true},
+      {"train.h5 of schema version 4",
        [](const fs::path& data) {
          auto f = h5::open_file(data / "train.h5", true);
-         h5::write_attribute_int64(f, "schema_version", 3);
+         h5::write_attribute_int64(f, "schema_version", 4);
        }},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {

@@ -35,8 +35,8 @@ constexpr int64_t kEpochs = 8;
 constexpr double kLr = 3e-3;
 constexpr double kEerBar = 30.0;
 
-/// Builds the corpus at `corpus` into `out` through melforge-build's flags: 16 kHz, 40 mels, one 2 s long segment
-/// per file cut into four 0.5 s short segments, split by speaker 0.6/0.2/0.2.
+/// Builds the corpus at `corpus` into `out` through melforge-build's flags: 16 kHz, 40 mels, every utterance stored
+/// whole (0.5 s default tile), split by speaker 0.6/0.2/0.2.
 void build_speakers(const fs::path& corpus, const fs::path& out) {
   builder::BuildConfig config;
   std::string config_file;
@@ -44,7 +44,7 @@ void build_speakers(const fs::path& corpus, const fs::path& out) {
   builder::add_build_groups(all, config, config_file);
   const std::vector<std::string> args = {
       "--input", corpus.string(), "--output", out.string(), "--split-by", "class", "--split", "0.6,0.2,0.2",
-      "--sample-rate", "16000", "--n-mels", "40", "--long-seconds", "2", "--short-seconds", "0.5", "--num-long", "1",
+      "--sample-rate", "16000", "--n-mels", "40", "--short-seconds", "0.5",
       "--device", "cpu", "--threads", "2", "--quiet"};
   std::ostringstream help;
   REQUIRE(builder::parse_build_args(args, all, help));
