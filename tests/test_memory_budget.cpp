@@ -63,7 +63,7 @@ TEST_CASE("a row's batch bytes are its arena slice and two copies of its frames,
   CHECK(builder::batch_row_bytes(b.state.audio_stages, row, b.state.frame_bytes()) == 4 * samples + 2 * frames * 64);
 }
 
-TEST_CASE("a clip that alone exceeds --max-ram is a warning naming it and --max-seconds; a cap removes it",
+TEST_CASE("a clip that alone exceeds --max-ram is a warning naming it and --max-seconds, and a cap removes it",
           "[stages][resources]") {
   const std::string max_ram = GENERATE("96M", "1G");
   const double max_seconds = GENERATE(0.0, 60.0);
