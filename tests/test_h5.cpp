@@ -17,6 +17,7 @@
 namespace melforge_test_h5 {
 
 using namespace melforge;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -293,6 +294,48 @@ TEST_CASE("chunked datasets carry the requested filters", "[h5]") {
   h5::set_extent(ds, {5, 8});
   CHECK(h5::dims(ds) == std::vector<int64_t>{5, 8});
   CHECK_THROWS_AS(h5::set_extent(ds, {5, 9}), IoError);
+}
+
+TEST_CASE("a dataset whose data is stored in external files is refused, naming it, before anything is read",
+          "[h5][untrusted]") {
+  test::TempDir d;
+  const fs::path secret = d / "secret.txt";
+  std::ofstream(secret) << "root:x:0:0:root:/root:/bin/bash\n";
+  const std::string target = GENERATE(std::string("secret"), std::string("/dev/zero"));
+  const std::string external = target == "secret" ? secret.string() : target;
+  CAPTURE(external);
+  const fs::path file = d / "split.h5";
+  {
+    h5::File f = h5::create_file(file);
+    const hsize_t n = 8;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    REQUIRE(H5Pset_external(dcpl, external.c_str(), 0, static_cast<hsize_t>(n)) >= 0);
+    const hid_t ds = H5Dcreate2(f.id(), "label", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    REQUIRE(ds >= 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+  }
+  const h5::File f = h5::open_file(file);
+  const auto refused = Catch::Contains("/label: its data is stored outside the file (HDF5 external storage, 1 file)");
+  CHECK_THROWS_AS(h5::open_dataset(f, "label"), FormatError);
+  CHECK_THROWS_WITH(h5::open_dataset(f, "label"), refused);
+  CHECK_THROWS_WITH(h5::open_dataset(f, "label", h5::ChunkCache{}), refused);
+  CHECK_THROWS_WITH(h5::read_int32(f, "label"), refused);
+}
+
+TEST_CASE("a virtual dataset that names itself is a FormatError, not a recursion without end", "[h5][untrusted]") {
+  test::TempDir d;
+  const fs::path file = d / "loop.h5";
+  {
+    h5::File f = h5::create_file(file);
+    h5::create_virtual_dataset(f, "mel", H5T_NATIVE_FLOAT, {4}, {{"loop.h5", "/mel", 0, 4}}, 0.0);
+  }
+  const h5::File f = h5::open_file(file);
+  const h5::Dataset ds = h5::open_dataset(f, "mel");
+  CHECK_THROWS_AS(h5::chunk_dims(ds), FormatError);
+  CHECK_THROWS_WITH(h5::chunk_dims(ds), Catch::Contains("more than 4 deep"));
 }
 
 TEST_CASE("failures throw IoError with the path and HDF5's message, and print nothing", "[h5]") {

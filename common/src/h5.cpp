@@ -334,10 +334,27 @@ Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, 
                  what);
 }
 
+namespace {
+
+/// `dataset`, refused (FormatError naming it) when its raw data lives in external files.
+Dataset refuse_external_storage(Dataset dataset) {
+  const PropList dcpl = creation_plist(dataset);
+  const int external = H5Pget_external_count(dcpl.id());
+  if (external < 0) throw_io(dataset.name() + ": cannot read its storage properties");
+  if (external > 0)
+    throw_format(dataset.name() + ": its data is stored outside the file (HDF5 external storage, " +
+                 std::to_string(external) + " file" + (external == 1 ? "" : "s") +
+                 "); melforge reads only data stored inside the files it is given");
+  return dataset;
+}
+
+}  // namespace
+
 Dataset open_dataset(Ref parent, const std::string& name) {
   const std::string what = child_name(parent, name);
   if (!exists(parent, name)) throw_format(what + ": no such dataset");
-  return Dataset(check_id(H5Dopen2(parent.id, name.c_str(), H5P_DEFAULT), what + ": cannot open dataset"), what);
+  return refuse_external_storage(
+      Dataset(check_id(H5Dopen2(parent.id, name.c_str(), H5P_DEFAULT), what + ": cannot open dataset"), what));
 }
 
 ChunkCache ChunkCache::sized(size_t bytes, size_t chunk_bytes) {
@@ -357,20 +374,29 @@ Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cach
   if (!exists(parent, name)) throw_format(what + ": no such dataset");
   PropList dapl(check_id(H5Pcreate(H5P_DATASET_ACCESS), what + ": cannot create an access property list"), what);
   check(H5Pset_chunk_cache(dapl.id(), cache.slots, cache.bytes, cache.w0), what + ": cannot set the chunk cache");
-  return Dataset(check_id(H5Dopen2(parent.id, name.c_str(), dapl.id()), what + ": cannot open dataset"), what);
+  return refuse_external_storage(
+      Dataset(check_id(H5Dopen2(parent.id, name.c_str(), dapl.id()), what + ": cannot open dataset"), what));
 }
 
-std::vector<int64_t> chunk_dims(const Dataset& dataset) {
+namespace {
+
+/// chunk_dims, following at most `depth` more virtual datasets.
+std::vector<int64_t> chunk_dims_within(const Dataset& dataset, int depth) {
   const PropList dcpl = creation_plist(dataset);
   const H5D_layout_t layout = layout_of(dcpl);
   if (layout == H5D_VIRTUAL) {
     const std::vector<VirtualSource> sources = virtual_sources(dataset);
     if (sources.empty()) return {};
+    if (depth == 0)
+      throw_format(dataset.name() + ": its virtual sources lead to virtual datasets more than 4 deep (a dataset "
+                   "that names itself, or two that name each other?)");
     const File file = open_file(sources.front().file);
-    return chunk_dims(Dataset(check_id(H5Dopen2(file.id(), sources.front().dataset.c_str(), H5P_DEFAULT),
-                                       dataset.name() + ": cannot open its source " + sources.front().file.string() +
-                                           ":" + sources.front().dataset),
-                              sources.front().file.string() + ":" + sources.front().dataset));
+    return chunk_dims_within(
+        refuse_external_storage(Dataset(check_id(H5Dopen2(file.id(), sources.front().dataset.c_str(), H5P_DEFAULT),
+                                                 dataset.name() + ": cannot open its source " +
+                                                     sources.front().file.string() + ":" + sources.front().dataset),
+                                        sources.front().file.string() + ":" + sources.front().dataset)),
+        depth - 1);
   }
   if (layout != H5D_CHUNKED) return {};
   const int rank = H5Pget_chunk(dcpl.id(), 0, nullptr);
@@ -379,6 +405,10 @@ std::vector<int64_t> chunk_dims(const Dataset& dataset) {
   check(H5Pget_chunk(dcpl.id(), rank, c.data()), dataset.name() + ": cannot get its chunk shape");
   return std::vector<int64_t>(c.begin(), c.end());
 }
+
+}  // namespace
+
+std::vector<int64_t> chunk_dims(const Dataset& dataset) { return chunk_dims_within(dataset, 4); }
 
 std::vector<int64_t> dims(const Dataset& dataset) {
   Dataspace space = dataset_space(dataset);

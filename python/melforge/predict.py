@@ -39,8 +39,12 @@ def _load_model_files(source: str):
     if not os.path.exists(weights_path):
         raise _core.IoError(f"{weights_path}: no such checkpoint or export")
     try:
-        obj = torch.load(weights_path, map_location="cpu")
+        obj = torch.load(weights_path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a file that is not a torch archive
+        if "weights_only" in str(e) or "Unsupported global" in str(e):
+            raise _core.FormatError(
+                f"{weights_path}: holds Python objects other than tensors and plain values; melforge loads checkpoints "
+                "weights-only and never runs code from a file (issue 29)") from None
         raise _core.FormatError(f"{weights_path}: not a melforge checkpoint or export: {e}") from e
     if isinstance(obj, dict) and obj.get("format") == "melforge-checkpoint":
         mel = obj["mel"]

@@ -130,3 +130,28 @@ def test_without_detection_head_equals_melforge_train_predict(trained, tmp_path)
     for r in scored:
         assert r["positive_class"] is None and r["detection_score"] is None and r["detected"] is None, r
     check_same(melforge.predict(checkpoint, trained["inputs"], threads=2), want)
+
+
+class _Payload:
+    """A pickled object whose loading would run code: it would create the file `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_checkpoint_holding_code_is_refused_and_never_run(trained, tmp_path, monkeypatch):
+    import torch
+
+    # torch >= 2.6 loads weights-only by default, and this variable turns that default off: the refusal must not
+    # depend on the default.
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": "melforge-checkpoint", "model": _Payload(marker)}, evil)
+    with pytest.raises(melforge.FormatError, match="weights-only") as e:
+        melforge.predict(evil, [trained["corpus"] / "c0" / "f03.wav"])
+    assert "weights_only=False" not in str(e.value)
+    assert not marker.exists()

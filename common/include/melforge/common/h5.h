@@ -152,7 +152,9 @@ struct ChunkedSpec {
 /// Creates a chunked dataset of element type `type` (a predefined type or a Datatype's id). Object modification
 /// times are not stored, so equal contents give byte-identical files.
 Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, const ChunkedSpec& spec);
-/// Opens the dataset `name` in `parent`; FormatError when there is no such link.
+/// Opens the dataset `name` in `parent`; FormatError when there is no such link, and when the dataset keeps its data
+/// in external raw storage (H5Pset_external: files named inside the HDF5 file, which may be any file of the machine,
+/// a FIFO or a device): melforge reads only data stored inside the files it is given (issue 29).
 Dataset open_dataset(Ref parent, const std::string& name);
 
 /// The raw-data chunk cache of one open dataset (H5Pset_chunk_cache): decompressed chunks kept in memory so that
@@ -170,11 +172,13 @@ struct ChunkCache {
   static ChunkCache sized(size_t bytes, size_t chunk_bytes);
 };
 
-/// Opens the dataset `name` in `parent` with its own chunk cache; FormatError when there is no such link.
+/// Opens the dataset `name` in `parent` with its own chunk cache; FormatError as open_dataset above.
 Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cache);
 /// Chunk shape of a chunked dataset, one entry per dimension; for a virtual dataset, the chunk shape of its first
 /// source dataset (see virtual_sources), so that readers pick the same block sizes as for the source files; empty
-/// when the layout is neither (contiguous, or a virtual dataset without mappings).
+/// when the layout is neither (contiguous, or a virtual dataset without mappings). A chain of virtual datasets more
+/// than 4 deep (a dataset that names itself, or two that name each other) is a FormatError, not a recursion without
+/// end.
 std::vector<int64_t> chunk_dims(const Dataset& dataset);
 /// Current extent of `dataset`, one entry per dimension (empty for a scalar).
 std::vector<int64_t> dims(const Dataset& dataset);
