@@ -1,5 +1,6 @@
 #include "melforge/common/utf8.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace melforge::utf8 {
@@ -73,6 +74,48 @@ std::string escape(std::string_view text) {
     out += "\\x";
     out += kHex[b >> 4];
     out += kHex[b & 0xf];
+  }
+  return out;
+}
+
+std::string for_terminal(std::string_view text, std::size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::string clean = escape(text);
+  std::string out;
+  out.reserve(std::min(clean.size(), max_bytes) + 32);
+  for (std::size_t i = 0; i < clean.size();) {
+    const std::size_t n = sequence_length(std::string_view(clean).substr(i));
+    const auto b = static_cast<unsigned char>(clean[i]);
+    std::string piece;
+    if (n == 1 && b == '\n') {
+      piece = "\\n";
+    } else if (n == 1 && b == '\r') {
+      piece = "\\r";
+    } else if (n == 1 && b == '\t') {
+      piece = "\\t";
+    } else if (n == 1 && (b < 0x20 || b == 0x7f)) {
+      piece = std::string("\\x") + kHex[b >> 4] + kHex[b & 0xf];
+    } else if (n == 2 && b == 0xc2 && static_cast<unsigned char>(clean[i + 1]) < 0xa0) {
+      const auto c = static_cast<unsigned char>(clean[i + 1]);
+      piece = std::string("\\x") + kHex[c >> 4] + kHex[c & 0xf];
+    } else if (n == 3 && b == 0xe2 &&
+               ((static_cast<unsigned char>(clean[i + 1]) == 0x80 && static_cast<unsigned char>(clean[i + 2]) >= 0xaa &&
+                 static_cast<unsigned char>(clean[i + 2]) <= 0xae) ||
+                (static_cast<unsigned char>(clean[i + 1]) == 0x81 && static_cast<unsigned char>(clean[i + 2]) >= 0xa6 &&
+                 static_cast<unsigned char>(clean[i + 2]) <= 0xa9))) {
+      const unsigned cp = ((b & 0x0fu) << 12) | ((static_cast<unsigned char>(clean[i + 1]) & 0x3fu) << 6) |
+                          (static_cast<unsigned char>(clean[i + 2]) & 0x3fu);
+      piece = std::string("\\u") + kHex[(cp >> 12) & 0xf] + kHex[(cp >> 8) & 0xf] + kHex[(cp >> 4) & 0xf] +
+              kHex[cp & 0xf];
+    } else {
+      piece = clean.substr(i, n);
+    }
+    if (out.size() + piece.size() > max_bytes) {
+      out += "... (" + std::to_string(text.size()) + " bytes)";
+      return out;
+    }
+    out += piece;
+    i += n;
   }
   return out;
 }

@@ -4,6 +4,7 @@
 /// is kept as it is, and each byte that is not part of a valid UTF-8 sequence becomes the four ASCII characters
 /// `\xNN` (a backslash, `x`, two lower-case hex digits), as Python's `bytes.decode("utf-8", "backslashreplace")`
 /// writes it. The escape is not reversible for names that already contain the text `\x` followed by two hex digits.
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,16 @@ bool valid(std::string_view text);
 /// sequences, backslashes included, are copied unchanged. The result is valid UTF-8, and escape(escape(t)) ==
 /// escape(t).
 std::string escape(std::string_view text);
+
+/// Longest text, in bytes of its escaped form, that for_terminal() prints before cutting.
+inline constexpr std::size_t kTerminalTextBytes = 200;
+
+/// `text` (a class name, a path, an attribute: anything read from a file we did not write) made safe to print in one
+/// line of a terminal or log: invalid bytes as escape() writes them; C0 controls, DEL and C1 controls as `\n`, `\r`,
+/// `\t` or `\xNN`; the bidirectional overrides and isolates (U+202A..U+202E, U+2066..U+2069) as `\u202e`; then,
+/// when longer than `max_bytes`, cut at a character boundary and followed by `... (N bytes)` with N the length of
+/// `text`. Never longer than max_bytes + 32 bytes; valid UTF-8.
+std::string for_terminal(std::string_view text, std::size_t max_bytes = kTerminalTextBytes);
 
 /// A copy of `j` with every string value and every object key passed through escape(). Two keys that differ only in
 /// invalid bytes which escape to the same text keep the later value.
