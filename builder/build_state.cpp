@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "augment_stage.h"
+#include "h5_writer.h"
 #include "melforge/common/parallel.h"
 
 namespace melforge::builder {
@@ -13,7 +14,8 @@ BuildState::BuildState(const BuildConfig& c, const AudioStages& extra_stages)
       threads(resolve_threads(c.build.threads)),
       augment(c.augment.enabled() ? std::make_shared<AugmentStage>(c.augment, c.mel.sample_rate) : nullptr),
       audio_stages(make_audio_stages(c, extra_stages, augment)),
-      max_samples(c.clips.max_samples(c.mel.sample_rate)) {}
+      max_samples(c.clips.max_samples(c.mel.sample_rate)),
+      build_id(new_build_id()) {}
 
 int64_t BuildState::held_bytes() const { return engine->host_bytes() + (augment ? augment->held_bytes() : 0); }
 

@@ -3,7 +3,9 @@
 #include <libdeflate.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <set>
 #include <system_error>
 
@@ -19,7 +21,7 @@ namespace melforge::builder {
 namespace {
 
 constexpr int64_t kAutoChunkBytes = int64_t{1} << 20;
-constexpr int64_t kMaxChunkBytes = int64_t{1} << 31;
+constexpr auto kMaxChunkBytes = static_cast<int64_t>(h5::kMaxWrittenChunkBytes);
 
 /// HDF5's H5Z_shuffle (forward): byte j of element i goes to dst[j * n + i]; trailing bytes that do not form an
 /// element are copied as they are; nothing changes for 1-byte elements or a single element.
@@ -110,6 +112,17 @@ std::vector<T> read_column(h5::File& file, const std::string& name, hid_t mem_ty
 }
 
 }  // namespace
+
+std::string new_build_id() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(random()));
+    id += part;
+  }
+  return id;
+}
 
 int64_t chunk_frames(int64_t frame_bytes, int64_t frames_per_chunk) {
   return frames_per_chunk > 0 ? frames_per_chunk : std::max<int64_t>(1, kAutoChunkBytes / frame_bytes);
@@ -221,7 +234,8 @@ struct SplitWriter::Impl {
     chunk_bytes = frames_per_chunk * frame_bytes;
     if (chunk_bytes > kMaxChunkBytes) {
       throw InvalidArgument("HDF5 writer: frames_per_chunk " + std::to_string(frames_per_chunk) +
-                            " gives chunks of " + std::to_string(chunk_bytes) + " bytes, more than 2 GiB");
+                            " gives chunks of " + std::to_string(chunk_bytes) + " bytes, more than " +
+                            std::to_string(kMaxChunkBytes >> 20) + " MiB");
     }
     threads = resolve_threads(config.threads);
     filtered = config.compression_level > 0;

@@ -155,8 +155,16 @@ struct SplitWriterConfig {
 /// Schema version written to every file's `schema_version` attribute: 3, whole clips (docs/FORMAT.md).
 inline constexpr int64_t kSchemaVersion = 3;
 
+/// Name of the root attribute that identifies one build (or merge): the same random value in every split file it
+/// writes and in its build_report.json, so that readers refuse splits of different builds side by side.
+inline constexpr const char* kBuildIdAttribute = "build_id";
+
+/// A new build identifier: 128 random bits (std::random_device) as 32 lower-case hex digits.
+std::string new_build_id();
+
 /// Frames per HDF5 chunk that SplitWriter uses for frames of `frame_bytes` bytes each: `frames_per_chunk` when > 0,
-/// else as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over 2 GiB. Exposed for melforge-build
+/// else as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over h5::kMaxWrittenChunkBytes
+/// (256 MiB; readers refuse chunks over h5::kMaxChunkBytes). Exposed for melforge-build
 /// bench, so that it cuts chunks exactly as a build does.
 int64_t chunk_frames(int64_t frame_bytes, int64_t frames_per_chunk);
 

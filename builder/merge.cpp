@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 
@@ -24,7 +25,7 @@ namespace {
 
 /// Root attributes of a split file that differ between the shards of one series, or that the merge rewrites.
 const std::set<std::string> kPerShardAttributes = {"shard_index", "shard_count", "schema_version", "split",
-                                                   "melforge_version"};
+                                                   "melforge_version", kBuildIdAttribute};
 
 /// Bytes of frames the merge with --copy reads from a shard at a time (at least one clip).
 constexpr int64_t kCopyBatchBytes = int64_t{32} << 20;
@@ -228,18 +229,35 @@ void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
                       std::to_string(ref.filters.deflate_level) + ", shuffle " + (ref.filters.shuffle ? "on" : "off"));
 }
 
-/// The root attributes of the merged file besides schema_version, split and melforge_version.
-std::vector<Attribute> merged_attributes(const ShardSplit& ref, int shard_count) {
+/// The root attributes of the merged file besides schema_version, split and melforge_version: the shards' common
+/// ones, merged_shards and the merge's own `build_id`.
+std::vector<Attribute> merged_attributes(const ShardSplit& ref, int shard_count, const std::string& build_id) {
   std::vector<Attribute> out;
   for (const auto& [name, value] : ref.attributes)
     if (!kPerShardAttributes.contains(name)) out.push_back({name, value});
   out.push_back({"merged_shards", int64_t{shard_count}});
+  out.push_back({kBuildIdAttribute, build_id});
   return out;
 }
 
-/// The source file name stored in the virtual dataset: `file` relative to the merged output folder.
+/// `file` relative to the merged output folder (the report's record of each shard folder).
 std::string relative_source(const fs::path& file, const fs::path& output) {
   return fs::weakly_canonical(file).lexically_relative(fs::weakly_canonical(output)).generic_string();
+}
+
+/// Puts the shard file `source` at `target` (in the staging folder's sources/) as a hard link, so that the merged
+/// dataset holds its own sources; where a hard link is impossible (another file system, no hard links), copies it
+/// and says so on stderr.
+void place_source(const fs::path& source, const fs::path& target) {
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec) throw IoError("cannot create '" + target.parent_path().string() + "': " + ec.message());
+  fs::create_hard_link(source, target, ec);
+  if (!ec) return;
+  std::fprintf(stderr, "melforge-build merge: note: cannot hard-link %s into %s (%s); copying it instead\n",
+               source.c_str(), target.parent_path().c_str(), ec.message().c_str());
+  fs::copy_file(source, target, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw IoError("cannot copy '" + source.string() + "' to '" + target.string() + "': " + ec.message());
 }
 
 /// The end `last` of the clips [first, last) of `p` whose frames fit in `bytes` bytes at `frame_bytes` each (at
@@ -284,11 +302,12 @@ int64_t copy_frames(const std::vector<ShardSplit>& parts, SplitWriterConfig wc, 
   return writer.bytes_written();
 }
 
-/// Writes one merged split file at `target`: the metadata concatenated in shard order (frame_offset rebased), and
-/// frames either as a virtual dataset (one block per shard with frames, source names relative to `output`) or copied
+/// Writes one merged split file at `target` (in the staging folder): the metadata concatenated in shard order
+/// (frame_offset rebased), and frames either as a virtual dataset (one block per shard with frames, each shard's
+/// file placed as sources/<split>-<K>of<N>.h5 beside `target` (place_source) and appended to `sources`) or copied
 /// through SplitWriter. Returns the compressed bytes of frames written (0 for a virtual frames).
 int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& split, const fs::path& target,
-                    const fs::path& output, const MergeOptions& options) {
+                    const std::string& build_id, const MergeOptions& options, std::vector<fs::path>& sources) {
   const ShardSplit& ref = parts.front();
   const int shard_count = static_cast<int>(parts.size());
   std::vector<int32_t> labels, rates;
@@ -320,7 +339,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     wc.frames_per_chunk = frames_per_chunk;
     wc.threads = options.threads;
     wc.class_names = ref.class_names;
-    wc.attributes = merged_attributes(ref, shard_count);
+    wc.attributes = merged_attributes(ref, shard_count, build_id);
     wc.source_sample_rate = have_rates;
     wc.augmented = ref.augmented;
     return copy_frames(parts, std::move(wc), dtype);
@@ -335,15 +354,23 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     } else {
       std::vector<h5::VirtualBlock> blocks;
       int64_t first = 0;
-      for (const ShardSplit& p : parts) {
-        if (p.dims[0] > 0) blocks.push_back({relative_source(p.path, output), "/frames", first, p.dims[0]});
+      for (std::size_t k = 0; k < parts.size(); ++k) {
+        const ShardSplit& p = parts[k];
+        if (p.dims[0] > 0) {
+          const std::string name = std::string(kSourcesName) + "/" + split + "-" + std::to_string(k + 1) + "of" +
+                                   std::to_string(parts.size()) + ".h5";
+          place_source(p.path, target.parent_path() / name);
+          sources.push_back(target.parent_path() / name);
+          blocks.push_back({name, "/frames", first, p.dims[0]});
+        }
         first += p.dims[0];
       }
       const h5::Datatype type = h5::dataset_type(ref.frames);
       h5::create_virtual_dataset(file, "frames", type.id(), {clips.total_frames(), n_mels}, blocks, std::nan(""))
           .close();
     }
-    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count), labels, paths, clips,
+    write_split_metadata(file, split, ref.class_names, merged_attributes(ref, shard_count, build_id), labels, paths,
+                         clips,
                          have_rates ? &rates : nullptr);
     if (ref.augmented) write_recipe_columns(file, recipes);
     file.close();
@@ -399,10 +426,12 @@ json merged_augmentation(const std::vector<Shard>& shards) {
   return merged;
 }
 
-json merged_report(const std::vector<Shard>& shards, const MergeOptions& options, int64_t mel_bytes, double seconds) {
+json merged_report(const std::vector<Shard>& shards, const MergeOptions& options, int64_t mel_bytes, double seconds,
+                   const std::string& build_id) {
   const json& first = shards.front().report;
   json r;
   r["melforge_version"] = MELFORGE_VERSION;
+  r["build_id"] = build_id;
   r["engine"] = shard_engines(shards);
   r["config"] = first.value("config", json::object());
   r["config"]["output"] = options.output.string();
@@ -470,7 +499,8 @@ void add_options(po::options_description& desc, MergeOptions& o) {
   desc.add_options()
     ("output", po::value<fs::path>(&o.output), "output folder for the merged train.h5, val.h5, test.h5")
     ("copy", po::bool_switch(&o.copy),
-     "write self-contained files (spectrograms copied) instead of virtual datasets over the shard files")
+     "recompress the spectrograms into the merged files instead of virtual datasets over the shard files (which "
+     "merge hard-links, or copies, into --output's sources/ folder, so that the merged folder holds all it reads)")
     ("overwrite", po::bool_switch(&o.overwrite), "replace existing outputs in --output")
     ("threads", po::value<int>(&o.threads)->default_value(o.threads),
      "threads that recompress with --copy (0: all cores)")
@@ -499,14 +529,16 @@ json run_merge(const MergeOptions& options) {
 
   OutputFolder output(options.output);
   const fs::path staging = output.fresh_staging();
-  std::vector<fs::path> staged;
+  const std::string build_id = new_build_id();
+  std::vector<fs::path> staged, sources;
   int64_t mel_bytes = 0;
   for (size_t i = 0; i < kSplitNames.size(); ++i) {
     staged.push_back(staging / (kSplitNames[i] + ".h5"));
-    mel_bytes += write_split(splits[i], kSplitNames[i], staged.back(), options.output, options);
+    mel_bytes += write_split(splits[i], kSplitNames[i], staged.back(), build_id, options, sources);
   }
   splits.clear();
-  json report = merged_report(shards, options, mel_bytes, watch.seconds());
+  staged.insert(staged.begin(), sources.begin(), sources.end());
+  json report = merged_report(shards, options, mel_bytes, watch.seconds(), build_id);
   output.install(staged, report);
   return report;
 }

@@ -17,7 +17,8 @@ struct MergeOptions {
   std::vector<std::filesystem::path> shards;
   /// Output folder for train.h5, val.h5, test.h5 and build_report.json.
   std::filesystem::path output;
-  /// Self-contained files (spectrograms copied and recompressed) instead of virtual datasets over the shard files.
+  /// Spectrograms copied and recompressed into the merged files, instead of virtual datasets over the shard files
+  /// (hard-linked, or copied, into OUT/sources/).
   bool copy = false;
   /// Replace existing outputs in `output`.
   bool overwrite = false;
@@ -36,10 +37,12 @@ void add_options(boost::program_options::options_description& desc, MergeOptions
 /// present once, the same corpus fingerprint, schema version (3: shards of schema 1 or 2 are refused, naming the
 /// file), root attributes, class names, frame width, element type, chunk shape and filters. Throws FormatError naming
 /// the file and the disagreement otherwise, before writing anything. Then writes each split's file (frames as a
-/// virtual dataset over the shards' frames, frame_offset rebased onto the concatenation, the other datasets copied;
-/// or everything copied with `copy`) in OUT/.partial/, moves them into OUT under the same lock and rules as a build,
-/// and writes OUT/build_report.json last. Returns that report. Throws IoError on write failures (nothing in OUT is
-/// replaced then).
+/// virtual dataset over the shards' split files, which are hard-linked (or, where impossible, copied) into
+/// OUT/sources/ as <split>-<K>of<N>.h5 so that the merged folder is self-contained and passes the readers' rule that
+/// virtual sources lie inside the dataset's folder; frame_offset rebased onto the concatenation, the other datasets
+/// copied; or everything copied with `copy`) in OUT/.partial/, moves them into OUT under the same lock and rules as
+/// a build, and writes OUT/build_report.json last, with a new build_id (also the root attribute `build_id` of each
+/// merged file). Returns that report. Throws IoError on write failures (nothing in OUT is replaced then).
 nlohmann::json run_merge(const MergeOptions& options);
 
 }  // namespace melforge::builder

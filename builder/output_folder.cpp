@@ -81,16 +81,20 @@ void sync_path(const fs::path& path) {
 void OutputFolder::install(const std::vector<fs::path>& staged, const nlohmann::json& report) {
   write_json_atomically(staging() / kReportName, report);
   std::vector<std::string> names;
-  for (const auto& p : staged) names.push_back(p.filename().string());
+  for (const auto& p : staged) names.push_back(p.lexically_relative(staging()).generic_string());
   names.push_back(kReportName);
   for (const auto& name : names) sync_path(staging() / name);
+  for (const auto& name : names)
+    if (const fs::path parent = fs::path(name).parent_path(); !parent.empty()) sync_path(staging() / parent);
   sync_path(staging());
   const std::vector<std::string> unkept = keep_previous(names);
   std::vector<std::string> moved;
   std::error_code ec;
   fs::remove(folder_ / kReportName, ec);
   for (std::size_t i = 0; !ec && i < names.size(); ++i) {
-    fs::rename(staging() / names[i], folder_ / names[i], ec);
+    if (const fs::path parent = fs::path(names[i]).parent_path(); !parent.empty())
+      fs::create_directories(folder_ / parent, ec);
+    if (!ec) fs::rename(staging() / names[i], folder_ / names[i], ec);
     if (!ec) moved.push_back(names[i]);
   }
   if (ec) {
@@ -102,6 +106,20 @@ void OutputFolder::install(const std::vector<fs::path>& staged, const nlohmann::
   committed_ = true;
   sync_path(folder_);
   fs::remove_all(staging(), ec);
+  remove_stale_sources(names);
+}
+
+void OutputFolder::remove_stale_sources(const std::vector<std::string>& installed) const {
+  const fs::path sources = folder_ / kSourcesName;
+  std::error_code ec;
+  if (!fs::is_directory(sources, ec)) return;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(sources, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = std::string(kSourcesName) + "/" + it->path().filename().string();
+    if (std::find(installed.begin(), installed.end(), name) == installed.end()) stale.push_back(it->path());
+  }
+  for (const auto& p : stale) fs::remove(p, ec);
+  fs::remove(sources, ec);
 }
 
 std::vector<std::string> OutputFolder::keep_previous(const std::vector<std::string>& names) const {
@@ -111,6 +129,10 @@ std::vector<std::string> OutputFolder::keep_previous(const std::vector<std::stri
   if (ec) throw IoError("cannot create '" + previous.string() + "': " + ec.message());
   std::vector<std::string> unkept;
   for (const auto& name : names) {
+    if (const fs::path parent = fs::path(name).parent_path(); !parent.empty()) {
+      fs::create_directories(previous / parent, ec);
+      if (ec) throw IoError("cannot create '" + (previous / parent).string() + "': " + ec.message());
+    }
     if (::link((folder_ / name).c_str(), (previous / name).c_str()) == 0 || errno == ENOENT) continue;
     if (errno != EPERM && errno != EXDEV && errno != EMLINK && errno != ENOTSUP)
       throw IoError("cannot keep the previous '" + (folder_ / name).string() + "' until the new one is installed: " +

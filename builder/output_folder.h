@@ -10,6 +10,8 @@ namespace melforge::builder {
 
 /// Name of the report every finished build or merge writes last into its output folder.
 inline constexpr const char* kReportName = "build_report.json";
+/// Folder of OUT where melforge-build merge (without --copy) keeps the shard files its virtual datasets read.
+inline constexpr const char* kSourcesName = "sources";
 
 /// Checks an output folder before any work: `flag` names the option in messages. The folder may be absent, or empty
 /// apart from the lock file and staging folder a killed run leaves behind, or anything with `overwrite`. Throws
@@ -34,13 +36,15 @@ class OutputFolder {
   /// Empties and creates the staging folder; returns it. Throws IoError.
   std::filesystem::path fresh_staging() const;
   /// Installs a complete build or merge: writes `report` into the staging folder as build_report.json, syncs it
-  /// and the complete files `staged` (in the staging folder) to disk, then moves them into OUT with rename(2), which
+  /// and the complete files `staged` (in the staging folder, or in a sub-folder of it such as sources/, moved to the
+  /// same place in OUT) to disk, then moves them into OUT with rename(2), which
   /// replaces an old file of the same name atomically: first removes OUT/build_report.json, then renames each of
   /// `staged`, then the report last, so that OUT holds a report only when every output beside it is new and
   /// complete. The old files are kept as hard links in OUT/.partial/.previous until the report is in place; when a
   /// step fails, the files already moved are replaced by the old ones again (or removed where there was none) and
   /// the old report is put back, so OUT is as before. Throws IoError naming the file and the cause (and, when the
-  /// old files could not all be put back, where they are).
+  /// old files could not all be put back, where they are). Once installed, files of OUT/sources/ that were not
+  /// installed now (left by an earlier merge into OUT) are removed, and the folder when it is left empty.
   void install(const std::vector<std::filesystem::path>& staged, const nlohmann::json& report);
 
  private:
@@ -57,6 +61,8 @@ class OutputFolder {
   /// .previous, or removed where there was none, and the old report is put back; `unkept` are the names
   /// keep_previous() could not link. Returns "" or what could not be put back and where the rest is.
   std::string restore(const std::vector<std::string>& moved, const std::vector<std::string>& unkept);
+  /// Removes the files of OUT/sources/ not among `installed` (names relative to OUT), then the folder if empty.
+  void remove_stale_sources(const std::vector<std::string>& installed) const;
 
   std::filesystem::path folder_;
   std::filesystem::path lock_path_;

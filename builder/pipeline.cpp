@@ -62,6 +62,7 @@ BuildResult build_result(const BuildState& state, const BatchTotals& run, StageT
                   run.stats, times,          total_s,      *state.engine, run.writes[0].bytes, state.engine_plan};
   BuildResult result;
   result.report = make_report(ri);
+  result.report["build_id"] = state.build_id;
   add_engine_check(result.report, run);
   add_scan_notes(result.report, state);
   if (state.augment) {

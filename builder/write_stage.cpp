@@ -36,6 +36,7 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
       {"resampler_phase", std::string(audio::kResamplerPhase)},
       {"resampler_version", audio::resampler_version()},
   };
+  attributes.push_back({kBuildIdAttribute, state.build_id});
   if (c.build.split_by != SplitBy::file) attributes.push_back({"split_by", to_string(c.build.split_by)});
   if (const ShardSpec shard = c.build.shard_spec(); shard.sharded()) {
     attributes.push_back({"shard_index", int64_t{shard.index}});

@@ -333,9 +333,66 @@ TEST_CASE("a virtual dataset that names itself is a FormatError, not a recursion
     h5::create_virtual_dataset(f, "mel", H5T_NATIVE_FLOAT, {4}, {{"loop.h5", "/mel", 0, 4}}, 0.0);
   }
   const h5::File f = h5::open_file(file);
-  const h5::Dataset ds = h5::open_dataset(f, "mel");
-  CHECK_THROWS_AS(h5::chunk_dims(ds), FormatError);
-  CHECK_THROWS_WITH(h5::chunk_dims(ds), Catch::Contains("more than 4 deep"));
+  CHECK_THROWS_AS(h5::open_dataset(f, "mel"), FormatError);
+  CHECK_THROWS_WITH(h5::open_dataset(f, "mel"), Catch::Contains("loop.h5:/mel") && Catch::Contains("more than 4 deep"));
+  CHECK_THROWS_WITH(h5::open_dataset(f, "mel", h5::ChunkCache{}), Catch::Contains("more than 4 deep"));
+}
+
+TEST_CASE("virtual sources must lie inside the folder of the file opened", "[h5][untrusted]") {
+  test::TempDir d;
+  fs::create_directories(d / "data" / "sub");
+  for (const fs::path& p : {d / "outside.h5", d / "data" / "sub" / "inside.h5", d / "data" / "beside.h5"}) {
+    h5::File f = h5::create_file(p);
+    h5::write_float32(f, "mel", std::vector<float>{1, 2, 3, 4});
+  }
+  struct Case {
+    std::string stored;
+    bool inside;
+  };
+  const Case c = GENERATE(Case{"sub/inside.h5", true}, Case{"beside.h5", true}, Case{"./sub/../beside.h5", true},
+                          Case{"../outside.h5", false}, Case{"sub/../../outside.h5", false},
+                          Case{(d / "outside.h5").string(), false}, Case{(d / "data" / "beside.h5").string(), true},
+                          Case{"sub/%%inside.h5", false});
+  CAPTURE(c.stored);
+  const fs::path file = d / "data" / "vds.h5";
+  {
+    h5::File f = h5::create_file(file);
+    h5::create_virtual_dataset(f, "mel", H5T_NATIVE_FLOAT, {4}, {{c.stored, "/mel", 0, 4}}, 0.0);
+  }
+  const h5::File f = h5::open_file(file);
+  if (c.inside) {
+    CHECK(h5::read_float(h5::open_dataset(f, "mel")) == std::vector<float>{1, 2, 3, 4});
+  } else {
+    CHECK_THROWS_AS(h5::open_dataset(f, "mel"), FormatError);
+    CHECK_THROWS_WITH(h5::open_dataset(f, "mel"), Catch::Contains("vds.h5:/mel: its virtual source file"));
+  }
+}
+
+TEST_CASE("strings, chunks and unstored data are bounded before reading", "[h5][untrusted]") {
+  test::TempDir d;
+  const fs::path file = d / "x.h5";
+  {
+    h5::File f = h5::create_file(file);
+    h5::write_strings(f, "ok", {std::string(h5::kMaxStringBytes, 'a')});
+    h5::write_strings(f, "long", {std::string(h5::kMaxStringBytes + 1, 'a')});
+    h5::ChunkedSpec big;
+    big.dims = {4};
+    big.max_dims = {-1};
+    big.chunk = {static_cast<int64_t>(h5::kMaxChunkBytes / 4 + 1)};
+    h5::create_chunked_dataset(f, "big_chunk", H5T_NATIVE_FLOAT, big);
+    h5::ChunkedSpec claim;
+    claim.dims = {static_cast<int64_t>(h5::kMaxUnstoredBytes / 4 + 1)};
+    claim.chunk = {1024};
+    h5::create_chunked_dataset(f, "claim", H5T_NATIVE_FLOAT, claim);
+    claim.dims = {static_cast<int64_t>(h5::kMaxUnstoredBytes / 4)};
+    h5::create_chunked_dataset(f, "small_claim", H5T_NATIVE_FLOAT, claim);
+  }
+  const h5::File f = h5::open_file(file);
+  CHECK(h5::read_strings(f, "ok")[0].size() == h5::kMaxStringBytes);
+  CHECK_THROWS_WITH(h5::read_strings(f, "long"), Catch::Contains("x.h5:/long") && Catch::Contains("64 KiB"));
+  CHECK_THROWS_WITH(h5::open_dataset(f, "big_chunk"), Catch::Contains("x.h5:/big_chunk: its chunks hold 512 MiB"));
+  CHECK_THROWS_WITH(h5::open_dataset(f, "claim"), Catch::Contains("x.h5:/claim: declares 1 MiB"));
+  CHECK(h5::dims(h5::open_dataset(f, "small_claim")) == std::vector<int64_t>{int64_t{1} << 18});
 }
 
 TEST_CASE("failures throw IoError with the path and HDF5's message, and print nothing", "[h5]") {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 
 namespace melforge::h5 {
 
@@ -129,10 +130,24 @@ std::string fixed_string(const char* data, size_t size, H5T_str_t pad) {
   return std::string(data, len);
 }
 
+/// Throws FormatError naming `what` when `n` strings of `each` bytes (fixed-length; 0: not known) or `total` bytes
+/// together are beyond kMaxStringBytes / kMaxStringDatasetBytes.
+void check_string_bytes(const std::string& what, size_t n, size_t each, double total) {
+  if (each > kMaxStringBytes)
+    throw_format(what + ": its strings are " + std::to_string(each) + " bytes each, more than the " +
+                 std::to_string(kMaxStringBytes >> 10) + " KiB melforge reads in one string");
+  if (total > static_cast<double>(kMaxStringDatasetBytes))
+    throw_format(what + ": its " + std::to_string(n) + " strings hold " +
+                 std::to_string(static_cast<int64_t>(total / (1 << 20))) + " MiB, more than the " +
+                 std::to_string(kMaxStringDatasetBytes >> 20) + " MiB melforge reads in one string dataset");
+}
+
 /// Reads `n` strings of `file_type` through `read(mem_type, buffer)` (H5Dread or H5Aread on the whole object).
-template <class ReadFn>
+/// `vlen_bytes(mem_type)` gives the bytes variable-length strings need (negative: not known); every size is checked
+/// before the strings are read, and each string's length after.
+template <class ReadFn, class SizeFn>
 std::vector<std::string> read_string_values(const Datatype& file_type, const Dataspace& space, size_t n,
-                                            ReadFn&& read) {
+                                            ReadFn&& read, SizeFn&& vlen_bytes) {
   const std::string& what = file_type.name();
   const htri_t variable = H5Tis_variable_str(file_type.id());
   check(variable, what + ": cannot check for a variable-length string");
@@ -140,14 +155,21 @@ std::vector<std::string> read_string_values(const Datatype& file_type, const Dat
   std::vector<std::string> out(n);
   if (n == 0) return out;
   if (variable > 0) {
+    if (const double total = vlen_bytes(mem.id()); total >= 0) check_string_bytes(what, n, 0, total);
     std::vector<char*> ptrs(n, nullptr);
     check(read(mem.id(), ptrs.data()), what + ": cannot read");
-    for (size_t i = 0; i < n; ++i) out[i] = ptrs[i] ? ptrs[i] : "";
+    size_t longest = 0;
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = ptrs[i] ? ptrs[i] : "";
+      longest = std::max(longest, out[i].size());
+    }
     check(H5Dvlen_reclaim(mem.id(), space.id(), H5P_DEFAULT, ptrs.data()), what + ": cannot free the strings");
+    check_string_bytes(what, n, longest, 0);
     return out;
   }
   const size_t size = H5Tget_size(file_type.id());
   if (size == 0) throw_io(what + ": cannot get its size");
+  check_string_bytes(what, n, size, static_cast<double>(n) * static_cast<double>(size));
   const H5T_str_t pad = H5Tget_strpad(file_type.id());
   std::vector<char> buf(n * size);
   check(read(mem.id(), buf.data()), what + ": cannot read");
@@ -336,25 +358,85 @@ Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, 
 
 namespace {
 
-/// `dataset`, refused (FormatError naming it) when its raw data lives in external files.
-Dataset refuse_external_storage(Dataset dataset) {
-  const PropList dcpl = creation_plist(dataset);
+/// Throws FormatError naming `dataset` when its raw data lives in external files.
+void refuse_external_storage(const Dataset& dataset, const PropList& dcpl) {
   const int external = H5Pget_external_count(dcpl.id());
   if (external < 0) throw_io(dataset.name() + ": cannot read its storage properties");
   if (external > 0)
     throw_format(dataset.name() + ": its data is stored outside the file (HDF5 external storage, " +
                  std::to_string(external) + " file" + (external == 1 ? "" : "s") +
                  "); melforge reads only data stored inside the files it is given");
+}
+
+/// Throws FormatError naming `dataset` when one chunk holds more than kMaxChunkBytes.
+void refuse_big_chunks(const Dataset& dataset, const PropList& dcpl) {
+  const int rank = H5Pget_chunk(dcpl.id(), 0, nullptr);
+  check(rank, dataset.name() + ": cannot get its chunk rank");
+  std::vector<hsize_t> c(static_cast<size_t>(rank));
+  check(H5Pget_chunk(dcpl.id(), rank, c.data()), dataset.name() + ": cannot get its chunk shape");
+  double bytes = static_cast<double>(H5Tget_size(dataset_type(dataset).id()));
+  for (const hsize_t d : c) bytes *= static_cast<double>(d);
+  if (bytes > static_cast<double>(kMaxChunkBytes))
+    throw_format(dataset.name() + ": its chunks hold " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
+                 " MiB each, more than the " + std::to_string(kMaxChunkBytes >> 20) +
+                 " MiB melforge reads in one chunk (melforge-build writes at most " +
+                 std::to_string(kMaxWrittenChunkBytes >> 20) + " MiB)");
+}
+
+/// Throws FormatError naming `dataset` when it declares more than kMaxUnstoredBytes but its storage is not (fully)
+/// allocated: reading it would give fill values the file does not hold.
+void refuse_unstored(const Dataset& dataset) {
+  const Dataspace space = dataset_space(dataset);
+  const hssize_t points = H5Sget_simple_extent_npoints(space.id());
+  if (points < 0) throw_io(dataset.name() + ": cannot count its elements");
+  const double declared =
+      static_cast<double>(points) * static_cast<double>(H5Tget_size(dataset_type(dataset).id()));
+  if (declared <= static_cast<double>(kMaxUnstoredBytes)) return;
+  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+  check(H5Dget_space_status(dataset.id(), &status), dataset.name() + ": cannot get its storage status");
+  if (status == H5D_SPACE_STATUS_ALLOCATED) return;
+  throw_format(dataset.name() + ": declares " + std::to_string(static_cast<int64_t>(declared / (1 << 20))) +
+               " MiB of data but stores " + std::to_string(H5Dget_storage_size(dataset.id())) +
+               " bytes (its storage is " + (status == H5D_SPACE_STATUS_PART_ALLOCATED ? "partly" : "not") +
+               " allocated); melforge reads only data a file holds");
+}
+
+/// Checks `dataset` as open_dataset documents, following at most `depth` more virtual datasets.
+void check_dataset(const Dataset& dataset, int depth) {
+  const PropList dcpl = creation_plist(dataset);
+  refuse_external_storage(dataset, dcpl);
+  const H5D_layout_t layout = layout_of(dcpl);
+  if (layout == H5D_VIRTUAL) {
+    check_virtual_layout(dataset, depth);
+    return;
+  }
+  if (layout == H5D_CHUNKED) refuse_big_chunks(dataset, dcpl);
+  refuse_unstored(dataset);
+}
+
+/// Opens `name` in `parent` with the access properties `dapl` and checks it (check_dataset).
+Dataset open_checked(Ref parent, const std::string& name, hid_t dapl, int depth) {
+  const std::string what = child_name(parent, name);
+  if (!exists(parent, name)) throw_format(what + ": no such dataset");
+  Dataset dataset(check_id(H5Dopen2(parent.id, name.c_str(), dapl), what + ": cannot open dataset"), what);
+  check_dataset(dataset, depth);
   return dataset;
+}
+
+/// The name of the file that holds the object `id`.
+std::string file_name(hid_t id, const std::string& what) {
+  const ssize_t len = H5Fget_name(id, nullptr, 0);
+  if (len < 0) throw_io(what + ": cannot get its file name");
+  std::string out(static_cast<size_t>(len) + 1, '\0');
+  if (H5Fget_name(id, out.data(), out.size()) < 0) throw_io(what + ": cannot get its file name");
+  out.resize(static_cast<size_t>(len));
+  return out;
 }
 
 }  // namespace
 
 Dataset open_dataset(Ref parent, const std::string& name) {
-  const std::string what = child_name(parent, name);
-  if (!exists(parent, name)) throw_format(what + ": no such dataset");
-  return refuse_external_storage(
-      Dataset(check_id(H5Dopen2(parent.id, name.c_str(), H5P_DEFAULT), what + ": cannot open dataset"), what));
+  return open_checked(parent, name, H5P_DEFAULT, kMaxVirtualDepth);
 }
 
 ChunkCache ChunkCache::sized(size_t bytes, size_t chunk_bytes) {
@@ -371,11 +453,56 @@ ChunkCache ChunkCache::sized(size_t bytes, size_t chunk_bytes) {
 
 Dataset open_dataset(Ref parent, const std::string& name, const ChunkCache& cache) {
   const std::string what = child_name(parent, name);
-  if (!exists(parent, name)) throw_format(what + ": no such dataset");
+  silence_errors();
   PropList dapl(check_id(H5Pcreate(H5P_DATASET_ACCESS), what + ": cannot create an access property list"), what);
   check(H5Pset_chunk_cache(dapl.id(), cache.slots, cache.bytes, cache.w0), what + ": cannot set the chunk cache");
-  return refuse_external_storage(
-      Dataset(check_id(H5Dopen2(parent.id, name.c_str(), dapl.id()), what + ": cannot open dataset"), what));
+  return open_checked(parent, name, dapl.id(), kMaxVirtualDepth);
+}
+
+bool is_inside(const std::filesystem::path& path, const std::filesystem::path& folder) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  if (ec) return false;
+  const std::filesystem::path f = std::filesystem::weakly_canonical(std::filesystem::absolute(folder, ec), ec);
+  if (ec) return false;
+  auto pi = p.begin();
+  for (auto fi = f.begin(); fi != f.end(); ++fi, ++pi) {
+    if (fi->empty() && std::next(fi) == f.end()) break;
+    if (pi == p.end() || *pi != *fi) return false;
+  }
+  return true;
+}
+
+void check_virtual_layout(const Dataset& dataset, int depth) {
+  const std::vector<VirtualSource> sources = virtual_sources(dataset);
+  if (sources.empty()) return;
+  if (depth <= 0)
+    throw_format(dataset.name() + ": its virtual sources lead to virtual datasets more than " +
+                 std::to_string(kMaxVirtualDepth) + " deep (a dataset that names itself, or two that name each "
+                 "other?)");
+  const std::filesystem::path own = file_name(dataset.id(), dataset.name());
+  const std::filesystem::path folder = std::filesystem::absolute(own).parent_path();
+  std::vector<std::pair<std::string, std::string>> seen;
+  for (const VirtualSource& s : sources) {
+    const std::string shown = "'" + utf8::for_terminal(s.stored_file) + "'";
+    const std::string where = dataset.name() + ": its virtual source file " + shown;
+    if (s.stored_file.find('%') != std::string::npos)
+      throw_format(where + " uses HDF5's '%' name patterns, which melforge does not follow");
+    if (!is_inside(s.file, folder))
+      throw_format(where + " (" + utf8::for_terminal(s.file.string()) + ") is outside the dataset's folder " +
+                   folder.string() + "; melforge reads only files inside the folder of the file it is given");
+    std::pair<std::string, std::string> key{std::filesystem::weakly_canonical(std::filesystem::absolute(s.file)),
+                                            s.dataset};
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(s.file, ec))
+      throw IoError(where + " (" + utf8::for_terminal(s.file.string()) +
+                    ") is missing or not a regular file; a merged dataset keeps its sources in its own sources/ "
+                    "folder, where `melforge-build merge` put them");
+    const File file = open_file(s.file);
+    open_checked(file, s.dataset, H5P_DEFAULT, depth - 1);
+  }
 }
 
 namespace {
@@ -391,12 +518,7 @@ std::vector<int64_t> chunk_dims_within(const Dataset& dataset, int depth) {
       throw_format(dataset.name() + ": its virtual sources lead to virtual datasets more than 4 deep (a dataset "
                    "that names itself, or two that name each other?)");
     const File file = open_file(sources.front().file);
-    return chunk_dims_within(
-        refuse_external_storage(Dataset(check_id(H5Dopen2(file.id(), sources.front().dataset.c_str(), H5P_DEFAULT),
-                                                 dataset.name() + ": cannot open its source " +
-                                                     sources.front().file.string() + ":" + sources.front().dataset),
-                                        sources.front().file.string() + ":" + sources.front().dataset)),
-        depth - 1);
+    return chunk_dims_within(open_checked(file, sources.front().dataset, H5P_DEFAULT, depth - 1), depth - 1);
   }
   if (layout != H5D_CHUNKED) return {};
   const int rank = H5Pget_chunk(dcpl.id(), 0, nullptr);
@@ -408,7 +530,7 @@ std::vector<int64_t> chunk_dims_within(const Dataset& dataset, int depth) {
 
 }  // namespace
 
-std::vector<int64_t> chunk_dims(const Dataset& dataset) { return chunk_dims_within(dataset, 4); }
+std::vector<int64_t> chunk_dims(const Dataset& dataset) { return chunk_dims_within(dataset, kMaxVirtualDepth); }
 
 std::vector<int64_t> dims(const Dataset& dataset) {
   Dataspace space = dataset_space(dataset);
@@ -489,7 +611,9 @@ std::string read_attribute_string(Ref object, const std::string& name) {
   Datatype type = attribute_type(attr);
   if (type_class(type) != H5T_STRING) throw_format(attr.name() + ": expected a string");
   Dataspace space(check_id(H5Aget_space(attr.id()), attr.name() + ": cannot get its dataspace"), attr.name());
-  return read_string_values(type, space, 1, [&](hid_t mem, void* buf) { return H5Aread(attr.id(), mem, buf); })[0];
+  return read_string_values(
+      type, space, 1, [&](hid_t mem, void* buf) { return H5Aread(attr.id(), mem, buf); },
+      [](hid_t) { return -1.0; })[0];
 }
 
 namespace {
@@ -583,9 +707,15 @@ std::vector<std::string> read_strings(Ref parent, const std::string& name) {
   Datatype type = dataset_type(ds);
   if (type_class(type) != H5T_STRING) throw_format(ds.name() + ": expected strings");
   Dataspace space = dataset_space(ds);
-  return read_string_values(type, space, n, [id = ds.id()](hid_t mem, void* buf) {
+  const auto read = [id = ds.id()](hid_t mem, void* buf) {
     return H5Dread(id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
-  });
+  };
+  const auto vlen_bytes = [&](hid_t mem) {
+    hsize_t bytes = 0;
+    check(H5Dvlen_get_buf_size(ds.id(), mem, space.id(), &bytes), ds.name() + ": cannot size its strings");
+    return static_cast<double>(bytes);
+  };
+  return read_string_values(type, space, n, read, vlen_bytes);
 }
 
 int64_t row_elements(const Dataset& dataset) {
@@ -757,13 +887,16 @@ void check_virtual_sources(const Dataset& dataset) {
   for (const VirtualSource& s : virtual_sources(dataset)) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(s.file, ec))
-      throw IoError(dataset.name() + ": its source file '" + s.stored_file + "' (" + s.file.string() +
-                    ") is missing; a merged dataset needs its shard folders beside it, where `melforge-build merge` "
-                    "found them");
+      throw IoError(dataset.name() + ": its source file '" + utf8::for_terminal(s.stored_file) + "' (" +
+                    utf8::for_terminal(s.file.string()) +
+                    ") is missing; a merged dataset keeps its sources in its own sources/ folder, where "
+                    "`melforge-build merge` put them");
     const File file = open_file(s.file);
     silence_errors();
     const htri_t found = H5Lexists(file.id(), s.dataset.c_str(), H5P_DEFAULT);
-    if (found <= 0) throw IoError(dataset.name() + ": its source " + s.file.string() + " has no dataset " + s.dataset);
+    if (found <= 0)
+      throw IoError(dataset.name() + ": its source " + utf8::for_terminal(s.file.string()) + " has no dataset " +
+                    utf8::for_terminal(s.dataset));
   }
 }
 
@@ -807,7 +940,7 @@ std::string to_string(const AttributeValue& value) {
     std::snprintf(buf, sizeof buf, "%.17g", *d);
     return buf;
   }
-  return "'" + std::get<std::string>(value) + "'";
+  return "'" + utf8::for_terminal(std::get<std::string>(value)) + "'";
 }
 
 float half_to_float(uint16_t bits) {

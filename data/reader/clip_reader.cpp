@@ -9,6 +9,7 @@
 
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
+#include "melforge/common/utf8.h"
 
 namespace melforge::data {
 
@@ -50,7 +51,7 @@ struct ClipReader::Impl {
     const int64_t i = first_non_finite(out, frames * n_mels);
     if (i < 0) return;
     throw FormatError(where + ": split '" + split + "', row " + std::to_string(clip) + " (file " +
-                      paths[static_cast<std::size_t>(clip)] + "): the spectrogram holds " +
+                      utf8::for_terminal(paths[static_cast<std::size_t>(clip)]) + "): the spectrogram holds " +
                       (std::isnan(out[i]) ? "NaN" : "an infinite value") + " (frame " +
                       std::to_string(first + i / n_mels) + "); rebuild the dataset, or remove the file");
   }

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
+#include "melforge/common/utf8.h"
 
 namespace fs = std::filesystem;
 
@@ -17,6 +20,13 @@ namespace {
 /// Most class names a split may list; checked before they are read, so that a hostile length cannot make the reader
 /// allocate without bound.
 constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
+/// Root attribute naming the build a split file comes from (melforge-build's kBuildIdAttribute).
+constexpr const char* kBuildIdName = "build_id";
+
+/// Times read_split_info reads a split again when its folder holds splits of different builds (an install of
+/// `--overwrite` in progress) before it refuses the mix.
+constexpr int kBuildIdRetries = 2;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -32,6 +42,11 @@ void read_targets(const h5::File& file, const std::string& where, SplitInfo& s) 
   if (d.size() != 2 || d[0] != s.files() || d[1] != classes)
     throw FormatError(where + ": targets has shape " + shape_text(d) + ", expected [" + std::to_string(s.files()) +
                       ", " + std::to_string(classes) + "] [files, classes]");
+  const double bytes = static_cast<double>(s.files()) * static_cast<double>(classes);
+  if (const int64_t available = available_memory_bytes(); available >= 0 && bytes > static_cast<double>(available))
+    throw FormatError(where + ": targets [" + std::to_string(s.files()) + ", " + std::to_string(classes) +
+                      "] needs " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB, more than the " +
+                      std::to_string(available >> 20) + " MiB of memory available");
   std::vector<int64_t> dims;
   s.targets = h5::read_uint8_matrix(file, "targets", dims);
   s.has_targets_dataset = true;
@@ -40,10 +55,10 @@ void read_targets(const h5::File& file, const std::string& where, SplitInfo& s) 
     for (int64_t c = 0; c < classes; ++c)
       if (row[c] > 1)
         throw FormatError(where + ": targets[" + std::to_string(f) + ", " + std::to_string(c) + "] = " +
-                          std::to_string(row[c]) + " is not 0 or 1 (file " + s.paths[f] + ")");
+                          std::to_string(row[c]) + " is not 0 or 1 (file " + utf8::for_terminal(s.paths[f]) + ")");
     if (row[s.labels[f]] != 1)
       throw FormatError(where + ": targets row " + std::to_string(f) + " lacks the file's label " +
-                        std::to_string(s.labels[f]) + " (file " + s.paths[f] + ")");
+                        std::to_string(s.labels[f]) + " (file " + utf8::for_terminal(s.paths[f]) + ")");
   }
 }
 
@@ -92,7 +107,7 @@ void SplitInfo::check_finite(int64_t first, int64_t count, const float* data) co
 void SplitInfo::check_finite_segment(const SegmentRef& ref, const float* data) const {
   if (first_non_finite(data, info.n_mels * info.n_frames) < 0) return;
   throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(ref.file) + " (file " +
-                    paths[static_cast<std::size_t>(ref.file)] + "): the spectrogram holds NaN or an infinite value " +
+                    utf8::for_terminal(paths[static_cast<std::size_t>(ref.file)]) + "): the spectrogram holds NaN or an infinite value " +
                     "(long segment " + std::to_string(ref.long_index) + ", short segment " +
                     std::to_string(ref.short_index) + "); rebuild the dataset, or remove the file");
 }
@@ -114,7 +129,7 @@ void check_finite(const fs::path& path, const std::string& name, const MelInfo& 
   if (i < 0) return;
   const int64_t row = first + i / per_file, segment = i % per_file / (info.n_mels * info.n_frames);
   throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(row) + " (file " +
-                    paths[static_cast<std::size_t>(row)] + "): the spectrogram holds " +
+                    utf8::for_terminal(paths[static_cast<std::size_t>(row)]) + "): the spectrogram holds " +
                     (std::isnan(data[i]) ? "NaN" : "an infinite value") + " (long segment " +
                     std::to_string(segment / info.num_short) + ", short segment " +
                     std::to_string(segment % info.num_short) + "); rebuild the dataset, or remove the file");
@@ -186,7 +201,7 @@ void read_grid_clips(const h5::File& file, const std::string& where, SplitInfo& 
     if (v < 1 || v > s.info.num_long)
       throw FormatError(where + ": num_valid_long[" + std::to_string(f) + "] = " + std::to_string(v) +
                         " is outside [1, num_long = " + std::to_string(s.info.num_long) + "] (file " +
-                        s.paths[static_cast<std::size_t>(f)] + ")");
+                        utf8::for_terminal(s.paths[static_cast<std::size_t>(f)]) + ")");
     s.num_valid_long.push_back(v);
     s.frame_offset.push_back(s.frame_offset.back() + v * per_long);
     s.num_samples.push_back(v * s.info.long_samples);
@@ -242,10 +257,10 @@ void read_clip_table(const h5::File& file, const std::string& where, SplitInfo& 
     const auto i = static_cast<std::size_t>(f);
     if (s.num_samples[i] < 1)
       throw FormatError(where + ": num_samples[" + std::to_string(f) + "] = " + std::to_string(s.num_samples[i]) +
-                        " must be >= 1 (file " + s.paths[i] + ")");
+                        " must be >= 1 (file " + utf8::for_terminal(s.paths[i]) + ")");
     if (flags[i] < 0 || (flags[i] & ~int64_t{kClipFlagsKnown}) != 0)
       throw FormatError(where + ": clip_flags[" + std::to_string(f) + "] = " + std::to_string(flags[i]) +
-                        " holds bits other than 1 (padded) and 2 (capped) (file " + s.paths[i] + ")");
+                        " holds bits other than 1 (padded) and 2 (capped) (file " + utf8::for_terminal(s.paths[i]) + ")");
     s.clip_flags.push_back(static_cast<uint8_t>(flags[i]));
   }
 }
@@ -278,21 +293,22 @@ void read_labels_and_paths(const h5::File& file, const std::string& where, int64
     if (label < 0 || label >= classes)
       throw FormatError(where + ": label[" + std::to_string(f) + "] = " + std::to_string(label) +
                         " is outside the " + std::to_string(classes) + " class names (file " +
-                        s.paths[static_cast<std::size_t>(f)] + ")");
+                        utf8::for_terminal(s.paths[static_cast<std::size_t>(f)]) + ")");
   }
   s.labels.assign(labels.begin(), labels.end());
 }
 
-}  // namespace
-
-SplitInfo read_split_info(const fs::path& path, const std::string& expected_split) {
+/// read_split_info without the check of the sibling splits' build_id.
+SplitInfo read_one_split(const fs::path& path, const std::string& expected_split) {
   const std::string where = path.string();
   auto file = h5::open_file(path);
   SplitInfo s;
   s.schema_version = read_schema_version(file, where);
+  s.build_id = h5::has_attribute(file, kBuildIdName) ? h5::read_attribute_string(file, kBuildIdName) : "";
   const std::string split_attr = h5::read_attribute_string(file, "split");
   if (split_attr != expected_split)
-    throw FormatError(where + ": holds split '" + split_attr + "', expected '" + expected_split + "'");
+    throw FormatError(where + ": holds split '" + utf8::for_terminal(split_attr) + "', expected '" + expected_split +
+                      "'");
   s.name = expected_split;
   s.path = path;
   s.info = read_mel_info(file, where);
@@ -313,6 +329,47 @@ SplitInfo read_split_info(const fs::path& path, const std::string& expected_spli
   else read_grid_clips(file, where, s);
   if (h5::exists(file, "targets")) read_targets(file, where, s);
   return s;
+}
+
+/// "" when every split file beside `s` (train.h5, val.h5, test.h5 of its folder, when `s` is one of them) that has a
+/// build_id has the one of `s`; else the FormatError text naming both files and both identifiers. A sibling that
+/// cannot be read is left to its own reader.
+std::string build_id_mix(const SplitInfo& s) {
+  const std::string own = s.path.filename().string();
+  if (s.build_id.empty() || (own != "train.h5" && own != "val.h5" && own != "test.h5")) return "";
+  for (const char* name : {"train.h5", "val.h5", "test.h5"}) {
+    const fs::path other = s.path.parent_path() / name;
+    std::error_code ec;
+    if (name == own || !fs::is_regular_file(other, ec)) continue;
+    std::string id;
+    try {
+      id = read_build_id(other);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!id.empty() && id != s.build_id)
+      return s.path.string() + " (build_id '" + utf8::for_terminal(s.build_id) + "') and " + other.string() +
+             " (build_id '" + utf8::for_terminal(id) + "') come from different melforge-build runs; every split of "
+             "a dataset folder must come from one build: rebuild the folder, or copy all of its files together";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string read_build_id(const fs::path& path) {
+  const auto file = h5::open_file(path);
+  return h5::has_attribute(file, kBuildIdName) ? h5::read_attribute_string(file, kBuildIdName) : "";
+}
+
+SplitInfo read_split_info(const fs::path& path, const std::string& expected_split) {
+  for (int attempt = 0;; ++attempt) {
+    SplitInfo s = read_one_split(path, expected_split);
+    const std::string mix = build_id_mix(s);
+    if (mix.empty()) return s;
+    if (attempt == kBuildIdRetries) throw FormatError(mix);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * (attempt + 1)));
+  }
 }
 
 fs::path split_file(const fs::path& folder, const std::string& split) {

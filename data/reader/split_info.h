@@ -63,6 +63,10 @@ struct SplitInfo {
   /// `label` among them); empty when the file has no `targets` dataset (a single-label corpus, or schema 1).
   std::vector<uint8_t> targets;
 
+  /// The file's `build_id` root attribute (one random value per melforge-build run or merge); empty for a dataset
+  /// written before it existed.
+  std::string build_id;
+
   /// True when the file holds a `targets` dataset (also for a split with no files).
   bool has_targets_dataset = false;
 
@@ -112,8 +116,18 @@ SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, in
 /// `frame_offset` [F + 1], `num_samples` [F], `clip_flags` [F], with F <= N checked from the shapes before anything
 /// is read, then frame_offset[0] = 0, strictly increasing, last = N; num_samples >= 1; clip_flags within
 /// kClipFlagsKnown. Every error names the file and the dataset or attribute. Throws IoError when the file cannot be
-/// opened or read, FormatError when it is not a valid melforge dataset of a supported schema.
+/// opened or read, FormatError when it is not a valid melforge dataset of a supported schema. Every dataset is opened
+/// through h5::open_dataset (no external storage, virtual sources only inside the file's folder, chunks and strings
+/// bounded, declared sizes backed by stored data), and the `targets` matrix must fit in MemAvailable.
+/// When the file is train.h5, val.h5 or test.h5 and carries a `build_id`, each of those beside it that carries one
+/// must carry the same (read_build_id); a mix is read again up to twice (100 ms, then 200 ms later: an
+/// `--overwrite` install renames the three files one after the other) and then refused with a FormatError naming
+/// both files and both identifiers. Files without a build_id (written before it existed) are not compared.
 SplitInfo read_split_info(const std::filesystem::path& path, const std::string& expected_split);
+
+/// The `build_id` root attribute of the split file `path` (at most h5::kMaxStringBytes), or "" when it has none.
+/// Throws IoError when the file cannot be opened, FormatError when the attribute is not a string.
+std::string read_build_id(const std::filesystem::path& path);
 
 /// `<folder>/<split>.h5` checked to exist: throws InvalidArgument for a split name other than train, val or test,
 /// IoError naming the folder when it is not a folder, and IoError naming the file when it does not exist.

@@ -149,12 +149,34 @@ struct ChunkedSpec {
   int deflate_level = 0;
 };
 
+/// Longest string, bytes, that a string dataset or attribute may hold (a class name, a path, an attribute value):
+/// checked from the datatype (fixed-length) or the stored sizes (variable-length) before the strings are read.
+inline constexpr std::size_t kMaxStringBytes = std::size_t{64} << 10;
+/// Most bytes the strings of one dataset may hold together, checked before they are read.
+inline constexpr std::size_t kMaxStringDatasetBytes = std::size_t{1} << 30;
+/// Largest chunk, bytes before compression, of a dataset melforge opens: reading one element reads (and inflates)
+/// its whole chunk. melforge-build writes at most kMaxWrittenChunkBytes; this leaves room above it.
+inline constexpr std::size_t kMaxChunkBytes = std::size_t{512} << 20;
+/// Largest chunk melforge-build writes (--frames-per-chunk times a frame's bytes).
+inline constexpr std::size_t kMaxWrittenChunkBytes = std::size_t{256} << 20;
+/// Largest dataset, bytes, that may be opened without being backed by stored data: beyond it a dataset whose
+/// storage is not (fully) allocated, so that reading it would give fill values, is refused.
+inline constexpr std::size_t kMaxUnstoredBytes = std::size_t{1} << 20;
+/// Deepest chain of virtual datasets opened: a virtual dataset whose source is virtual, and so on.
+inline constexpr int kMaxVirtualDepth = 4;
+
 /// Creates a chunked dataset of element type `type` (a predefined type or a Datatype's id). Object modification
 /// times are not stored, so equal contents give byte-identical files.
 Dataset create_chunked_dataset(Ref parent, const std::string& name, hid_t type, const ChunkedSpec& spec);
-/// Opens the dataset `name` in `parent`; FormatError when there is no such link, and when the dataset keeps its data
-/// in external raw storage (H5Pset_external: files named inside the HDF5 file, which may be any file of the machine,
-/// a FIFO or a device): melforge reads only data stored inside the files it is given (issue 29).
+/// Opens the dataset `name` in `parent` and checks it as untrusted input (issue 29). FormatError naming the file and
+/// the dataset when there is no such link; when the dataset keeps its data in external raw storage (H5Pset_external:
+/// files named inside the HDF5 file, which may be any file of the machine, a FIFO or a device); when it is a virtual
+/// dataset with a source file outside the folder of the file being opened (check_virtual_layout), a source name
+/// with '%' (HDF5's printf form), or a chain of virtual datasets more than kMaxVirtualDepth deep (a dataset that
+/// names itself, two that name each other); when a chunk is larger than kMaxChunkBytes; and when the dataset
+/// declares more than kMaxUnstoredBytes that are not stored (its storage is not fully allocated, so reading it would
+/// give fill values). IoError when a virtual source file is missing. melforge reads only data stored inside the
+/// files it is given, and only within their folder.
 Dataset open_dataset(Ref parent, const std::string& name);
 
 /// The raw-data chunk cache of one open dataset (H5Pset_chunk_cache): decompressed chunks kept in memory so that
@@ -221,6 +243,9 @@ struct VirtualBlock {
 Dataset create_virtual_dataset(Ref parent, const std::string& name, hid_t type, const std::vector<int64_t>& dims,
                                const std::vector<VirtualBlock>& blocks, double fill);
 
+/// True when `path` is `folder` or inside it, both resolved with weakly_canonical (symbolic links and `..` followed).
+bool is_inside(const std::filesystem::path& path, const std::filesystem::path& folder);
+
 /// A source of a virtual dataset as stored in it, and the file it resolves to.
 struct VirtualSource {
   /// File name as stored ("." for the virtual dataset's own file).
@@ -235,6 +260,14 @@ struct VirtualSource {
 /// The sources of a virtual dataset, in mapping order (empty for other layouts).
 std::vector<VirtualSource> virtual_sources(const Dataset& dataset);
 
+/// Checks the sources of a virtual dataset before anything is read through it (open_dataset calls it): each source
+/// file name without '%', resolved as HDF5 resolves it (relative to the folder of the virtual dataset's file; "."
+/// is that file), inside that folder (sub-folders allowed; weakly_canonical follows symbolic links and `..`), an
+/// existing regular file, and its source dataset checked as open_dataset checks it, at most `depth` virtual levels
+/// further. FormatError naming the dataset, the stored source name and where it resolves; IoError when a source file
+/// is missing. Does nothing for other layouts.
+void check_virtual_layout(const Dataset& dataset, int depth = kMaxVirtualDepth);
+
 /// Checks that every source of a virtual dataset opens and holds its source dataset. HDF5 reads an unreachable
 /// source as fill values without an error, so a reader must call this first. Throws IoError naming the virtual
 /// dataset and the missing file or dataset. Does nothing for other layouts.
@@ -247,7 +280,7 @@ using AttributeValue = std::variant<int64_t, double, std::string>;
 void write_attribute(Ref object, const std::string& name, const AttributeValue& value);
 /// Every attribute of `object` by name. FormatError for an attribute that is not a scalar integer, float or string.
 std::map<std::string, AttributeValue> read_attributes(Ref object);
-/// The value as text for messages (strings quoted).
+/// The value as text for messages (strings quoted, passed through utf8::for_terminal).
 std::string to_string(const AttributeValue& value);
 
 /// Writes a scalar int64 attribute (H5T_NATIVE_INT64) on `object`, replacing one of the same name.
@@ -262,7 +295,8 @@ bool has_attribute(Ref object, const std::string& name);
 int64_t read_attribute_int64(Ref object, const std::string& name);
 /// Reads a scalar integer or floating-point attribute as double; FormatError when missing or of another type.
 double read_attribute_double(Ref object, const std::string& name);
-/// Reads a scalar string attribute (variable or fixed length); FormatError when missing or not a string.
+/// Reads a scalar string attribute (variable or fixed length); FormatError when missing, not a string, or longer
+/// than kMaxStringBytes (a fixed-length one checked before reading).
 std::string read_attribute_string(Ref object, const std::string& name);
 
 /// Writes `values` as a new 1-D int32 dataset [values.size()] (contiguous, H5T_NATIVE_INT32).
@@ -281,7 +315,9 @@ void write_uint8_matrix(Ref parent, const std::string& name, int64_t rows, int64
 std::vector<uint8_t> read_uint8_matrix(Ref parent, const std::string& name, std::vector<int64_t>& dims_out);
 /// Writes `values` as a new 1-D variable-length UTF-8 string dataset [values.size()].
 void write_strings(Ref parent, const std::string& name, const std::vector<std::string>& values);
-/// Reads a whole 1-D string dataset (variable or fixed length); FormatError when missing, not strings or not 1-D.
+/// Reads a whole 1-D string dataset (variable or fixed length); FormatError when missing, not strings or not 1-D,
+/// when a string is longer than kMaxStringBytes or all of them longer than kMaxStringDatasetBytes together (both
+/// checked before reading: from the type of fixed-length strings, from the stored sizes of variable-length ones).
 std::vector<std::string> read_strings(Ref parent, const std::string& name);
 
 /// Elements per index of dim 0 of `dataset`: the product of its other dimensions (1 for a 1-D dataset).
