@@ -14,6 +14,7 @@
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
 #include "merge.h"
+#include "reader/split_info.h"
 #include "reliability/child_process.h"
 #include "test_util.h"
 #include "test_skip.h"
@@ -150,13 +151,23 @@ TEST_CASE("a sharded build plus merge holds the same data, in the same order, as
   const bool copy = GENERATE(false, true);
   CAPTURE(copy);
   const auto merged = test::merge_shards(dirs, d / "run/merged", copy);
+  const std::string single_id = single["build_id"].get<std::string>();
+  const std::string merged_id = merged["build_id"].get<std::string>();
+  CHECK(single_id.size() == 32);
+  CHECK(merged_id.size() == 32);
+  CHECK(merged_id != single_id);
   for (const std::string split : {"train", "val", "test"}) {
     const fs::path file = d / "run/merged" / (split + ".h5");
     require_same_split(file, d / "single" / (split + ".h5"));
     auto a = attributes(file);
     CHECK(a.at("merged_shards") == h5::AttributeValue{int64_t{shards}});
+    CHECK(a.at("build_id") == h5::AttributeValue{merged_id});
     a.erase("merged_shards");
-    CHECK(a == attributes(d / "single" / (split + ".h5")));
+    a.erase("build_id");
+    auto single_attributes = attributes(d / "single" / (split + ".h5"));
+    CHECK(single_attributes.at("build_id") == h5::AttributeValue{single_id});
+    single_attributes.erase("build_id");
+    CHECK(a == single_attributes);
     const auto f = h5::open_file(file);
     const auto mel = h5::open_dataset(f, "frames");
     const auto f1 = h5::open_file(d / "single" / (split + ".h5"));
@@ -216,30 +227,49 @@ TEST_CASE("a merged report names every engine its shards ran on", "[shard][e2e]"
   CHECK(merged["merge"]["shards"][1]["engine"] == "cuda-cufft");
 }
 
-TEST_CASE("a merged folder moved together with its shards still reads, and a missing shard is an error", "[shard][e2e]") {
+TEST_CASE("a merged folder holds its sources: moved alone it reads, a missing source is an error", "[shard][e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 6);
   const auto config = test::tone_build_config(d / "in", d / "single");
   builder::run_build(config);
   test::merge_shards(test::build_shards(config, d / "run/shards", 3), d / "run/merged", false);
-  fs::rename(d / "run", d / "moved");
+  fs::rename(d / "run/merged", d / "moved");
+  fs::remove_all(d / "run");
   for (const std::string split : {"train", "val", "test"})
-    require_same_split(d / "moved/merged" / (split + ".h5"), d / "single" / (split + ".h5"));
+    require_same_split(d / "moved" / (split + ".h5"), d / "single" / (split + ".h5"));
   {
-    const auto f = h5::open_file(d / "moved/merged/train.h5");
+    const auto f = h5::open_file(d / "moved/train.h5");
     const auto mel = h5::open_dataset(f, "frames");
     const auto sources = h5::virtual_sources(mel);
     REQUIRE(sources.size() == 3);
-    CHECK(sources[0].stored_file == "../shards/shard-1/train.h5");
-    CHECK(sources[2].stored_file == "../shards/shard-3/train.h5");
+    CHECK(sources[0].stored_file == "sources/train-1of3.h5");
+    CHECK(sources[2].stored_file == "sources/train-3of3.h5");
     CHECK_NOTHROW(h5::check_virtual_sources(mel));
+    CHECK(h5::chunk_dims(mel).size() == 2);
   }
-  fs::rename(d / "moved/shards/shard-2", d / "elsewhere");
-  const auto f = h5::open_file(d / "moved/merged/train.h5");
-  const auto mel = h5::open_dataset(f, "frames");
-  CHECK_THROWS_WITH(h5::check_virtual_sources(mel), Catch::Contains("shards/shard-2/train.h5") &&
-                                                        Catch::Contains("missing"));
-  CHECK(h5::chunk_dims(mel).size() == 2);
+  fs::rename(d / "moved/sources/train-2of3.h5", d / "elsewhere.h5");
+  const auto f = h5::open_file(d / "moved/train.h5");
+  CHECK_THROWS_AS(h5::open_dataset(f, "frames"), IoError);
+  CHECK_THROWS_WITH(h5::open_dataset(f, "frames"), Catch::Contains("moved/train.h5:/frames") &&
+                                                       Catch::Contains("sources/train-2of3.h5") &&
+                                                       Catch::Contains("missing"));
+}
+
+TEST_CASE("a merge over a merged folder removes the sources it no longer uses", "[shard][e2e]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 4);
+  const auto dirs = test::build_shards(test::tone_build_config(d / "in", d / "unused"), d / "run", 2);
+  test::merge_shards(dirs, d / "merged", false);
+  CHECK(fs::exists(d / "merged/sources/train-1of2.h5"));
+  CHECK(fs::hard_link_count(d / "merged/sources/train-1of2.h5") == 2);
+  builder::MergeOptions again;
+  again.shards = dirs;
+  again.output = d / "merged";
+  again.copy = true;
+  again.overwrite = true;
+  const auto report = builder::run_merge(again);
+  CHECK_FALSE(fs::exists(d / "merged/sources"));
+  CHECK(data::read_build_id(d / "merged/val.h5") == report["build_id"].get<std::string>());
 }
 
 TEST_CASE("merge refuses shards that do not form one complete series, naming the file", "[shard][e2e]") {
@@ -371,7 +401,7 @@ TEST_CASE("h5py reads a merged dataset (virtual and --copy) exactly as the unsha
       "      for n in ('label', 'frame_offset', 'num_samples', 'clip_flags', 'path', 'class_names'):\n"
       "        assert b[n].dtype == a[n].dtype and list(b[n][...]) == list(a[n][...]), (merged, s, n)\n"
       "      for k, v in a.attrs.items():\n"
-      "        assert b.attrs[k] == v, (merged, s, k)\n"
+      "        assert k == 'build_id' or b.attrs[k] == v, (merged, s, k)\n"
       "      assert b.attrs['merged_shards'] == 3\n"
       "print('OK')\n";
   test::write_text(d / "check.py", script);

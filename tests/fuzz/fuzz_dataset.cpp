@@ -13,14 +13,18 @@
 // [1, num_long] and clip f of num_valid_long * num_short * n_frames frames), a ClipReader whose sizes differ from
 // the SplitInfo's, a read past a clip's end that is not InvalidArgument, a read of one frame that differs from the
 // same frame read with its clip, and an HDF5 identifier left open once the reader is gone (a handle leaked on an
-// error path).
+// error path). Hostile storage (issue 29, edit 8): external raw storage in a file or a FIFO, virtual datasets whose
+// source is themselves, outside the folder or missing, 1 GiB and 64 KiB + 1 fixed-length strings, 2 GiB chunks; each
+// must be refused (melforge::Error) without hanging on the FIFO or allocating what the file declares.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -49,8 +53,25 @@ struct Attr {
 };
 
 enum class DType { f16, f32, f64, i32, i64, u8, i8, vstr, fstr, group, kCount };
+/// Hostile storage of a dataset (issue 29): external raw storage (a file, a FIFO), a virtual dataset whose source is
+/// itself, outside the folder (relative, absolute) or missing, fixed-length strings of 1 GiB (unwritten) or of 64 KiB
+/// + 1 (written), a chunk of 2 GiB (unwritten).
+enum class Storage {
+  plain,
+  external_file,
+  external_fifo,
+  virtual_self,
+  virtual_outside,
+  virtual_absolute,
+  virtual_missing,
+  huge_fixed_string,
+  long_fixed_string,
+  huge_chunk,
+  kCount
+};
 struct Data {
   DType type = DType::i32;
+  Storage storage = Storage::plain;
   std::vector<uint64_t> dims;
   bool chunked = false;
   bool deflate = false;
@@ -209,7 +230,7 @@ FileSpec base_spec(int64_t schema, uint64_t files, int classes) {
 
 /// Applies one edit decoded from `fdp` to `f`.
 void edit(FuzzedDataProvider& fdp, FileSpec& f) {
-  switch (fdp.ConsumeIntegralInRange<int>(0, 7)) {
+  switch (fdp.ConsumeIntegralInRange<int>(0, 8)) {
     case 0:
       f.attrs[fdp.ConsumeBool() ? pick(fdp, kAttrNames) : fdp.ConsumeRandomLengthString(8)] = random_attr(fdp);
       break;
@@ -263,6 +284,11 @@ void edit(FuzzedDataProvider& fdp, FileSpec& f) {
       const bool clips = f.data.count("frames") && f.data["frames"].dims.size() == 2;
       if (clips || (f.data.count("mel") && f.data["mel"].dims.size() == 5))
         set_files(f, fdp.ConsumeIntegralInRange<uint64_t>(0, kClipFrames.size()), clips);
+      break;
+    }
+    case 8: {
+      Data& d = f.data[pick(fdp, kDataNames)];
+      d.storage = static_cast<Storage>(fdp.ConsumeIntegralInRange<int>(0, static_cast<int>(Storage::kCount) - 1));
       break;
     }
   }
@@ -344,15 +370,36 @@ bool write_attr(hid_t file, const std::string& name, const Attr& a) {
   return false;
 }
 
+/// The scratch folder's regular file and FIFO that external storage names (made by Scratch).
+fs::path g_secret, g_fifo;
+
+/// Creates `name` as a virtual dataset of `type` and `dims` (rank >= 1) over the source d.storage names.
+bool write_virtual(hid_t file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims, Storage s) {
+  if (dims.empty()) return false;
+  Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  const std::string source = s == Storage::virtual_self       ? "."
+                             : s == Storage::virtual_outside  ? "../outside.h5"
+                             : s == Storage::virtual_absolute ? "/etc/passwd"
+                                                              : "missing.h5";
+  if (space.id < 0 || H5Pset_virtual(dcpl.id, space.id, source.c_str(), ("/" + name).c_str(), space.id) < 0)
+    return false;
+  Id ds(H5Dcreate2(file, name.c_str(), type, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT), H5Dclose);
+  return ds.id >= 0;
+}
+
 bool write_data(hid_t file, const std::string& name, const Data& d) {
   if (d.type == DType::group) {
     Id g(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     return g.id >= 0;
   }
-  const bool is_string = d.type == DType::vstr || d.type == DType::fstr;
+  const bool huge_string = d.storage == Storage::huge_fixed_string, long_string = d.storage == Storage::long_fixed_string;
+  const bool is_string = d.type == DType::vstr || d.type == DType::fstr || huge_string || long_string;
+  const size_t fixed = huge_string ? size_t{1} << 30 : long_string ? (size_t{64} << 10) + 1 : 12;
   hid_t type = H5I_INVALID_HID;
   melforge::h5::Datatype half;
-  Id str(is_string ? string_type(d.type == DType::vstr, 12) : H5I_INVALID_HID, H5Tclose);
+  Id str(is_string ? string_type(d.type == DType::vstr && !huge_string && !long_string, fixed) : H5I_INVALID_HID,
+         H5Tclose);
   switch (d.type) {
     case DType::f16: half = melforge::h5::float16_type(); type = half.id(); break;
     case DType::f32: type = H5T_NATIVE_FLOAT; break;
@@ -363,16 +410,30 @@ bool write_data(hid_t file, const std::string& name, const Data& d) {
     case DType::i8: type = H5T_NATIVE_INT8; break;
     default: type = str.id; break;
   }
+  if (is_string) type = str.id;
   const auto rank = static_cast<int>(d.dims.size());
   std::vector<hsize_t> dims(d.dims.begin(), d.dims.end());
+  if (d.storage >= Storage::virtual_self && d.storage <= Storage::virtual_missing)
+    return write_virtual(file, name, type, dims, d.storage);
+  const bool external = d.storage == Storage::external_file || d.storage == Storage::external_fifo;
   std::vector<hsize_t> max_dims(dims.size(), H5S_UNLIMITED);
-  Id space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), d.chunked ? max_dims.data() : nullptr),
+  Id space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(),
+                                                          d.chunked || d.storage == Storage::huge_chunk
+                                                              ? max_dims.data()
+                                                              : nullptr),
            H5Sclose);
   if (space.id < 0) return false;
   Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (d.chunked && rank > 0) {
+  if (external) {
+    const fs::path& target = d.storage == Storage::external_file ? g_secret : g_fifo;
+    if (H5Pset_external(dcpl.id, target.c_str(), 0, H5F_UNLIMITED) < 0) return false;
+  } else if ((d.chunked || d.storage == Storage::huge_chunk) && rank > 0) {
     std::vector<hsize_t> chunk(dims.size());
     for (size_t i = 0; i < dims.size(); ++i) chunk[i] = std::clamp<hsize_t>(dims[i], 1, 16);
+    if (d.storage == Storage::huge_chunk) {
+      std::fill(chunk.begin(), chunk.end(), 1);
+      chunk[0] = (hsize_t{1} << 31) / std::min<size_t>(H5Tget_size(type), 8);
+    }
     if (H5Pset_chunk(dcpl.id, rank, chunk.data()) < 0) return false;
     if (d.deflate) H5Pset_deflate(dcpl.id, 1);
   }
@@ -380,7 +441,8 @@ bool write_data(hid_t file, const std::string& name, const Data& d) {
   if (ds.id < 0) return false;
   uint64_t n = 1;
   for (auto x : d.dims) n = x > 0 && n > (uint64_t{1} << 20) / x ? (uint64_t{1} << 21) : n * x;
-  if (!d.write || n == 0 || n > (uint64_t{1} << 20)) return true;
+  const uint64_t max_n = long_string ? 64 : uint64_t{1} << 20;
+  if (!d.write || external || huge_string || d.storage == Storage::huge_chunk || n == 0 || n > max_n) return true;
   if (is_string) {
     std::vector<std::string> values(n);
     for (size_t i = 0; i < n; ++i) values[i] = d.strs.empty() ? "" : d.strs[i % d.strs.size()];
@@ -389,8 +451,9 @@ bool write_data(hid_t file, const std::string& name, const Data& d) {
       for (size_t i = 0; i < n; ++i) ptrs[i] = values[i].c_str();
       return H5Dwrite(ds.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) >= 0;
     }
-    std::vector<char> buf(n * 12, '\0');
-    for (size_t i = 0; i < n; ++i) std::copy_n(values[i].data(), std::min<size_t>(values[i].size(), 12), &buf[i * 12]);
+    std::vector<char> buf(n * fixed, long_string ? 'x' : '\0');
+    for (size_t i = 0; i < n; ++i)
+      std::copy_n(values[i].data(), std::min<size_t>(values[i].size(), fixed), &buf[i * fixed]);
     return H5Dwrite(ds.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0;
   }
   if (d.type == DType::f16 || d.type == DType::f32 || d.type == DType::f64) {
@@ -442,6 +505,13 @@ struct Scratch {
     std::string pattern = base + "/melforge-fuzz-dataset-XXXXXX";
     require(::mkdtemp(pattern.data()) != nullptr, "mkdtemp failed");
     dir = pattern;
+    g_secret = dir / "secret.txt";
+    g_fifo = dir / "fifo";
+    FILE* secret = std::fopen(g_secret.c_str(), "w");
+    require(secret != nullptr, "cannot write the secret file");
+    std::fputs("root:x:0:0:root:/root:/bin/bash\n", secret);
+    std::fclose(secret);
+    require(::mkfifo(g_fifo.c_str(), 0600) == 0, "mkfifo failed");
   }
   ~Scratch() {
     std::error_code ec;

@@ -7,8 +7,9 @@ fuzz_decode seeds are 4 parameter bytes (see fuzz_decode.cpp) followed by a shor
 8/16/24-bit, float and double, 1 to 3 channels, 8 to 44.1 kHz, FLAC, Ogg Vorbis, AIFF, AU, plus a truncated header,
 a text file and a float WAV at +-3e38 (near the float maximum). fuzz_manifest and fuzz_config seeds are text files;
 fuzz_dataset seeds are the valid split files of each schema unedited (4 bytes: FuzzedDataProvider reads them from the
-end: schema, classes, clips, cache) and pseudo-random bytes (the target decodes any bytes into edits of a valid
-split file).
+end: schema, classes, clips, cache), pseudo-random bytes (the target decodes any bytes into edits of a valid
+split file), and one hostile storage edit each (issue 29: external storage in a file and a FIFO, virtual sources
+that are the file itself, outside its folder or missing, 1 GiB and 64 KiB + 1 fixed strings, a 2 GiB chunk).
 Needs sox (Debian's sox package). Existing seeds of the same names are replaced; others are left alone.
 """
 import argparse
@@ -121,6 +122,16 @@ def dataset_seeds():
     # Bytes read from the end: schema 1 + b % 3, classes 1 + b % 3, clips b % 5, cache 1 MiB when odd (else 1 byte).
     for schema, classes, clips, cache in ((1, 2, 4, 1), (2, 3, 3, 0), (3, 3, 4, 1), (3, 1, 1, 0), (3, 2, 0, 1)):
         seeds[f"valid_v{schema}_{clips}_clips"] = bytes([cache, clips, classes - 1, schema - 1])
+    # Issue 29: one edit 8 (hostile storage) of a valid schema-3 split of 4 clips and 3 classes, read from the end:
+    # schema, classes, clips, cache, edit 8, the dataset (index into kDataNames), the Storage value.
+    names = ["frames", "frame_offset", "num_samples", "clip_flags", "mel", "num_valid_long", "label", "path",
+             "class_names", "targets"]
+    for storage, (value, dataset) in {"external_file": (1, "label"), "external_fifo": (2, "frame_offset"),
+                                      "virtual_self": (3, "frames"), "virtual_outside": (4, "frames"),
+                                      "virtual_absolute": (5, "frames"), "virtual_missing": (6, "frames"),
+                                      "huge_fixed_string": (7, "class_names"), "long_fixed_string": (8, "path"),
+                                      "huge_chunk": (9, "frames")}.items():
+        seeds[f"hostile_{storage}_{dataset}"] = bytes([value, names.index(dataset), 8, 1, 4, 2, 2])
     return seeds
 
 
