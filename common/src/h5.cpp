@@ -383,22 +383,42 @@ void refuse_big_chunks(const Dataset& dataset, const PropList& dcpl) {
                  std::to_string(kMaxWrittenChunkBytes >> 20) + " MiB)");
 }
 
-/// Throws FormatError naming `dataset` when it declares more than kMaxUnstoredBytes but its storage is not (fully)
-/// allocated: reading it would give fill values the file does not hold.
-void refuse_unstored(const Dataset& dataset) {
+/// Throws FormatError naming `dataset` when more than kMaxUnstoredBytes of what it declares are not stored, so that
+/// reading it would give fill values the file does not hold: contiguous storage that is not allocated, or chunks of
+/// the extent that were never written (H5Dget_num_chunks; counted, not sized, so that compression does not count).
+void refuse_unstored(const Dataset& dataset, const PropList& dcpl, H5D_layout_t layout) {
   const Dataspace space = dataset_space(dataset);
-  const hssize_t points = H5Sget_simple_extent_npoints(space.id());
-  if (points < 0) throw_io(dataset.name() + ": cannot count its elements");
-  const double declared =
-      static_cast<double>(points) * static_cast<double>(H5Tget_size(dataset_type(dataset).id()));
+  const int rank = H5Sget_simple_extent_ndims(space.id());
+  check(rank, dataset.name() + ": cannot get its rank");
+  std::vector<hsize_t> d(static_cast<size_t>(rank));
+  if (rank > 0) check(H5Sget_simple_extent_dims(space.id(), d.data(), nullptr), dataset.name() + ": cannot get dims");
+  const double element = static_cast<double>(H5Tget_size(dataset_type(dataset).id()));
+  double declared = element;
+  for (const hsize_t x : d) declared *= static_cast<double>(x);
   if (declared <= static_cast<double>(kMaxUnstoredBytes)) return;
-  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
-  check(H5Dget_space_status(dataset.id(), &status), dataset.name() + ": cannot get its storage status");
-  if (status == H5D_SPACE_STATUS_ALLOCATED) return;
+  double missing = 0;
+  if (layout == H5D_CHUNKED) {
+    std::vector<hsize_t> c(static_cast<size_t>(rank));
+    check(H5Pget_chunk(dcpl.id(), rank, c.data()), dataset.name() + ": cannot get its chunk shape");
+    double chunks = 1, chunk_bytes = element;
+    for (int i = 0; i < rank; ++i) {
+      chunks *= std::ceil(static_cast<double>(d[i]) / static_cast<double>(std::max<hsize_t>(c[i], 1)));
+      chunk_bytes *= static_cast<double>(c[i]);
+    }
+    hsize_t stored = 0;
+    check(H5Dget_num_chunks(dataset.id(), space.id(), &stored), dataset.name() + ": cannot count its chunks");
+    missing = std::max(0.0, chunks - static_cast<double>(stored)) * chunk_bytes;
+  } else if (layout == H5D_CONTIGUOUS) {
+    H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+    check(H5Dget_space_status(dataset.id(), &status), dataset.name() + ": cannot get its storage status");
+    if (status != H5D_SPACE_STATUS_ALLOCATED) missing = declared;
+  }
+  if (missing <= static_cast<double>(kMaxUnstoredBytes)) return;
   throw_format(dataset.name() + ": declares " + std::to_string(static_cast<int64_t>(declared / (1 << 20))) +
-               " MiB of data but stores " + std::to_string(H5Dget_storage_size(dataset.id())) +
-               " bytes (its storage is " + (status == H5D_SPACE_STATUS_PART_ALLOCATED ? "partly" : "not") +
-               " allocated); melforge reads only data a file holds");
+               " MiB of data but " + std::to_string(static_cast<int64_t>(missing / (1 << 20))) +
+               " MiB of it are not stored in the file (storage not allocated, " +
+               std::to_string(H5Dget_storage_size(dataset.id())) +
+               " bytes stored); melforge reads only data a file holds");
 }
 
 /// Checks `dataset` as open_dataset documents, following at most `depth` more virtual datasets.
@@ -411,7 +431,7 @@ void check_dataset(const Dataset& dataset, int depth) {
     return;
   }
   if (layout == H5D_CHUNKED) refuse_big_chunks(dataset, dcpl);
-  refuse_unstored(dataset);
+  refuse_unstored(dataset, dcpl, layout);
 }
 
 /// Opens `name` in `parent` with the access properties `dapl` and checks it (check_dataset).
