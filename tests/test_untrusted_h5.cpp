@@ -28,6 +28,12 @@ namespace {
 /// Clip lengths of the crafted splits.
 const std::vector<int64_t> kClips = {3, 1, 4, 2};
 
+/// test::write_clip_split at `path`, its folder created first.
+test::ClipSplitData write_split(const fs::path& path, const test::ClipSplitSpec& spec) {
+  fs::create_directories(path.parent_path());
+  return test::write_clip_split(path, spec);
+}
+
 /// Removes the link `name` of the writable file `f`.
 void unlink_dataset(const h5::File& f, const std::string& name) {
   if (H5Ldelete(f.id(), name.c_str(), H5P_DEFAULT) < 0) throw IoError("cannot delete " + name);
@@ -116,19 +122,19 @@ std::vector<HostileCase> hostile_cases() {
        {"train.h5:/path", "external storage"}},
       {"virtual source in a sibling folder",
        [spec](const test::TempDir& d) {
-         test::write_clip_split(d / "outside" / "src.h5", spec);
+         write_split(d / "outside" / "src.h5", spec);
          make_virtual_frames(d / "data" / "train.h5", "../outside/src.h5");
        },
        {"train.h5:/frames", "'../outside/src.h5'", "outside the dataset's folder"}},
       {"virtual source by absolute path",
        [spec](const test::TempDir& d) {
-         test::write_clip_split(d / "outside" / "src.h5", spec);
+         write_split(d / "outside" / "src.h5", spec);
          make_virtual_frames(d / "data" / "train.h5", (d / "outside" / "src.h5").string());
        },
        {"train.h5:/frames", "outside/src.h5'", "outside the dataset's folder"}},
       {"virtual source through a symbolic link",
        [spec](const test::TempDir& d) {
-         test::write_clip_split(d / "outside" / "src.h5", spec);
+         write_split(d / "outside" / "src.h5", spec);
          fs::create_directory_symlink(d / "outside", d / "data" / "sources");
          make_virtual_frames(d / "data" / "train.h5", "sources/src.h5");
        },
@@ -144,7 +150,7 @@ std::vector<HostileCase> hostile_cases() {
        [spec](const test::TempDir& d) {
          test::ClipSplitSpec val = spec;
          val.split = "val";
-         test::write_clip_split(d / "data" / "val.h5", val);
+         write_split(d / "data" / "val.h5", val);
          make_virtual_frames(d / "data" / "val.h5", "train.h5");
          make_virtual_frames(d / "data" / "train.h5", "val.h5");
        },
@@ -184,7 +190,7 @@ std::vector<HostileCase> hostile_cases() {
        [spec](const test::TempDir& d) {
          test::ClipSplitSpec val = spec;
          val.split = "val";
-         test::write_clip_split(d / "data" / "val.h5", val);
+         write_split(d / "data" / "val.h5", val);
          set_build_id(d / "data" / "train.h5", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
          set_build_id(d / "data" / "val.h5", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
        },
@@ -207,7 +213,7 @@ TEST_CASE("crafted split files are refused naming the file and the field, before
   const HostileCase& c = cases[index];
   CAPTURE(c.name);
   test::TempDir dir;
-  test::write_clip_split(dir / "data" / "train.h5", test::ClipSplitSpec{.clip_frames = kClips});
+  write_split(dir / "data" / "train.h5", test::ClipSplitSpec{.clip_frames = kClips});
   c.craft(dir);
   const fs::path train = dir / "data" / "train.h5";
   std::string message;
@@ -231,9 +237,9 @@ TEST_CASE("crafted split files are refused naming the file and the field, before
 TEST_CASE("ClipReader refuses frames whose virtual source is outside the folder", "[untrusted][clip_reader]") {
   test::TempDir dir;
   const test::ClipSplitSpec spec{.clip_frames = kClips};
-  test::write_clip_split(dir / "data" / "train.h5", spec);
+  write_split(dir / "data" / "train.h5", spec);
   const data::SplitInfo info = data::read_split_info(dir / "data" / "train.h5", "train");
-  test::write_clip_split(dir / "outside" / "src.h5", spec);
+  write_split(dir / "outside" / "src.h5", spec);
   make_virtual_frames(dir / "data" / "train.h5", "../outside/src.h5");
   CHECK_THROWS_AS(data::ClipReader(info, 1 << 20), FormatError);
   CHECK_THROWS_WITH(data::ClipReader(info, 1 << 20), Catch::Contains("train.h5:/frames") &&
@@ -243,12 +249,12 @@ TEST_CASE("ClipReader refuses frames whose virtual source is outside the folder"
 TEST_CASE("virtual sources inside the folder, and splits without a build_id, are read", "[untrusted][clip_reader]") {
   test::TempDir dir;
   const test::ClipSplitSpec spec{.clip_frames = kClips};
-  const auto written = test::write_clip_split(dir / "data" / "sources" / "src.h5", spec);
-  test::write_clip_split(dir / "data" / "train.h5", spec);
+  const auto written = write_split(dir / "data" / "sources" / "src.h5", spec);
+  write_split(dir / "data" / "train.h5", spec);
   make_virtual_frames(dir / "data" / "train.h5", "sources/src.h5");
   test::ClipSplitSpec val = spec;
   val.split = "val";
-  test::write_clip_split(dir / "data" / "val.h5", val);
+  write_split(dir / "data" / "val.h5", val);
   const bool same_id = GENERATE(false, true);
   if (same_id) {
     set_build_id(dir / "data" / "train.h5", "0123456789abcdef0123456789abcdef");

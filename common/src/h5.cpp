@@ -436,7 +436,7 @@ void check_dataset(const Dataset& dataset, int depth) {
 
 /// Opens `name` in `parent` with the access properties `dapl` and checks it (check_dataset).
 Dataset open_checked(Ref parent, const std::string& name, hid_t dapl, int depth) {
-  const std::string what = child_name(parent, name);
+  const std::string what = child_name(parent, name.starts_with('/') ? name.substr(1) : name);
   if (!exists(parent, name)) throw_format(what + ": no such dataset");
   Dataset dataset(check_id(H5Dopen2(parent.id, name.c_str(), dapl), what + ": cannot open dataset"), what);
   check_dataset(dataset, depth);
