@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "augment_stage.h"
-#include "h5_writer.h"
 #include "melforge/common/parallel.h"
 
 namespace melforge::builder {
@@ -14,8 +13,7 @@ BuildState::BuildState(const BuildConfig& c, const AudioStages& extra_stages)
       threads(resolve_threads(c.build.threads)),
       augment(c.augment.enabled() ? std::make_shared<AugmentStage>(c.augment, c.mel.sample_rate) : nullptr),
       audio_stages(make_audio_stages(c, extra_stages, augment)),
-      max_samples(c.clips.max_samples(c.mel.sample_rate)),
-      build_id(new_build_id()) {}
+      max_samples(c.clips.max_samples(c.mel.sample_rate)) {}
 
 int64_t BuildState::held_bytes() const { return engine->host_bytes() + (augment ? augment->held_bytes() : 0); }
 

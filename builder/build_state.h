@@ -67,7 +67,8 @@ struct BuildState {
   std::vector<std::string> probe_error;
   /// --max-seconds in samples at the target rate (0: no cap).
   int64_t max_samples = 0;
-  /// This build's identifier (new_build_id), written as the `build_id` attribute of every split and in the report.
+  /// This build's identifier (build_identity, set once the plan is made; empty before): the `build_id` attribute of
+  /// every split and the report's `build_id`.
   std::string build_id;
   /// The files of files_range that passed probe and plan, in scan order.
   std::vector<PlannedFile> usable;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <set>
 #include <system_error>
 
@@ -113,15 +112,18 @@ std::vector<T> read_column(h5::File& file, const std::string& name, hid_t mem_ty
 
 }  // namespace
 
-std::string new_build_id() {
-  std::random_device random;
-  std::string id;
-  for (int i = 0; i < 4; ++i) {
-    char part[9];
-    std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(random()));
-    id += part;
+std::string identity_hash(const std::vector<std::string>& parts) {
+  uint64_t h[2] = {0xCBF29CE484222325ULL, 0x84222325CBF29CE4ULL};
+  for (uint64_t& x : h) {
+    for (const std::string& part : parts) {
+      for (const unsigned char c : part) x = (x ^ c) * 0x100000001B3ULL;
+      x = (x ^ 0xFFu) * 0x100000001B3ULL;
+    }
   }
-  return id;
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h[0]),
+                static_cast<unsigned long long>(h[1]));
+  return buf;
 }
 
 int64_t chunk_frames(int64_t frame_bytes, int64_t frames_per_chunk) {

@@ -159,8 +159,11 @@ inline constexpr int64_t kSchemaVersion = 3;
 /// writes and in its build_report.json, so that readers refuse splits of different builds side by side.
 inline constexpr const char* kBuildIdAttribute = "build_id";
 
-/// A new build identifier: 128 random bits (std::random_device) as 32 lower-case hex digits.
-std::string new_build_id();
+/// A build identifier made from `parts` (every text that determines the build): two 64-bit FNV-1a hashes of them
+/// (with different offset bases, each part followed by a separator byte) as 32 lower-case hex digits. Not a
+/// cryptographic hash: it tells builds apart, it does not authenticate them. Identical parts give the identical
+/// identifier, so that identical inputs and parameters still give byte-identical files.
+std::string identity_hash(const std::vector<std::string>& parts);
 
 /// Frames per HDF5 chunk that SplitWriter uses for frames of `frame_bytes` bytes each: `frames_per_chunk` when > 0,
 /// else as many as fit in 1 MiB (at least 1). SplitWriter refuses chunks over h5::kMaxWrittenChunkBytes

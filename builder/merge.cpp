@@ -529,7 +529,15 @@ json run_merge(const MergeOptions& options) {
 
   OutputFolder output(options.output);
   const fs::path staging = output.fresh_staging();
-  const std::string build_id = new_build_id();
+  std::vector<std::string> identity = {"merge", options.copy ? "copy" : "virtual", shards.front().fingerprint};
+  for (const auto& parts : splits)
+    for (const ShardSplit& p : parts) {
+      const auto id = p.attributes.find(kBuildIdAttribute);
+      identity.push_back(p.path.filename().string() + "=" +
+                         (id == p.attributes.end() ? "none" : h5::to_string(id->second)) + " " +
+                         std::to_string(p.dims[0]) + " " + std::to_string(p.label.size()));
+    }
+  const std::string build_id = identity_hash(identity);
   std::vector<fs::path> staged, sources;
   int64_t mel_bytes = 0;
   for (size_t i = 0; i < kSplitNames.size(); ++i) {

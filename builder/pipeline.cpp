@@ -105,6 +105,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
     probe_files(state, true);
   }
   plan_clip_files(state);
+  state.build_id = build_identity(state);
   {
     ScopedStage stage(times, "engine_init");
     init_engine(state);

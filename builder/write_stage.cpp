@@ -1,8 +1,27 @@
 #include "write_stage.h"
 
+#include <sys/stat.h>
+
 #include "augment_stage.h"
+#include "melforge/common/h5.h"
+#include "plan.h"
 
 namespace melforge::builder {
+
+std::string build_identity(const BuildState& state) {
+  std::vector<std::string> parts = {MELFORGE_VERSION, corpus_fingerprint(state.scan)};
+  for (const Attribute& a : dataset_attributes(state))
+    if (a.name != kBuildIdAttribute) parts.push_back(a.name + "=" + h5::to_string(a.value));
+  for (const PlannedFile& f : state.usable) {
+    struct stat st {};
+    const bool known = ::stat(f.input->path.c_str(), &st) == 0;
+    parts.push_back(f.input->rel_path + "\n" + std::to_string(f.frames) + "\n" +
+                    (known ? std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+                                 std::to_string(st.st_mtim.tv_nsec)
+                           : "?"));
+  }
+  return identity_hash(parts);
+}
 
 std::vector<Attribute> dataset_attributes(const BuildState& state) {
   const BuildConfig& c = state.config;
@@ -36,7 +55,7 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
       {"resampler_phase", std::string(audio::kResamplerPhase)},
       {"resampler_version", audio::resampler_version()},
   };
-  attributes.push_back({kBuildIdAttribute, state.build_id});
+  if (!state.build_id.empty()) attributes.push_back({kBuildIdAttribute, state.build_id});
   if (c.build.split_by != SplitBy::file) attributes.push_back({"split_by", to_string(c.build.split_by)});
   if (const ShardSpec shard = c.build.shard_spec(); shard.sharded()) {
     attributes.push_back({"shard_index", int64_t{shard.index}});
