@@ -730,9 +730,9 @@ std::vector<std::string> read_strings(Ref parent, const std::string& name) {
   const auto read = [id = ds.id()](hid_t mem, void* buf) {
     return H5Dread(id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   };
-  const auto vlen_bytes = [&](hid_t mem) {
+  const auto vlen_bytes = [id = ds.id(), &what = ds.name(), &space](hid_t mem) {
     hsize_t bytes = 0;
-    check(H5Dvlen_get_buf_size(ds.id(), mem, space.id(), &bytes), ds.name() + ": cannot size its strings");
+    check(H5Dvlen_get_buf_size(id, mem, space.id(), &bytes), what + ": cannot size its strings");
     return static_cast<double>(bytes);
   };
   return read_string_values(type, space, n, read, vlen_bytes);
