@@ -194,8 +194,8 @@ std::vector<HostileCase> hostile_cases() {
          set_build_id(d / "data" / "train.h5", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
          set_build_id(d / "data" / "val.h5", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
        },
-       {"train.h5 (build_id 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa')", "val.h5 (build_id 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb')",
-        "different melforge-build runs"}},
+       {"train.h5 (build_id 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa')",
+        "val.h5 (build_id 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb')", "different melforge-build runs"}},
       {"a 64 MiB split attribute",
        [](const test::TempDir& d) {
          const auto f = h5::open_file(d / "data" / "train.h5", true);

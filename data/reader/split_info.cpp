@@ -107,8 +107,8 @@ void SplitInfo::check_finite(int64_t first, int64_t count, const float* data) co
 void SplitInfo::check_finite_segment(const SegmentRef& ref, const float* data) const {
   if (first_non_finite(data, info.n_mels * info.n_frames) < 0) return;
   throw FormatError(path.string() + ": split '" + name + "', row " + std::to_string(ref.file) + " (file " +
-                    utf8::for_terminal(paths[static_cast<std::size_t>(ref.file)]) + "): the spectrogram holds NaN or an infinite value " +
-                    "(long segment " + std::to_string(ref.long_index) + ", short segment " +
+                    utf8::for_terminal(paths[static_cast<std::size_t>(ref.file)]) +
+                    "): the spectrogram holds NaN or an infinite value (long segment " + std::to_string(ref.long_index) + ", short segment " +
                     std::to_string(ref.short_index) + "); rebuild the dataset, or remove the file");
 }
 
@@ -260,7 +260,8 @@ void read_clip_table(const h5::File& file, const std::string& where, SplitInfo& 
                         " must be >= 1 (file " + utf8::for_terminal(s.paths[i]) + ")");
     if (flags[i] < 0 || (flags[i] & ~int64_t{kClipFlagsKnown}) != 0)
       throw FormatError(where + ": clip_flags[" + std::to_string(f) + "] = " + std::to_string(flags[i]) +
-                        " holds bits other than 1 (padded) and 2 (capped) (file " + utf8::for_terminal(s.paths[i]) + ")");
+                        " holds bits other than 1 (padded) and 2 (capped) (file " + utf8::for_terminal(s.paths[i]) +
+                        ")");
     s.clip_flags.push_back(static_cast<uint8_t>(flags[i]));
   }
 }

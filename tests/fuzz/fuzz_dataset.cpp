@@ -393,7 +393,8 @@ bool write_data(hid_t file, const std::string& name, const Data& d) {
     Id g(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     return g.id >= 0;
   }
-  const bool huge_string = d.storage == Storage::huge_fixed_string, long_string = d.storage == Storage::long_fixed_string;
+  const bool huge_string = d.storage == Storage::huge_fixed_string;
+  const bool long_string = d.storage == Storage::long_fixed_string;
   const bool is_string = d.type == DType::vstr || d.type == DType::fstr || huge_string || long_string;
   const size_t fixed = huge_string ? size_t{1} << 30 : long_string ? (size_t{64} << 10) + 1 : 12;
   hid_t type = H5I_INVALID_HID;
