@@ -181,6 +181,8 @@ EmbedSummary run_embed(const EmbedOptions& opts, std::ostream& out, std::ostream
   const at::Device device = runtime.resolve_device();
   runtime.apply_threads();
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
+  check_checkpoint_model(ck, opts.checkpoint.string(), "embed", opts.batch_size, "--eval-batch-size",
+                         available_memory_bytes());
   if (model_task(ck.model_config) != kTaskVerification)
     throw FormatError("embed needs a --task verification checkpoint; " + opts.checkpoint.string() +
                       " was trained with --task " + model_task(ck.model_config));

@@ -139,6 +139,8 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
   runtime.apply_threads();
   configure_cuda(device.is_cuda());
   const Checkpoint c = load_checkpoint(opts.checkpoint);
+  check_checkpoint_model(c, opts.checkpoint.string(), "eval", eval.batch_size, "--eval-batch-size",
+                         available_memory_bytes());
   const std::string task = model_task(c.model_config);
   {
     const Dataset meta = load_dataset(data.data, /*load_mel=*/false);

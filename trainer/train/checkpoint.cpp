@@ -8,6 +8,8 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -18,9 +20,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "melforge/common/utf8.h"
 
 namespace torch::jit {
@@ -264,7 +268,7 @@ namespace {
 /// buffer (AddressSanitizer, test_trainer_checkpoint). A short read here makes the zip reader fail with an error.
 class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
  public:
-  explicit BoundedReader(std::vector<char> bytes) : bytes_(std::move(bytes)) {}
+  explicit BoundedReader(std::string bytes) : bytes_(std::move(bytes)) {}
   size_t size() const override { return bytes_.size(); }
   size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
     if (pos >= bytes_.size()) return 0;
@@ -274,13 +278,109 @@ class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
   }
 
  private:
-  std::vector<char> bytes_;
+  std::string bytes_;
 };
 
-/// torch::jit::pickle_load (a torch.save archive's "data" pickle and its tensors), reading through BoundedReader.
-c10::IValue bounded_pickle_load(std::vector<char> bytes) {
+/// The bytes each storage record of an archive really holds, by the address its DataPtr gives the storage.
+struct RecordSizes {
+  std::map<const void*, uint64_t> by_data;
+  uint64_t total = 0;
+};
+
+/// torch::jit::readArchiveAndTensors (a torch.save archive's "data" pickle and its tensors), reading through
+/// BoundedReader, and noting in `records` how many bytes each storage record holds: the unpickler gives a storage the
+/// byte count the pickle declares (numel times the dtype's size) over the record's bytes, whatever the record holds.
+/// A record named again is served from a DeserializationStorageContext, not read again; FormatError naming `path`
+/// when the records read still add up to more bytes than the file has.
+c10::IValue bounded_pickle_load(std::string bytes, const std::filesystem::path& path, RecordSizes& records) {
+  const uint64_t file_bytes = bytes.size();
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(std::move(bytes)));
-  return torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt, std::nullopt, reader);
+  auto [pickle_ptr, pickle_size] = reader.getRecord("data.pkl");
+  const char* pickle = static_cast<const char*>(pickle_ptr.get());
+  size_t done = 0;
+  auto read_pickle = [&](char* buf, size_t n) -> size_t {
+    n = std::min(n, pickle_size - done);
+    std::memcpy(buf, pickle + done, n);
+    done += n;
+    return n;
+  };
+  auto read_record = [&](const std::string& name) {
+    auto [ptr, size] = reader.getRecord("data/" + name);
+    records.total += size;
+    if (records.total > file_bytes)
+      throw FormatError("checkpoint '" + utf8::for_terminal(path.string()) + "': its tensors read " +
+                        std::to_string(records.total) + " bytes of storage records, more than the " +
+                        std::to_string(file_bytes) + " bytes of the file (record 'data/" + utf8::for_terminal(name, 60) +
+                        "' is read more than once)");
+    records.by_data[ptr.get()] = size;
+    return std::move(ptr);
+  };
+  torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, std::nullopt, false,
+                                  torch::jit::Unpickler::defaultTypeParser,
+                                  std::make_shared<torch::jit::DeserializationStorageContext>());
+  unpickler.set_version(reader.version());
+  return unpickler.parse_ivalue();
+}
+
+/// Throws FormatError naming `where` (the file and the tensor's entry) unless `t` is a dense CPU tensor of a plain
+/// dtype whose shape, strides and storage offset stay within the bytes its storage record holds in the file: checked
+/// on the metadata alone, before any value is read.
+void check_stored_tensor(const at::Tensor& t, const std::string& where, const RecordSizes& records) {
+  auto fail = [&](const std::string& why) { throw FormatError(where + " " + why); };
+  if (t.layout() != at::kStrided || t.is_quantized() || !t.device().is_cpu())
+    fail("is not a dense CPU tensor (layout " + c10::str(t.layout()) + ")");
+  switch (t.scalar_type()) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16: case at::kLong: case at::kInt:
+    case at::kShort: case at::kChar: case at::kByte: case at::kBool: break;
+    default: fail("has dtype " + std::string(c10::toString(t.scalar_type())) + ", not a real number type");
+  }
+  if (t.dim() > 8) fail("has " + std::to_string(t.dim()) + " dimensions");
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) < 0) fail("has a negative size in dimension " + std::to_string(d));
+    if (t.size(d) > 1 && t.stride(d) <= 0)
+      fail("has stride " + std::to_string(t.stride(d)) + " in dimension " + std::to_string(d) + " (shape " +
+           shape_string(t.sizes()) + "): a stride of 0 or below repeats or reverses stored values");
+  }
+  if (t.numel() == 0) return;
+  if (!t.is_contiguous())
+    fail("has strides " + shape_string(t.strides()) + " for shape " + shape_string(t.sizes()) +
+         ": overlapping or permuted views are refused (checkpoints store contiguous tensors)");
+  if (t.storage_offset() < 0) fail("has a negative storage offset");
+  uint64_t needed = 0;
+  const bool overflow =
+      __builtin_add_overflow(static_cast<uint64_t>(t.storage_offset()), static_cast<uint64_t>(t.numel()), &needed) ||
+      __builtin_mul_overflow(needed, static_cast<uint64_t>(t.element_size()), &needed);
+  const uint64_t declared = t.storage().nbytes();
+  const auto it = records.by_data.find(t.storage().data());
+  const uint64_t stored = it == records.by_data.end() ? 0 : it->second;
+  if (overflow || needed > declared || declared > stored)
+    fail("of shape " + shape_string(t.sizes()) + " (" + std::string(c10::toString(t.scalar_type())) +
+         ", storage offset " + std::to_string(t.storage_offset()) + ") needs " +
+         (overflow ? std::string("more than 2^64") : std::to_string(needed)) + " bytes, its storage declares " +
+         std::to_string(declared) + " and the file stores " + std::to_string(stored) +
+         ": the file is truncated or crafted");
+}
+
+/// check_stored_tensor on every tensor inside `v` (dicts, lists, tuples), `where` naming the entry
+/// ("checkpoint 'x': entry 'model.fc.weight'").
+void check_stored_tensors(const c10::IValue& v, const std::string& file, const std::string& name,
+                          const RecordSizes& records, int depth = 0) {
+  const std::string where = file + ": entry '" + name + "'";
+  if (depth > 64) throw FormatError(where + " nests more than 64 levels deep");
+  if (v.isTensor()) return check_stored_tensor(v.toTensor(), where, records);
+  if (v.isGenericDict()) {
+    for (const auto& item : v.toGenericDict()) {
+      const std::string key = item.key().isString() ? item.key().toStringRef() : item.key().tagKind();
+      check_stored_tensors(item.value(), file, name + (depth ? "." : "") + utf8::for_terminal(key, 80), records,
+                           depth + 1);
+    }
+    return;
+  }
+  if (v.isList() || v.isTuple()) {
+    const auto& elements = v.isList() ? v.toListRef() : v.toTupleRef().elements();
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      check_stored_tensors(elements[i], file, name + "[" + std::to_string(i) + "]", records, depth + 1);
+  }
 }
 
 /// The error for a folder given as a checkpoint; for a run folder it names the checkpoints inside.
@@ -297,7 +397,7 @@ std::string folder_message(const std::filesystem::path& path) {
 /// Read access to the bytes of a zip archive; every read past the end throws FormatError naming the file.
 class ZipBytes {
  public:
-  ZipBytes(const std::vector<char>& bytes, const std::filesystem::path& path) : b_(bytes), path_(path) {}
+  ZipBytes(const std::string& bytes, const std::filesystem::path& path) : b_(bytes), path_(path) {}
   [[noreturn]] void corrupt(const std::string& why) const {
     throw FormatError("checkpoint '" + path_.string() + "' is not a readable torch archive (truncated or corrupt?): " +
                       why);
@@ -317,7 +417,7 @@ class ZipBytes {
   uint64_t size() const { return b_.size(); }
 
  private:
-  const std::vector<char>& b_;
+  const std::string& b_;
   const std::filesystem::path& path_;
 };
 
@@ -377,7 +477,7 @@ std::vector<ZipEntry> zip_entries(const ZipBytes& z) {
 
 /// Checks the CRC-32 of every entry of the zip archive `bytes` (a torch archive: its entries are stored, not
 /// compressed). Throws FormatError naming `path` and the first entry that fails.
-void verify_zip_crcs(const std::vector<char>& bytes, const std::filesystem::path& path) {
+void verify_zip_crcs(const std::string& bytes, const std::filesystem::path& path) {
   const ZipBytes z(bytes, path);
   for (const ZipEntry& e : zip_entries(z)) {
     const std::string where = "checkpoint '" + path.string() + "': entry '" + e.name + "'";
@@ -406,20 +506,22 @@ void verify_zip_crcs(const std::vector<char>& bytes, const std::filesystem::path
 
 c10::IValue read_torch_archive(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) throw IoError(folder_message(path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open checkpoint '" + path.string() + "': " + errno_text());
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError("cannot read checkpoint '" + path.string() + "'");
+  std::string bytes = read_regular_file(path, "checkpoint", kMaxCheckpointBytes);
   verify_zip_crcs(bytes, path);
+  const std::string shown = utf8::for_terminal(path.string());
   c10::IValue root;
+  RecordSizes records;
   try {
-    root = bounded_pickle_load(std::move(bytes));
+    root = bounded_pickle_load(std::move(bytes), path, records);
+  } catch (const FormatError&) {
+    throw;
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    throw FormatError("checkpoint '" + path.string() + "' is not a readable torch archive (truncated or corrupt?): " +
-                      what);
+    throw FormatError("checkpoint '" + shown + "' is not a readable torch archive (truncated or corrupt?): " +
+                      utf8::for_terminal(what));
   }
+  check_stored_tensors(root, "checkpoint '" + shown + "'", "", records);
   return root;
 }
 
@@ -483,6 +585,9 @@ void load_state_dict(torch::nn::Module& module, const TensorMap& state, const st
     if (it->second.sizes() != target.sizes())
       throw FormatError(what + ": entry '" + name + "' has shape " + shape_string(it->second.sizes()) +
                         " but the model's is " + shape_string(target.sizes()));
+    if (it->second.scalar_type() != target.scalar_type())
+      throw FormatError(what + ": entry '" + name + "' has dtype " + c10::toString(it->second.scalar_type()) +
+                        " but the model's is " + c10::toString(target.scalar_type()));
   }
   for (const auto& [name, t] : state)
     if (!targets.count(name)) throw FormatError(what + ": unexpected entry '" + name + "' (not in the model)");
