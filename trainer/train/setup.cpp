@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "data/dataset.h"
+#include "eval/multilabel.h"
 #include "melforge/common/h5.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/utf8.h"
@@ -151,7 +152,8 @@ void check_confusion_memory(int64_t num_classes, int64_t available_bytes, const 
 
 void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
                            int64_t available_bytes) {
-  check_confusion_memory(num_classes, available_bytes, "the dataset " + config.data.data.string());
+  if (config.train.task == kTaskMulticlass)
+    check_confusion_memory(num_classes, available_bytes, "the dataset " + config.data.data.string());
   const double need = training_memory_bytes(config, info, num_classes, cuda);
   if (available_bytes < 0 || need <= static_cast<double>(available_bytes)) return;
   const ModelSize size = model_size(config.model, info, num_classes);
@@ -198,7 +200,8 @@ ModelSize check_checkpoint_model(const Checkpoint& c, const std::string& path, c
     throw FormatError(fmt("%s: entry 'model_config' describes a model of %.3g parameters, but entry 'model' stores "
                           "%.3g values: the file is corrupt or crafted",
                           what.c_str(), size.parameters, stored));
-  if (command == "eval" && c.model_config.contains("num_classes") && c.model_config["num_classes"].is_number_integer())
+  if (command == "eval" && model_task(c.model_config) == kTaskMulticlass && c.model_config.contains("num_classes") &&
+      c.model_config["num_classes"].is_number_integer())
     check_confusion_memory(c.model_config["num_classes"].get<int64_t>(), available_bytes, what);
   const double need = inference_memory_bytes(size, c.model_config, batch);
   if (available_bytes < 0 || need <= static_cast<double>(available_bytes)) return size;
