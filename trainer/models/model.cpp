@@ -120,7 +120,9 @@ std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& 
 std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task) {
   if (config.contains("task") && config["task"] != "multiclass" && !any_task)
     throw FormatError("the checkpoint was trained with --task " +
-                      (config["task"].is_string() ? config["task"].get<std::string>() : config["task"].dump()) +
+                      utf8::for_terminal(config["task"].is_string() ? config["task"].get<std::string>()
+                                                                    : config["task"].dump(),
+                                         60) +
                       ": this command supports --task multiclass checkpoints only (melforge-train eval evaluates "
                       "a multilabel or verification checkpoint, embed gives a verification model's embeddings)");
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";

@@ -116,7 +116,8 @@ void Run::check_dataset() {
   check_checkpoint_fits(*resume_from_, meta.info, meta.class_names, resume_checkpoint(cfg_.train.resume).string(),
                         cfg_.data.data.string());
   if (resume_from_->positive_index != s_.positive_index)
-    throw FormatError("--resume: the checkpoint's positive class is '" + resume_from_->positive_class + "'");
+    throw FormatError("--resume: the checkpoint's positive class is '" +
+                      utf8::for_terminal(resume_from_->positive_class, 80) + "'");
 }
 
 void Run::check_dataset_identity() {

@@ -56,7 +56,8 @@ std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std:
   if (!name.empty()) return {d.class_index(name, "--positive-class"), name};
   for (std::size_t i = 0; i < d.class_names.size(); ++i)
     if (d.class_names[i] == "leak") return {static_cast<int64_t>(i), "leak"};
-  log.info("no --positive-class and no class named 'leak': the detection head detects '" + d.class_names[0] +
+  log.info("no --positive-class and no class named 'leak': the detection head detects '" +
+           utf8::for_terminal(d.class_names[0], 80) +
            "' (the first class); name another with --positive-class NAME, or switch the head off with "
            "--positive-class none");
   return {0, d.class_names[0]};
@@ -222,7 +223,8 @@ void check_checkpoint_fits(const Checkpoint& c, const MelInfo& info, const std::
   if (!diff.empty()) throw FormatError("checkpoint does not fit the dataset: " + diff);
   if (same_classes && c.class_names != class_names)
     throw FormatError("checkpoint does not fit the dataset: the checkpoint " + what + " has classes [" +
-                      join(c.class_names) + "] but the dataset " + dataset + " has [" + join(class_names) + "]");
+                      utf8::for_terminal(join(c.class_names), 400) + "] but the dataset " + utf8::for_terminal(dataset) +
+                      " has [" + utf8::for_terminal(join(class_names), 400) + "]");
 }
 
 }  // namespace melforge::trainer
