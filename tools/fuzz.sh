@@ -3,7 +3,7 @@
 #
 #   tools/fuzz.sh [--seconds N] [--build-dir DIR] [--no-build] [target ...]
 #
-# Targets: fuzz_decode fuzz_manifest fuzz_config fuzz_dataset (default: all four). The build folder
+# Targets: fuzz_decode fuzz_manifest fuzz_config fuzz_dataset fuzz_checkpoint (default: all five). The build folder
 # (default build-san/, the one tools/sanitize.sh configures: clang, ASan + UBSan, MELFORGE_FUZZ=ON) is configured
 # here if it is not yet, and the targets are built unless --no-build. New inputs that libFuzzer finds go to
 # DIR/fuzz/<target>/corpus/ (the committed seeds are only read); a crashing input is saved as
@@ -32,7 +32,7 @@ if [[ ! -f "$build_dir/CMakeCache.txt" ]] || ! grep -q '^MELFORGE_FUZZ:BOOL=ON' 
   MELFORGE_SAN_BUILD_DIR="$build_dir" bash "$here/tools/sanitize.sh" -N >/dev/null
 fi
 if ((${#targets[@]} == 0)); then
-  targets=(fuzz_decode fuzz_manifest fuzz_config fuzz_dataset)
+  targets=(fuzz_decode fuzz_manifest fuzz_config fuzz_dataset fuzz_checkpoint)
 fi
 if ((build)); then
   cmake --build "$build_dir" -j"${MELFORGE_JOBS:-$(nproc)}" --target "${targets[@]}"

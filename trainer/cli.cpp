@@ -354,9 +354,18 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   return opts.exit_code;
 }
 
+/// What to change after an out-of-memory error in `command`: only flags that command has.
+std::string memory_advice(const std::string& command) {
+  if (command == "train") return "lower --hidden, --batch-size or --eval-batch-size, or free memory";
+  if (command == "eval" || command == "embed") return "lower --eval-batch-size, or free memory";
+  return "free memory (or check that the checkpoint is the one meant: a crafted or corrupt file can describe a "
+         "model larger than this machine)";
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  const std::string command = argc > 1 ? argv[1] : "";
   try {
     return run_command(argc, argv, out, err);
   } catch (const InvalidArgument& e) {
@@ -369,8 +378,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     err << "melforge-train: error: " << e.what() << "\n";
     return kExitError;
   } catch (const std::bad_alloc&) {
-    err << "melforge-train: error: out of memory (an allocation failed); lower --hidden, --batch-size or "
-           "--eval-batch-size, or free memory\n";
+    err << "melforge-train: error: out of memory (an allocation failed); " << memory_advice(command) << "\n";
     return kExitError;
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
@@ -378,7 +386,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
                      what.find("can't allocate memory") != std::string::npos;
     err << "melforge-train: " << (oom ? "error: out of memory: " : "unexpected error: ") << what
-        << (oom ? "; lower --hidden, --batch-size or --eval-batch-size, or free memory" : "") << "\n";
+        << (oom ? "; " + memory_advice(command) : std::string()) << "\n";
     return kExitError;
   } catch (const std::exception& e) {
     err << "melforge-train: unexpected error: " << e.what() << "\n";

@@ -20,6 +20,8 @@ melforge installed (tools/check_export.py) load this file by path.
 
 from __future__ import annotations
 
+import io
+
 import torch
 from torch import nn
 
@@ -529,3 +531,230 @@ def build_model(config) -> nn.Module:
     if kind == "cnn":
         return Cnn(time_pool=config.get("time_pool", "flatten"), **common)
     return Crnn(rnn=config["rnn"], rnn_hidden=config["rnn_hidden"], **common)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading checkpoints and exports as untrusted files (issue 29): the same checks as trainer/train/checkpoint.cpp.
+
+try:  # melforge.FormatError / InvalidArgument inside the package; tools that load this file by path get ValueError
+    from ._core import FormatError as _FormatError
+    from ._core import InvalidArgument as _InvalidArgument
+except ImportError:  # pragma: no cover - loaded by path without the package
+    _FormatError = _InvalidArgument = ValueError
+
+#: Largest width, class count or input dimension a model configuration read from a file may hold (as the trainer's
+#: kMaxModelWidth).
+MAX_MODEL_WIDTH = 1 << 20
+
+_STORAGE_ITEM_BYTES = {"FloatStorage": 4, "DoubleStorage": 8, "HalfStorage": 2, "BFloat16Storage": 2,
+                       "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1,
+                       "BoolStorage": 1}
+
+
+class _StorageRef:
+    """A storage named by the pickle: its dtype's name and item size, its record key and declared element count."""
+
+    def __init__(self, kind, key, numel):
+        self.kind, self.key, self.numel = kind, str(key), numel
+
+
+class _TensorRef:
+    """A tensor the pickle rebuilds, as metadata only: its storage, storage offset, size and stride."""
+
+    def __init__(self, storage, offset, size, stride):
+        self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)
+
+
+def _archive_metadata(path: str):
+    """(the unpickled value with tensors as _TensorRef, {record key: bytes stored}) of the torch.save zip `path`,
+    read with an unpickler that resolves nothing but tensors, storages and OrderedDict: nothing is allocated from
+    the declared sizes and no code runs. Raises FormatError for anything else."""
+    import collections
+    import pickle
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            pickles = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if len(pickles) != 1:
+                raise _FormatError(f"{path}: not a torch archive (no single data.pkl)")
+            prefix = pickles[0][: -len("data.pkl")] + "data/"
+            records = {i.filename[len(prefix):]: i.file_size for i in z.infolist() if i.filename.startswith(prefix)}
+            data = z.read(pickles[0])
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError) as e:
+        if isinstance(e, _FormatError):
+            raise
+        raise _FormatError(f"{path}: not a readable torch archive (truncated or corrupt?): {e}") from None
+
+    def rebuild(storage, offset, size, stride, *rest):
+        return _TensorRef(storage, offset, size, stride)
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+                return rebuild
+            if (module, name) == ("collections", "OrderedDict"):
+                return collections.OrderedDict
+            if module == "torch" and name in _STORAGE_ITEM_BYTES:
+                return name
+            raise _FormatError(f"{path}: holds Python objects other than tensors and plain values ({module}.{name});"
+                               " melforge loads checkpoints weights-only and never runs code from a file")
+
+        def persistent_load(self, pid):
+            if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+                raise _FormatError(f"{path}: an unknown persistent reference in the pickle")
+            kind = pid[1] if isinstance(pid[1], str) else getattr(pid[1], "__name__", str(pid[1]))
+            if kind not in _STORAGE_ITEM_BYTES:
+                raise _FormatError(f"{path}: a storage of type {kind!r}, not a real number type")
+            return _StorageRef(kind, pid[2], pid[4])
+
+    try:
+        return Reader(io.BytesIO(data)).load(), records
+    except _FormatError:
+        raise
+    except Exception as e:  # a malformed pickle raises many types
+        raise _FormatError(f"{path}: not a readable torch archive (truncated or corrupt?): {e}") from None
+
+
+def _check_tensor_ref(t: _TensorRef, where: str, records: dict):
+    """Raises FormatError naming `where` unless the tensor's shape, strides and offset stay within its storage, and
+    the storage's declared bytes within the bytes the file stores for it (the C++ reader's check_stored_tensor)."""
+    ints = all(isinstance(v, int) for v in (t.offset, t.storage.numel, *t.size, *t.stride))
+    if not ints or len(t.size) != len(t.stride) or len(t.size) > 8:
+        raise _FormatError(f"{where} has a malformed shape or stride")
+    for d, (n, s) in enumerate(zip(t.size, t.stride)):
+        if n < 0:
+            raise _FormatError(f"{where} has a negative size in dimension {d}")
+        if n > 1 and s <= 0:
+            raise _FormatError(f"{where} has stride {s} in dimension {d} (shape {list(t.size)}): a stride of 0 or "
+                               "below repeats or reverses stored values")
+    numel = 1
+    for n in t.size:
+        numel *= n
+    if numel == 0:
+        return
+    expected, step = [], 1
+    for n in reversed(t.size):
+        expected.append(step)
+        step *= n
+    if any(n > 1 and s != e for n, s, e in zip(t.size, t.stride, reversed(expected))):
+        raise _FormatError(f"{where} has strides {list(t.stride)} for shape {list(t.size)}: overlapping or permuted "
+                           "views are refused (checkpoints store contiguous tensors)")
+    item = _STORAGE_ITEM_BYTES[t.storage.kind]
+    needed, declared = (t.offset + numel) * item, t.storage.numel * item
+    stored = records.get(t.storage.key, 0)
+    if t.offset < 0 or needed > declared or declared > stored:
+        raise _FormatError(f"{where} of shape {list(t.size)} (storage offset {t.offset}) needs {needed} bytes, its "
+                           f"storage declares {declared} and the file stores {stored}: the file is truncated or "
+                           "crafted")
+
+
+def _check_refs(value, path: str, records: dict, name: str = "", depth: int = 0):
+    """_check_tensor_ref on every tensor inside `value` (dicts, lists, tuples), named as "entry 'model.fc.weight'"."""
+    if depth > 64:
+        raise _FormatError(f"{path}: entry '{name}' nests more than 64 levels deep")
+    if isinstance(value, _TensorRef):
+        _check_tensor_ref(value, f"{path}: entry '{name}'", records)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_refs(v, path, records, f"{name}.{k}" if name else str(k), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_refs(v, path, records, f"{name}[{i}]", depth + 1)
+
+
+def load_torch_file(path) -> object:
+    """`torch.load(path, weights_only=True)` of an untrusted checkpoint or export, after checking every tensor's
+    metadata in the archive (dtype, shape, strides, storage offset, declared and stored bytes) without reading its
+    values. Raises melforge.FormatError (ValueError when this file is loaded by path) naming the file and the entry,
+    melforge.InvalidArgument when `path` is not a regular file; never runs code from the file."""
+    import os
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise _InvalidArgument(f"{path}: not a regular file (a checkpoint is read only from a regular file; a FIFO, "
+                               "a device or a folder is refused before reading)")
+    value, records = _archive_metadata(path)
+    _check_refs(value, path, records)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a file that is not a torch archive
+        if "weights_only" in str(e) or "Unsupported global" in str(e):
+            raise _FormatError(
+                f"{path}: holds Python objects other than tensors and plain values; melforge loads checkpoints "
+                "weights-only and never runs code from a file") from None
+        raise _FormatError(f"{path}: not a readable torch archive: {str(e).splitlines()[0] if str(e) else e}") from None
+    return obj
+
+
+def check_model_config(config: dict, what: str) -> dict:
+    """`config` (Classifier::config_json) after checking its widths, class count and input dimensions are integers
+    from 1 to MAX_MODEL_WIDTH and dropout is in [0, 1): FormatError naming `what` and the field otherwise."""
+    if not isinstance(config, dict):
+        raise _FormatError(f"{what}: entry 'model_config' is not a dict")
+    for field in ("n_mels", "n_frames", "num_classes", "hidden", "rnn_hidden", "embedding_dim", "channels"):
+        if field not in config:
+            continue
+        values = config[field] if isinstance(config[field], (list, tuple)) else [config[field]]
+        if len(values) > 8 or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_MODEL_WIDTH
+                                      for v in values):
+            raise _FormatError(f"{what}: entry 'model_config': '{field}' is {str(config[field])[:60]}, not an "
+                               f"integer from 1 to {MAX_MODEL_WIDTH}")
+    dropout = config.get("dropout", 0.0)
+    if not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise _FormatError(f"{what}: entry 'model_config': 'dropout' is {str(dropout)[:60]}, not a number in [0, 1)")
+    return config
+
+
+def _available_memory_bytes() -> int:
+    """MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def build_checked_model(config, state: dict, what: str) -> nn.Module:
+    """The model of `config` with the weights of `state` (a state dict read from `what`, a file we did not write):
+    the configuration is bounded (check_model_config), the model is first built on the meta device (nothing
+    allocated) to count its parameters, which must not exceed what `state` stores nor the available memory, and
+    every entry of `state` must have the model's shape and dtype and finite values. Raises FormatError naming `what`
+    and the field or entry (InvalidArgument when the model does not fit in MemAvailable)."""
+    config = check_model_config(model_config_of(config), what)
+    try:
+        with torch.device("meta"):
+            shell = build_model(config)
+    except (KeyError, ValueError, TypeError) as e:
+        raise _FormatError(f"{what}: entry 'model_config': {e}") from None
+    parameters = sum(t.numel() for t in shell.state_dict().values())
+    stored = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
+    if parameters > 1.5 * stored + 65536:
+        raise _FormatError(f"{what}: entry 'model_config' describes a model of {parameters:.3g} parameters, but "
+                           f"entry 'model' stores {stored:.3g} values: the file is corrupt or crafted")
+    available = _available_memory_bytes()
+    if available >= 0 and parameters * 8 > available:
+        raise _InvalidArgument(f"{what}: its model of {parameters:.3g} parameters needs about "
+                           f"{parameters * 8 / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB available "
+                           "(MemAvailable)")
+    for name, target in shell.state_dict().items():
+        t = state.get(name)
+        if not isinstance(t, torch.Tensor):
+            raise _FormatError(f"{what}: missing entry '{name}' of the model")
+        if t.shape != target.shape:
+            raise _FormatError(f"{what}: entry '{name}' has shape {list(t.shape)} but the model's is "
+                               f"{list(target.shape)}")
+        if t.dtype != target.dtype:
+            raise _FormatError(f"{what}: entry '{name}' has dtype {t.dtype} but the model's is {target.dtype}")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise _FormatError(f"{what}: entry '{name}' holds NaN or infinite values (the file is corrupt, or was "
+                               "saved from a diverged run)")
+    for name in state:
+        if name not in shell.state_dict():
+            raise _FormatError(f"{what}: unexpected entry '{name}' (not in the model)")
+    model = build_model(config)
+    model.load_state_dict(state, strict=True)
+    return model

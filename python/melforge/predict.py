@@ -28,8 +28,10 @@ def _detected_class(holder) -> "str | None":
 
 def _load_model_files(source: str):
     """(state dict, model config holder, mel dict, class names, positive class) of a checkpoint (`best.pt` of
-    `melforge-train train`) or an export (`weights.pt` with `weights.pt.json` beside it, or the .json itself)."""
-    import torch
+    `melforge-train train`) or an export (`weights.pt` with `weights.pt.json` beside it, or the .json itself), read
+    as an untrusted file (melforge.models.load_torch_file: every tensor's metadata checked before its values are
+    read, weights-only: no code from the file runs)."""
+    from .models import load_torch_file
 
     source = os.fspath(source)
     if source.endswith(".json"):
@@ -38,20 +40,18 @@ def _load_model_files(source: str):
         meta_path, weights_path = source + ".json", source
     if not os.path.exists(weights_path):
         raise _core.IoError(f"{weights_path}: no such checkpoint or export")
-    try:
-        obj = torch.load(weights_path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for a file that is not a torch archive
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
-            raise _core.FormatError(
-                f"{weights_path}: holds Python objects other than tensors and plain values; melforge loads checkpoints "
-                "weights-only and never runs code from a file (issue 29)") from None
-        raise _core.FormatError(f"{weights_path}: not a melforge checkpoint or export: {e}") from e
+    if not os.path.isfile(weights_path):
+        raise _core.InvalidArgument(f"{weights_path}: not a regular file (a checkpoint or export is read only from "
+                                    "a regular file)")
+    obj = load_torch_file(weights_path)
     if isinstance(obj, dict) and obj.get("format") == "melforge-checkpoint":
         mel = obj["mel"]
         mel = json.loads(mel) if isinstance(mel, (str, bytes)) else mel
         return obj["model"], obj, mel, list(obj["class_names"]), _detected_class(obj)
     if not os.path.exists(meta_path):
         raise _core.FormatError(f"{weights_path}: not a melforge checkpoint, and no export metadata {meta_path}")
+    if not os.path.isfile(meta_path):
+        raise _core.InvalidArgument(f"{meta_path}: not a regular file")
     with open(meta_path, encoding="utf-8") as fh:
         meta = json.load(fh)
     for key in ("model_config", "class_names", "positive_class", "mel"):
@@ -208,15 +208,16 @@ def predict(checkpoint_or_export, paths: Union[str, os.PathLike, Iterable[Union[
 
     import torch
 
-    from .models import build_model, model_config_of
+    from .models import build_checked_model, model_config_of
 
     state, config, mel, class_names, positive_class = _load_model_files(checkpoint_or_export)
     task = model_config_of(config).get("task", "multiclass")
     if task != "multiclass":
         raise _core.FormatError(f"{checkpoint_or_export}: trained with --task {task}: melforge.predict supports "
                                 "--task multiclass checkpoints only (melforge-train eval evaluates it)")
-    model = build_model(config)
-    model.load_state_dict(state, strict=True)
+    if not isinstance(state, dict):
+        raise _core.FormatError(f"{checkpoint_or_export}: entry 'model' is not a dict of tensors")
+    model = build_checked_model(config, state, os.fspath(checkpoint_or_export))
     if len(class_names) != model.num_classes:
         raise _core.FormatError(f"{checkpoint_or_export}: {len(class_names)} class names for a model of "
                                 f"{model.num_classes} classes")

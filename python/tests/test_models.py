@@ -134,3 +134,33 @@ def test_lengths_are_checked_and_flatten_takes_full_rows_only():
     with pytest.raises(ValueError, match="cannot leave padding out"):
         old(torch.zeros(2, 16, 12), torch.tensor([12, 5]))
     assert torch.equal(old(torch.ones(2, 16, 12), torch.tensor([12, 12]))[0], old(torch.ones(2, 16, 12))[0])
+
+
+@pytest.mark.needs_torch
+def test_crafted_checkpoints_are_refused_by_the_loaders(tmp_path, repo):
+    """melforge.models.load_torch_file and build_checked_model (what melforge.predict reads a checkpoint with)
+    refuse each file of tools/make_hostile_checkpoints.py with melforge.FormatError naming the file and the field,
+    from the metadata, before anything of the declared size is allocated; a valid checkpoint loads."""
+    import torch
+    from melforge import models
+
+    net = models.build_model(CONFIG)
+    valid = tmp_path / "valid.pt"
+    torch.save({"format": "melforge-checkpoint", "version": 2, "model_config": net.config(),
+                "model": dict(net.state_dict()), "mel": "{}", "class_names": ["a", "b", "c"],
+                "positive_class": "b", "positive_index": 1}, valid)
+    obj = models.load_torch_file(valid)
+    models.build_checked_model(obj, obj["model"], str(valid))
+    out = tmp_path / "hostile"
+    subprocess.run([sys.executable, str(repo / "tools" / "make_hostile_checkpoints.py"), str(valid), str(out)],
+                   check=True, capture_output=True)
+    cases = json.loads((out / "cases.json").read_text())
+    assert [c["name"] for c in cases["cases"]] == ["huge_config", "width_bound", "stride0", "negative_stride",
+                                                   "oversize_view", "short_record", "wrong_dtype", "nan_weight",
+                                                   "pickle_payload"]
+    for case in cases["cases"]:
+        with pytest.raises(melforge.FormatError) as e:
+            obj = models.load_torch_file(case["file"])
+            models.build_checked_model(obj, obj["model"], case["file"])
+        assert case["field"] in str(e.value) and case["file"] in str(e.value), (case["name"], str(e.value))
+    assert not (out / "payload-ran").exists()

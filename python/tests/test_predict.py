@@ -155,3 +155,22 @@ def test_a_checkpoint_holding_code_is_refused_and_never_run(trained, tmp_path, m
         melforge.predict(evil, [trained["corpus"] / "c0" / "f03.wav"])
     assert "weights_only=False" not in str(e.value)
     assert not marker.exists()
+
+
+def test_crafted_checkpoints_are_refused_naming_the_field(trained, tmp_path, repo):
+    """tools/make_hostile_checkpoints.py: each crafted file (huge model_config, stride 0, negative stride, a view
+    past its storage, a record shorter than declared, wrong dtype, NaN, a pickle payload) is a FormatError naming
+    the file and the field, raised from the metadata before anything of the declared size is allocated."""
+    import sys
+
+    out = tmp_path / "hostile"
+    subprocess.run([sys.executable, str(repo / "tools" / "make_hostile_checkpoints.py"), str(trained["checkpoint"]),
+                    str(out)], check=True, capture_output=True)
+    cases = json.loads((out / "cases.json").read_text())
+    assert len(cases["cases"]) >= 9
+    for case in cases["cases"]:
+        with pytest.raises(melforge.FormatError) as e:
+            melforge.predict(case["file"], [trained["corpus"] / "c0" / "f03.wav"])
+        assert case["field"] in str(e.value), (case["name"], str(e.value))
+        assert case["file"] in str(e.value), case["name"]
+    assert not (out / "payload-ran").exists()

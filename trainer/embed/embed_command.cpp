@@ -15,6 +15,7 @@
 #include "eval/verification.h"
 #include "featurize/clip_features.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "melforge/common/h5.h"
 #include "models/model.h"
 #include "options.h"
@@ -181,9 +182,11 @@ EmbedSummary run_embed(const EmbedOptions& opts, std::ostream& out, std::ostream
   const at::Device device = runtime.resolve_device();
   runtime.apply_threads();
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
+  check_checkpoint_model(ck, opts.checkpoint.string(), "embed", opts.batch_size, "--eval-batch-size",
+                         available_memory_bytes());
   if (model_task(ck.model_config) != kTaskVerification)
     throw FormatError("embed needs a --task verification checkpoint; " + opts.checkpoint.string() +
-                      " was trained with --task " + model_task(ck.model_config));
+                      " was trained with --task " + utf8::for_terminal(model_task(ck.model_config), 60));
   const MelInfo info = MelInfo::from_json(ck.mel);
   if (!opts.data.empty()) {
     const Dataset meta = load_dataset(opts.data, /*load_mel=*/false);

@@ -6,6 +6,7 @@
 #include "data/dataset.h"
 #include "eval/multilabel.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "melforge/common/fs_util.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
@@ -139,6 +140,8 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
   runtime.apply_threads();
   configure_cuda(device.is_cuda());
   const Checkpoint c = load_checkpoint(opts.checkpoint);
+  check_checkpoint_model(c, opts.checkpoint.string(), "eval", eval.batch_size, "--eval-batch-size",
+                         available_memory_bytes());
   const std::string task = model_task(c.model_config);
   {
     const Dataset meta = load_dataset(data.data, /*load_mel=*/false);
@@ -147,7 +150,7 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
     meta.require_files(eval.split);
     if (task != kTaskVerification && (!opts.verify.trials.empty() || !opts.det_png.empty() || opts.verify.as_norm))
       throw InvalidArgument("--trials, --as-norm and --det-png score a --task verification checkpoint; " +
-                            opts.checkpoint.string() + " was trained with --task " + task);
+                            opts.checkpoint.string() + " was trained with --task " + utf8::for_terminal(task, 60));
     if (opts.verify.as_norm > 0) meta.require_files("train");
     const bool multilabel = task == kTaskMultilabel;
     if (multilabel ? eval.vote != "mean" : eval.aggregate != "mean")

@@ -10,7 +10,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <vector>
 
 #include "data/dataset.h"
@@ -63,6 +65,41 @@ void add_options(po::options_description& desc, EvalOptions& opts) {
      "multilabel: clip score per class from its tiles' probabilities: mean or max");
 }
 
+nlohmann::json metrics_json(const metrics::Metrics& m, const std::vector<std::string>& class_names) {
+  const auto classes = static_cast<int64_t>(m.confusion.size());
+  if (classes <= kMaxFullConfusionClasses) return m.to_json(class_names);
+  metrics::Metrics without = m;
+  without.confusion.clear();
+  nlohmann::json j = without.to_json(class_names);
+  j.erase("confusion");
+  struct Cell {
+    int64_t count, truth, predicted;
+  };
+  std::vector<Cell> cells;
+  for (int64_t t = 0; t < classes; ++t)
+    for (int64_t p = 0; p < classes; ++p)
+      if (t != p && m.confusion[t][p] > 0) cells.push_back({m.confusion[t][p], t, p});
+  const auto keep = std::min<std::size_t>(cells.size(), kTopConfusions);
+  std::partial_sort(cells.begin(), cells.begin() + static_cast<std::ptrdiff_t>(keep), cells.end(),
+                    [](const Cell& a, const Cell& b) {
+                      return a.count != b.count ? a.count > b.count
+                                                : std::tie(a.truth, a.predicted) < std::tie(b.truth, b.predicted);
+                    });
+  nlohmann::json top = nlohmann::json::array();
+  const auto name = [&](int64_t i) {
+    return i < static_cast<int64_t>(class_names.size()) ? class_names[i] : std::to_string(i);
+  };
+  for (std::size_t i = 0; i < keep; ++i)
+    top.push_back({{"true", name(cells[i].truth)}, {"predicted", name(cells[i].predicted)}, {"count", cells[i].count}});
+  j["confusion_top"] = std::move(top);
+  j["confusion_note"] = fmt("%lld classes: more than %lld, so the full confusion matrix is not written (nor the "
+                            "confusion CSVs); confusion_top lists the %zu largest of its %zu non-zero off-diagonal "
+                            "cells",
+                            static_cast<long long>(classes), static_cast<long long>(kMaxFullConfusionClasses), keep,
+                            cells.size());
+  return j;
+}
+
 nlohmann::json EvalResult::to_json(const std::vector<std::string>& class_names) const {
   nlohmann::json j = {{"coverage", coverage.to_json()}, {"seconds", seconds}, {"files_per_s", files_per_s}};
   if (is_verification) {
@@ -70,8 +107,8 @@ nlohmann::json EvalResult::to_json(const std::vector<std::string>& class_names) 
   } else if (is_multilabel) {
     j["multilabel"] = multilabel.to_json(class_names);
   } else {
-    j["tiles"] = segment.to_json(class_names);
-    j["file"] = file.to_json(class_names);
+    j["tiles"] = metrics_json(segment, class_names);
+    j["file"] = metrics_json(file, class_names);
   }
   return j;
 }

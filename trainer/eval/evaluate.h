@@ -49,6 +49,19 @@ struct EvalOptions {
 /// Registers --split --eval-batch-size --vote --threshold --aggregate.
 void add_options(boost::program_options::options_description& desc, EvalOptions& opts);
 
+/// Classes up to which report.json holds the full C x C confusion matrices and the confusion CSVs are written:
+/// 1,000 (a million cells, about 10 MB of JSON a matrix). Beyond, each matrix is summarised (metrics_json).
+inline constexpr int64_t kMaxFullConfusionClasses = 1000;
+
+/// Off-diagonal confusions listed for a matrix of more than kMaxFullConfusionClasses classes.
+inline constexpr std::size_t kTopConfusions = 1000;
+
+/// `m.to_json(class_names)`, except beyond kMaxFullConfusionClasses classes: "confusion" is left out, and
+/// "confusion_top" lists the kTopConfusions largest off-diagonal cells ({"true", "predicted", "count"}, largest
+/// first) with "confusion_note" saying so.
+nlohmann::json metrics_json(const metrics::Metrics& m, const std::vector<std::string>& class_names);
+
+
 /// The result of one evaluation.
 struct EvalResult {
   /// Over every example of the evaluation view, the tiles (loss included); "tiles" in the report (schema 1/2: the

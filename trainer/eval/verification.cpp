@@ -14,6 +14,7 @@
 #include "eval/batching.h"
 #include "eval/metrics.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "models/model.h"
 #include "util.h"
 
@@ -126,7 +127,10 @@ std::pair<int64_t, int64_t> trial_pairs(const std::vector<int32_t>& labels) {
 std::vector<verification::Trial> split_trials(const std::vector<int32_t>& labels,
                                               const std::vector<std::string>& paths, const VerifyOptions& opts,
                                               bool use_list, const std::string& split_name, std::string* log) {
-  if (use_list && !opts.trials.empty()) return verification::read_trials(opts.trials, paths);
+  if (use_list && !opts.trials.empty()) {
+    require_regular_file(opts.trials, "trial list");
+    return verification::read_trials(opts.trials, paths);
+  }
   const auto [target, nontarget] = trial_pairs(labels);
   if (target == 0 || nontarget == 0)
     throw FormatError("split '" + split_name + "' cannot give verification trials: it has " + std::to_string(target) +

@@ -16,6 +16,8 @@
 #include "eval/verification.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/setup.h"
+#include "data/dataset.h"
 
 namespace po = boost::program_options;
 
@@ -76,6 +78,7 @@ void write_files_together(const std::vector<std::pair<std::filesystem::path, std
 void run_export(const ExportOptions& opts, std::ostream& out) {
   opts.validate();
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
+  check_checkpoint_model(ck, opts.checkpoint.string(), "export", 0, "", available_memory_bytes());
   const std::shared_ptr<Classifier> model =
       make_model_from_json(ck.model_config, /*any_task=*/model_task(ck.model_config) == kTaskVerification);
   load_state_dict(*model, ck.model, "checkpoint '" + opts.checkpoint.string() + "'");

@@ -8,6 +8,7 @@
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "models/cnn.h"
 #include "models/crnn.h"
 #include "models/ecapa.h"
@@ -119,7 +120,9 @@ std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& 
 std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task) {
   if (config.contains("task") && config["task"] != "multiclass" && !any_task)
     throw FormatError("the checkpoint was trained with --task " +
-                      (config["task"].is_string() ? config["task"].get<std::string>() : config["task"].dump()) +
+                      utf8::for_terminal(config["task"].is_string() ? config["task"].get<std::string>()
+                                                                    : config["task"].dump(),
+                                         60) +
                       ": this command supports --task multiclass checkpoints only (melforge-train eval evaluates "
                       "a multilabel or verification checkpoint, embed gives a verification model's embeddings)");
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
@@ -128,6 +131,42 @@ std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, b
   if (kind == "resnet-se") return std::make_shared<ResNetSEImpl>(ResNetSEConfig::from_json(config));
   if (kind == "ecapa") return std::make_shared<EcapaImpl>(EcapaConfig::from_json(config));
   throw FormatError("model configuration names an unknown model '" + kind + "'");
+}
+
+namespace {
+
+/// Throws FormatError naming `field` unless `v` is an integer in [1, kMaxModelWidth].
+void check_width(const nlohmann::json& v, const std::string& field) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxModelWidth)
+    throw FormatError("model configuration: '" + field + "' is " + utf8::for_terminal(v.dump(), 60) +
+                      ", not an integer from 1 to " + std::to_string(kMaxModelWidth));
+}
+
+}  // namespace
+
+ModelSize model_size_from_json(const nlohmann::json& config) {
+  if (!config.is_object()) throw FormatError("model configuration is not a JSON object");
+  for (const char* field : {"n_mels", "n_frames", "num_classes", "hidden", "rnn_hidden", "embedding_dim", "channels"}) {
+    if (!config.contains(field)) continue;
+    const nlohmann::json& v = config.at(field);
+    if (!v.is_array()) {
+      check_width(v, field);
+      continue;
+    }
+    if (v.size() > 8) throw FormatError("model configuration: '" + std::string(field) + "' has " +
+                                        std::to_string(v.size()) + " entries");
+    for (std::size_t i = 0; i < v.size(); ++i) check_width(v[i], std::string(field) + "[" + std::to_string(i) + "]");
+  }
+  if (config.contains("dropout") &&
+      (!config["dropout"].is_number() || !(config["dropout"].get<double>() >= 0 && config["dropout"].get<double>() < 1)))
+    throw FormatError("model configuration: 'dropout' is " + utf8::for_terminal(config["dropout"].dump(), 60) +
+                      ", not a number in [0, 1)");
+  const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
+  if (kind == "cnn") return CnnConfig::from_json(config).size();
+  if (kind == "crnn") return CrnnConfig::from_json(config).size();
+  if (kind == "resnet-se") return ResNetSEConfig::from_json(config).size();
+  if (kind == "ecapa") return EcapaConfig::from_json(config).size();
+  throw FormatError("model configuration names an unknown model '" + utf8::for_terminal(kind, 60) + "'");
 }
 
 }  // namespace melforge::trainer

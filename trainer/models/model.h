@@ -112,6 +112,14 @@ std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& 
 /// misreading it.
 std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task = false);
 
+/// Largest width, class count or input dimension a model configuration read from a file may hold (2^20).
+inline constexpr int64_t kMaxModelWidth = int64_t{1} << 20;
+
+/// The size of the architecture a recorded configuration (Classifier::config_json) describes, from the JSON alone:
+/// nothing is allocated. Throws FormatError naming the field when a width, class count or input dimension is not
+/// an integer from 1 to kMaxModelWidth, dropout is outside [0, 1), or the model is unknown.
+ModelSize model_size_from_json(const nlohmann::json& config);
+
 }  // namespace melforge::trainer
 
 namespace melforge::trainer {

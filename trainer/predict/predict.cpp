@@ -34,6 +34,7 @@
 #include "models/model.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/setup.h"
 #include "views/gather.h"
 #include "views/view.h"
 #include "util.h"
@@ -348,6 +349,7 @@ PredictSummary run_predict(const PredictOptions& opts, std::ostream& out, std::o
   opts.validate();
   const Vote vote = parse_vote(opts.vote);
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
+  check_checkpoint_model(ck, opts.checkpoint.string(), "predict", kPredictBatchSegments, "", available_memory_bytes());
   const std::shared_ptr<Classifier> model = make_model_from_json(ck.model_config);
   load_state_dict(*model, ck.model, "checkpoint '" + opts.checkpoint.string() + "'");
   const MelInfo info = MelInfo::from_json(ck.mel);

@@ -18,6 +18,11 @@
 #include "models/cnn.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "cli.h"
+#include "eval/evaluate.h"
+#include "train/setup.h"
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include "venv_python.h"
 #include "test_skip.h"
 
@@ -340,6 +345,118 @@ TEST_CASE("Python's torch.load reads a checkpoint with weights_only (the default
   INFO(out);
   CHECK(rc == 0);
   CHECK_THAT(out, Catch::Contains("conv1.weight") && Catch::Contains("epoch 7"));
+}
+
+namespace {
+
+/// The crafted checkpoints of tools/make_hostile_checkpoints.py, made once (from a small CNN's checkpoint) for every
+/// command below: the folder and its cases.json.
+const std::pair<fs::path, nlohmann::json>& hostile_checkpoints() {
+  static TempDir dir;
+  static const nlohmann::json cases = [] {
+    const std::string python = venv_python();
+    REQUIRE_FALSE(python.empty());
+    Checkpoint c = sample_checkpoint();
+    c.step = 12;
+    at::manual_seed(3);
+    CnnNetImpl m(small_cnn());
+    c.model = state_dict(m);
+    c.model_config = m.config_json();
+    save_checkpoint(c, dir / "valid.pt");
+    std::string out;
+    const int rc = run_command("'" + python + "' '" + std::string(MELFORGE_SOURCE_DIR) +
+                                   "/tools/make_hostile_checkpoints.py' '" + (dir / "valid.pt").string() + "' '" +
+                                   (dir / "hostile").string() + "'",
+                               out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    std::ifstream in(dir / "hostile" / "cases.json");
+    return nlohmann::json::parse(in);
+  }();
+  static const std::pair<fs::path, nlohmann::json> both{dir.path(), cases};
+  return both;
+}
+
+}  // namespace
+
+TEST_CASE("crafted checkpoints are refused by eval, predict and export with exit 1, naming the field",
+          "[trainer][checkpoint][untrusted]") {
+  const auto& [dir, cases] = hostile_checkpoints();
+  const std::string command = GENERATE(as<std::string>{}, "export", "predict", "eval");
+  REQUIRE(cases.at("cases").size() >= 9);
+  for (const auto& c : cases.at("cases")) {
+    const std::string file = c.at("file").get<std::string>();
+    std::vector<std::string> args = {"melforge-train", command, "--checkpoint", file};
+    if (command == "export") args.insert(args.end(), {"--out", (dir / "out.pt").string()});
+    if (command == "predict") args.push_back((dir / "valid.pt").string());
+    if (command == "eval") args.insert(args.end(), {"--data", dir.string()});
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+    INFO(command << " " << c.at("name").get<std::string>() << ": " << err.str());
+    CHECK(code == kExitError);
+    CHECK_THAT(err.str(), Catch::Contains(c.at("field").get<std::string>()) && Catch::Contains(file));
+    CHECK_THAT(err.str(), !Catch::Contains("--hidden") && !Catch::Contains("--batch-size"));
+  }
+  CHECK_FALSE(fs::exists(cases.at("payload_marker").get<std::string>()));
+  CHECK_FALSE(fs::exists(dir / "out.pt"));
+}
+
+TEST_CASE("dataset_changes names what differs between the recorded dataset and this one", "[trainer][untrusted]") {
+  const nlohmann::json then = {
+      {"train", {{"clips", 24}, {"frames", 960}, {"classes", 2}, {"class_names_fnv1a", "00ff"}, {"build_id", "b1"}}},
+      {"val", {{"clips", 6}, {"frames", 240}, {"classes", 2}, {"class_names_fnv1a", "00ff"}, {"build_id", "b1"}}}};
+  CHECK(dataset_changes(then, then).empty());
+  nlohmann::json now = then;
+  now["train"]["clips"] = 300;
+  now["val"]["build_id"] = "b2";
+  now["test"] = then["val"];
+  const std::vector<std::string> changes = dataset_changes(then, now);
+  REQUIRE(changes.size() == 3);
+  CHECK(changes[0] == "test split: not recorded then");
+  CHECK(changes[1] == "train split: 24 clips then, 300 now");
+  CHECK(changes[2] == "val split: 'b1' build_id then, 'b2' now");
+}
+
+TEST_CASE("beyond 1,000 classes report.json lists the largest confusions instead of the C x C matrix",
+          "[trainer][untrusted]") {
+  const int64_t classes = GENERATE(int64_t{5}, kMaxFullConfusionClasses + 1);
+  std::vector<std::vector<int64_t>> confusion(static_cast<std::size_t>(classes),
+                                              std::vector<int64_t>(static_cast<std::size_t>(classes), 0));
+  std::vector<std::string> names;
+  for (int64_t c = 0; c < classes; ++c) {
+    names.push_back("c" + std::to_string(c));
+    confusion[c][c] = 3;
+  }
+  confusion[1][4] = 9;
+  confusion[3][2] = 2;
+  const Metrics m = metrics::metrics_from_confusion(confusion, {{1, 0}, {0, 1}}, 0.0);
+  const nlohmann::json j = metrics_json(m, names);
+  CHECK(j.at("per_class").size() == static_cast<std::size_t>(classes));
+  if (classes <= kMaxFullConfusionClasses) {
+    CHECK(j.at("confusion").size() == static_cast<std::size_t>(classes));
+    CHECK_FALSE(j.contains("confusion_top"));
+  } else {
+    CHECK_FALSE(j.contains("confusion"));
+    REQUIRE(j.at("confusion_top").size() == 2);
+    CHECK(j["confusion_top"][0] == nlohmann::json({{"true", "c1"}, {"predicted", "c4"}, {"count", 9}}));
+    CHECK(j["confusion_top"][1] == nlohmann::json({{"true", "c3"}, {"predicted", "c2"}, {"count", 2}}));
+    CHECK_THAT(j.at("confusion_note").get<std::string>(), Catch::Contains("1001 classes"));
+  }
+}
+
+TEST_CASE("--resume RUN without last.pt names best.pt and the command to resume from it", "[trainer][untrusted]") {
+  TempDir d;
+  fs::create_directories(d / "run" / "checkpoints");
+  std::ofstream(d / "run" / "checkpoints" / "best.pt") << "x";
+  const std::string run = (d / "run").string();
+  std::vector<const char*> argv = {"melforge-train", "train", "--resume", run.c_str()};
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  INFO(err.str());
+  CHECK(code == kExitError);
+  CHECK_THAT(err.str(), Catch::Contains("last.pt") && Catch::Contains("--resume " + run + "/checkpoints/best.pt"));
 }
 
 }  // namespace melforge_test_trainer_checkpoint

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
 #include "test_skip.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -212,6 +213,36 @@ TEST_CASE("resume --epochs N after a finished run equals a straight N-epoch run 
     for (const auto& [name, t] : a.model) differ = differ || !at::equal(t, b.model.at(name));
     CHECK(differ);
   }
+}
+
+TEST_CASE("--resume refuses a dataset changed since the checkpoint, naming the change, unless "
+          "--allow-dataset-change",
+          "[trainer][runs][resume][untrusted]") {
+  TempDir d;
+  const fs::path data = test::build_tone_dataset(d.path(), 3, 3);
+  const fs::path run = d / "run";
+  const auto [code0, out0] = run_in_process(tiny_args(data, run, 1));
+  INFO(out0);
+  REQUIRE(code0 == 0);
+  REQUIRE(last_of(run).state.contains("dataset"));
+  {
+    const h5::File f = h5::open_file(data / "val.h5", /*writable=*/true);
+    h5::write_attribute_string(f, "build_id", "rebuilt");
+  }
+  const std::vector<std::string> resume = {"melforge-train", "train", "--resume", run.string(), "--log-level", "warn",
+                                           "--threads", "2", "--epochs", "2"};
+  const auto [refused, refused_out] = run_in_process(resume);
+  CHECK(refused == 1);
+  CHECK_THAT(refused_out, Catch::Contains("val split: no build_id then, 'rebuilt' now") &&
+                              Catch::Contains("--allow-dataset-change"));
+  CHECK(last_of(run).epoch == 1);
+  const auto [code, output] = run_in_process(with(resume, {"--allow-dataset-change"}));
+  INFO(output);
+  CHECK(code == 0);
+  CHECK_THAT(output, Catch::Contains("--allow-dataset-change: resuming on a changed dataset"));
+  CHECK(last_of(run).epoch == 2);
+  CHECK(read_json(run / "report.json")["dataset_changes"] ==
+        nlohmann::json::array({"epoch 1: val split: no build_id then, 'rebuilt' now"}));
 }
 
 TEST_CASE("an early-stopped run extends only with a patience that lets it go on", "[trainer][runs][resume]") {

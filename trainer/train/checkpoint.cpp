@@ -8,9 +8,10 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,10 +19,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "melforge/common/utf8.h"
+#include "train/torch_zip.h"
 
 namespace torch::jit {
 // Declared in <torch/csrc/jit/serialization/export.h>, which costs a TorchScript and ONNX include tree.
@@ -264,7 +268,7 @@ namespace {
 /// buffer (AddressSanitizer, test_trainer_checkpoint). A short read here makes the zip reader fail with an error.
 class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
  public:
-  explicit BoundedReader(std::vector<char> bytes) : bytes_(std::move(bytes)) {}
+  explicit BoundedReader(std::string bytes) : bytes_(std::move(bytes)) {}
   size_t size() const override { return bytes_.size(); }
   size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
     if (pos >= bytes_.size()) return 0;
@@ -274,13 +278,109 @@ class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
   }
 
  private:
-  std::vector<char> bytes_;
+  std::string bytes_;
 };
 
-/// torch::jit::pickle_load (a torch.save archive's "data" pickle and its tensors), reading through BoundedReader.
-c10::IValue bounded_pickle_load(std::vector<char> bytes) {
+/// The bytes each storage record of an archive really holds, by the address its DataPtr gives the storage.
+struct RecordSizes {
+  std::map<const void*, uint64_t> by_data;
+  uint64_t total = 0;
+};
+
+/// torch::jit::readArchiveAndTensors (a torch.save archive's "data" pickle and its tensors), reading through
+/// BoundedReader, and noting in `records` how many bytes each storage record holds: the unpickler gives a storage the
+/// byte count the pickle declares (numel times the dtype's size) over the record's bytes, whatever the record holds.
+/// A record named again is served from a DeserializationStorageContext, not read again; FormatError naming `path`
+/// when the records read still add up to more bytes than the file has.
+c10::IValue bounded_pickle_load(std::string bytes, const std::filesystem::path& path, RecordSizes& records) {
+  const uint64_t file_bytes = bytes.size();
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(std::move(bytes)));
-  return torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt, std::nullopt, reader);
+  auto [pickle_ptr, pickle_size] = reader.getRecord("data.pkl");
+  const char* pickle = static_cast<const char*>(pickle_ptr.get());
+  size_t done = 0;
+  auto read_pickle = [&](char* buf, size_t n) -> size_t {
+    n = std::min(n, pickle_size - done);
+    std::memcpy(buf, pickle + done, n);
+    done += n;
+    return n;
+  };
+  auto read_record = [&](const std::string& name) {
+    auto [ptr, size] = reader.getRecord("data/" + name);
+    records.total += size;
+    if (records.total > file_bytes)
+      throw FormatError("checkpoint '" + utf8::for_terminal(path.string()) + "': its tensors read " +
+                        std::to_string(records.total) + " bytes of storage records, more than the " +
+                        std::to_string(file_bytes) + " bytes of the file (record 'data/" + utf8::for_terminal(name, 60) +
+                        "' is read more than once)");
+    records.by_data[ptr.get()] = size;
+    return std::move(ptr);
+  };
+  torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, std::nullopt, false,
+                                  torch::jit::Unpickler::defaultTypeParser,
+                                  std::make_shared<torch::jit::DeserializationStorageContext>());
+  unpickler.set_version(reader.version());
+  return unpickler.parse_ivalue();
+}
+
+/// Throws FormatError naming `where` (the file and the tensor's entry) unless `t` is a dense CPU tensor of a plain
+/// dtype whose shape, strides and storage offset stay within the bytes its storage record holds in the file: checked
+/// on the metadata alone, before any value is read.
+void check_stored_tensor(const at::Tensor& t, const std::string& where, const RecordSizes& records) {
+  auto fail = [&](const std::string& why) { throw FormatError(where + " " + why); };
+  if (t.layout() != at::kStrided || t.is_quantized() || !t.device().is_cpu())
+    fail("is not a dense CPU tensor (layout " + c10::str(t.layout()) + ")");
+  switch (t.scalar_type()) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16: case at::kLong: case at::kInt:
+    case at::kShort: case at::kChar: case at::kByte: case at::kBool: break;
+    default: fail("has dtype " + std::string(c10::toString(t.scalar_type())) + ", not a real number type");
+  }
+  if (t.dim() > 8) fail("has " + std::to_string(t.dim()) + " dimensions");
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) < 0) fail("has a negative size in dimension " + std::to_string(d));
+    if (t.size(d) > 1 && t.stride(d) <= 0)
+      fail("has stride " + std::to_string(t.stride(d)) + " in dimension " + std::to_string(d) + " (shape " +
+           shape_string(t.sizes()) + "): a stride of 0 or below repeats or reverses stored values");
+  }
+  if (t.numel() == 0) return;
+  if (!t.is_contiguous())
+    fail("has strides " + shape_string(t.strides()) + " for shape " + shape_string(t.sizes()) +
+         ": overlapping or permuted views are refused (checkpoints store contiguous tensors)");
+  if (t.storage_offset() < 0) fail("has a negative storage offset");
+  uint64_t needed = 0;
+  const bool overflow =
+      __builtin_add_overflow(static_cast<uint64_t>(t.storage_offset()), static_cast<uint64_t>(t.numel()), &needed) ||
+      __builtin_mul_overflow(needed, static_cast<uint64_t>(t.element_size()), &needed);
+  const uint64_t declared = t.storage().nbytes();
+  const auto it = records.by_data.find(t.storage().data());
+  const uint64_t stored = it == records.by_data.end() ? 0 : it->second;
+  if (overflow || needed > declared || declared > stored)
+    fail("of shape " + shape_string(t.sizes()) + " (" + std::string(c10::toString(t.scalar_type())) +
+         ", storage offset " + std::to_string(t.storage_offset()) + ") needs " +
+         (overflow ? std::string("more than 2^64") : std::to_string(needed)) + " bytes, its storage declares " +
+         std::to_string(declared) + " and the file stores " + std::to_string(stored) +
+         ": the file is truncated or crafted");
+}
+
+/// check_stored_tensor on every tensor inside `v` (dicts, lists, tuples), `where` naming the entry
+/// ("checkpoint 'x': entry 'model.fc.weight'").
+void check_stored_tensors(const c10::IValue& v, const std::string& file, const std::string& name,
+                          const RecordSizes& records, int depth = 0) {
+  const std::string where = file + ": entry '" + name + "'";
+  if (depth > 64) throw FormatError(where + " nests more than 64 levels deep");
+  if (v.isTensor()) return check_stored_tensor(v.toTensor(), where, records);
+  if (v.isGenericDict()) {
+    for (const auto& item : v.toGenericDict()) {
+      const std::string key = item.key().isString() ? item.key().toStringRef() : item.key().tagKind();
+      check_stored_tensors(item.value(), file, name + (depth ? "." : "") + utf8::for_terminal(key, 80), records,
+                           depth + 1);
+    }
+    return;
+  }
+  if (v.isList() || v.isTuple()) {
+    const auto& elements = v.isList() ? v.toListRef() : v.toTupleRef().elements();
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      check_stored_tensors(elements[i], file, name + "[" + std::to_string(i) + "]", records, depth + 1);
+  }
 }
 
 /// The error for a folder given as a checkpoint; for a run folder it names the checkpoints inside.
@@ -294,132 +394,26 @@ std::string folder_message(const std::filesystem::path& path) {
          (inside.empty() ? "" : " (it is a run folder: pass " + inside + ")");
 }
 
-/// Read access to the bytes of a zip archive; every read past the end throws FormatError naming the file.
-class ZipBytes {
- public:
-  ZipBytes(const std::vector<char>& bytes, const std::filesystem::path& path) : b_(bytes), path_(path) {}
-  [[noreturn]] void corrupt(const std::string& why) const {
-    throw FormatError("checkpoint '" + path_.string() + "' is not a readable torch archive (truncated or corrupt?): " +
-                      why);
-  }
-  /// Throws unless bytes [pos, pos + n) exist.
-  void need(uint64_t pos, uint64_t n) const {
-    if (pos > b_.size() || n > b_.size() - pos) corrupt("its zip directory points past the end of the file");
-  }
-  /// The little-endian unsigned integer of `n` bytes at `pos`.
-  uint64_t u(uint64_t pos, int n) const {
-    need(pos, static_cast<uint64_t>(n));
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b_[pos + static_cast<uint64_t>(i)]);
-    return v;
-  }
-  const char* at(uint64_t pos) const { return b_.data() + pos; }
-  uint64_t size() const { return b_.size(); }
-
- private:
-  const std::vector<char>& b_;
-  const std::filesystem::path& path_;
-};
-
-/// One entry of a zip's central directory.
-struct ZipEntry {
-  std::string name;
-  uint64_t method = 0, crc = 0, size = 0, local_offset = 0;
-};
-
-/// Where the central directory of the zip starts and how many entries it has (zip64 included).
-std::pair<uint64_t, uint64_t> zip_directory(const ZipBytes& z) {
-  if (z.size() < 22) z.corrupt("too short for a zip archive");
-  uint64_t end = z.size() - 22;
-  const uint64_t lowest = end > 65535 ? end - 65535 : 0;
-  while (z.u(end, 4) != 0x06054b50u) {
-    if (end == lowest) z.corrupt("no end of the zip directory");
-    --end;
-  }
-  uint64_t entries = z.u(end + 10, 2), offset = z.u(end + 16, 4);
-  if ((entries == 0xFFFF || offset == 0xFFFFFFFFu) && end >= 20 && z.u(end - 20, 4) == 0x07064b50u) {
-    const uint64_t zip64 = z.u(end - 12, 8);
-    entries = z.u(zip64 + 32, 8);
-    offset = z.u(zip64 + 48, 8);
-  }
-  return {offset, entries};
-}
-
-/// The entries of the zip's central directory.
-std::vector<ZipEntry> zip_entries(const ZipBytes& z) {
-  auto [pos, count] = zip_directory(z);
-  std::vector<ZipEntry> out;
-  for (uint64_t i = 0; i < count; ++i) {
-    if (z.u(pos, 4) != 0x02014b50u) z.corrupt("a broken zip directory entry");
-    ZipEntry e;
-    e.method = z.u(pos + 10, 2);
-    e.crc = z.u(pos + 16, 4);
-    uint64_t compressed = z.u(pos + 20, 4);
-    e.size = z.u(pos + 24, 4);
-    e.local_offset = z.u(pos + 42, 4);
-    const uint64_t name_len = z.u(pos + 28, 2), extra_len = z.u(pos + 30, 2), comment_len = z.u(pos + 32, 2);
-    z.need(pos + 46, name_len + extra_len);
-    e.name.assign(z.at(pos + 46), name_len);
-    for (uint64_t x = pos + 46 + name_len; x + 4 <= pos + 46 + name_len + extra_len; x += 4 + z.u(x + 2, 2)) {
-      if (z.u(x, 2) != 0x0001) continue;
-      uint64_t field = x + 4;
-      for (uint64_t* v : {&e.size, &compressed, &e.local_offset}) {
-        if (*v != 0xFFFFFFFFu) continue;
-        *v = z.u(field, 8);
-        field += 8;
-      }
-    }
-    out.push_back(e);
-    pos += 46 + name_len + extra_len + comment_len;
-  }
-  return out;
-}
-
-/// Checks the CRC-32 of every entry of the zip archive `bytes` (a torch archive: its entries are stored, not
-/// compressed). Throws FormatError naming `path` and the first entry that fails.
-void verify_zip_crcs(const std::vector<char>& bytes, const std::filesystem::path& path) {
-  const ZipBytes z(bytes, path);
-  for (const ZipEntry& e : zip_entries(z)) {
-    const std::string where = "checkpoint '" + path.string() + "': entry '" + e.name + "'";
-    if (e.method != 0)
-      throw FormatError(where + " is compressed (method " + std::to_string(e.method) +
-                        "); melforge checkpoints store their entries uncompressed");
-    if (z.u(e.local_offset, 4) != 0x04034b50u) z.corrupt("entry '" + e.name + "' has no local header");
-    const uint64_t data = e.local_offset + 30 + z.u(e.local_offset + 26, 2) + z.u(e.local_offset + 28, 2);
-    z.need(data, e.size);
-    uLong actual = crc32(0L, nullptr, 0);
-    for (uint64_t done = 0; done < e.size;) {
-      const auto n = static_cast<uInt>(std::min<uint64_t>(e.size - done, uint64_t{1} << 30));
-      actual = crc32(actual, reinterpret_cast<const Bytef*>(z.at(data + done)), n);
-      done += n;
-    }
-    if (actual != e.crc) {
-      char text[80];
-      std::snprintf(text, sizeof text, " fails its CRC-32 check (stored %08llx, computed %08lx)",
-                    static_cast<unsigned long long>(e.crc), static_cast<unsigned long>(actual));
-      throw FormatError(where + text + ": the file is corrupt");
-    }
-  }
-}
-
 }  // namespace
 
 c10::IValue read_torch_archive(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) throw IoError(folder_message(path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open checkpoint '" + path.string() + "': " + errno_text());
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError("cannot read checkpoint '" + path.string() + "'");
+  std::string bytes = read_regular_file(path, "checkpoint", kMaxCheckpointBytes);
   verify_zip_crcs(bytes, path);
+  const std::string shown = utf8::for_terminal(path.string());
   c10::IValue root;
+  RecordSizes records;
   try {
-    root = bounded_pickle_load(std::move(bytes));
+    root = bounded_pickle_load(std::move(bytes), path, records);
+  } catch (const FormatError&) {
+    throw;
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    throw FormatError("checkpoint '" + path.string() + "' is not a readable torch archive (truncated or corrupt?): " +
-                      what);
+    throw FormatError("checkpoint '" + shown + "' is not a readable torch archive (truncated or corrupt?): " +
+                      utf8::for_terminal(what));
   }
+  check_stored_tensors(root, "checkpoint '" + shown + "'", "", records);
   return root;
 }
 
@@ -483,6 +477,9 @@ void load_state_dict(torch::nn::Module& module, const TensorMap& state, const st
     if (it->second.sizes() != target.sizes())
       throw FormatError(what + ": entry '" + name + "' has shape " + shape_string(it->second.sizes()) +
                         " but the model's is " + shape_string(target.sizes()));
+    if (it->second.scalar_type() != target.scalar_type())
+      throw FormatError(what + ": entry '" + name + "' has dtype " + c10::toString(it->second.scalar_type()) +
+                        " but the model's is " + c10::toString(target.scalar_type()));
   }
   for (const auto& [name, t] : state)
     if (!targets.count(name)) throw FormatError(what + ": unexpected entry '" + name + "' (not in the model)");

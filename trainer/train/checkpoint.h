@@ -62,6 +62,9 @@ struct Checkpoint {
 /// as a dict (torch.load gives a Python dict); version 1 stored it as a JSON string.
 inline constexpr int64_t kCheckpointVersion = 2;
 
+/// Largest checkpoint file read_torch_archive reads (64 GiB): the file is read whole into memory.
+inline constexpr std::uintmax_t kMaxCheckpointBytes = std::uintmax_t{64} << 30;
+
 /// Writes `c` to `path` through `<path>.tmp` + fsync + rename: `path` is either the previous complete file or the
 /// new complete file, never a partial one. Throws IoError naming the path on any write error (the temporary file
 /// is removed).
@@ -72,8 +75,12 @@ void save_checkpoint(const Checkpoint& c, const std::filesystem::path& path);
 Checkpoint load_checkpoint(const std::filesystem::path& path);
 
 /// The value pickled in a torch.save archive (a checkpoint, or any file torch.save wrote), after checking the zip
-/// entries' CRCs. Throws IoError when the file cannot be read (naming the checkpoints of a run folder given instead),
-/// FormatError when it is not a readable torch archive.
+/// entries' CRCs; only a regular file is read (a FIFO or device is refused before reading). Every tensor inside is
+/// checked on its metadata before any value is read: a dense CPU tensor of a real dtype, contiguous (no stride 0,
+/// negative or overlapping strides), its shape and storage offset within the bytes its storage declares, and those
+/// within the bytes the file stores for it. Throws IoError when the file cannot be read (naming the checkpoints of
+/// a run folder given instead), InvalidArgument when it is not a regular file, FormatError (naming the file and the
+/// entry) when it is not a readable torch archive or a tensor fails a check.
 c10::IValue read_torch_archive(const std::filesystem::path& path);
 
 /// `value` serialized as torch.save does (a zip archive with data.pkl and one record per tensor storage), without

@@ -255,7 +255,9 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "reset-heads", po::bool_switch(&o.reset_heads),
       "with --init-from: re-initialise the class and detection heads (allows another class set)")(
       "no-device-check", po::bool_switch(&o.no_device_check),
-      "CUDA: skip the check of the first batch's forward pass against a CPU copy of the model");
+      "CUDA: skip the check of the first batch's forward pass against a CPU copy of the model")(
+      "allow-dataset-change", po::bool_switch(&o.allow_dataset_change),
+      "with --resume: continue although the dataset changed since the checkpoint (each change is logged)");
 }
 
 void check_model_task(const std::string& model, const std::string& task) {

@@ -81,6 +81,9 @@ struct TrainOptions {
   /// --no-device-check: skip the device check (train/device_check.h: on CUDA, the first batch's forward pass
   /// compared with a CPU copy of the model). Not saved (it changes no result): always from the command line.
   bool no_device_check = false;
+  /// --allow-dataset-change: with --resume, continue although the dataset differs from the one the checkpoint
+  /// recorded (Run logs each difference and report.json lists them). Not saved: always from the command line.
+  bool allow_dataset_change = false;
 
   /// Throws InvalidArgument naming the flag for a value out of range (device-independent checks only).
   void validate() const;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "util.h"
 
 namespace fs = std::filesystem;
@@ -42,10 +43,10 @@ std::map<std::string, at::Tensor> module_tensors(const torch::nn::Module& module
 /// The `export` JSON beside a state dict, read into `w` when present.
 void read_export_json(const fs::path& path, InitWeights& w) {
   const fs::path json_path = path.string() + ".json";
-  if (!fs::is_regular_file(json_path)) return;
-  std::ifstream in(json_path);
+  if (!fs::exists(json_path)) return;
+  const std::string text = read_regular_file(json_path, "the export JSON beside --init-from");
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = nlohmann::json::parse(text);
     if (j.contains("model_config")) w.model_config = j["model_config"];
     if (j.contains("class_names")) w.class_names = j["class_names"].get<std::vector<std::string>>();
     if (j.contains("positive_class")) w.positive_class = j["positive_class"].get<std::string>();

@@ -39,6 +39,7 @@ TrainConfig with_unsaved(const nlohmann::json& merged, const TrainConfig& cli) {
   out.train.overwrite = cli.train.overwrite;
   out.train.profile_steps = cli.train.profile_steps;
   out.train.no_device_check = cli.train.no_device_check;
+  out.train.allow_dataset_change = cli.train.allow_dataset_change;
   out.train.config = cli.train.config;
   return out;
 }
@@ -103,7 +104,7 @@ const std::set<std::string>& unsaved_flags() {
     add_options(desc, runtime);
     add_options(desc, dist);
     add_options(desc, monitor);
-    std::set<std::string> names = {"profile-steps", "config", "no-device-check"};
+    std::set<std::string> names = {"profile-steps", "config", "no-device-check", "allow-dataset-change"};
     for (const auto& o : desc.options()) names.insert(o->long_name());
     return names;
   }();

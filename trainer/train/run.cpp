@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
+#include "melforge/common/utf8.h"
 #include "train/graph_step.h"
 #include "train/monitor.h"
 #include "train/profiling.h"
@@ -108,12 +109,38 @@ void Run::check_dataset() {
     std::tie(s_.positive_index, s_.positive_name) = std::pair<int64_t, std::string>{-1, "none"};
   else std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
   check_training_memory(cfg_, model_info_, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
+  dataset_identity_ = dataset_identity(meta);
   if (!resume_from_ && !cfg_.train.init_from.empty()) check_init_weights(meta);
   if (!resume_from_) return;
+  check_dataset_identity();
   check_checkpoint_fits(*resume_from_, meta.info, meta.class_names, resume_checkpoint(cfg_.train.resume).string(),
                         cfg_.data.data.string());
   if (resume_from_->positive_index != s_.positive_index)
-    throw FormatError("--resume: the checkpoint's positive class is '" + resume_from_->positive_class + "'");
+    throw FormatError("--resume: the checkpoint's positive class is '" +
+                      utf8::for_terminal(resume_from_->positive_class, 80) + "'");
+}
+
+void Run::check_dataset_identity() {
+  const std::string ckpt = utf8::for_terminal(resume_checkpoint(cfg_.train.resume).string());
+  if (resume_from_->state.contains("dataset_changes") && resume_from_->state["dataset_changes"].is_array())
+    for (const auto& line : resume_from_->state["dataset_changes"])
+      if (line.is_string()) dataset_changes_.push_back(line.get<std::string>());
+  if (!resume_from_->state.contains("dataset")) {
+    log_.info("--resume: " + ckpt + " records no dataset identity (written before melforge recorded it): the "
+              "dataset is not compared with the one the run started on");
+    return;
+  }
+  const std::vector<std::string> changes = dataset_changes(resume_from_->state["dataset"], dataset_identity_);
+  if (changes.empty()) return;
+  std::string listed;
+  for (const auto& c : changes) listed += (listed.empty() ? "" : "; ") + c;
+  if (!cfg_.train.allow_dataset_change)
+    throw FormatError("--resume: the dataset " + utf8::for_terminal(cfg_.data.data.string()) +
+                      " differs from the one " + ckpt + " was trained on (" + listed +
+                      "); resume on the same dataset, start a new run, or pass --allow-dataset-change to continue "
+                      "on this one");
+  log_.warn("--allow-dataset-change: resuming on a changed dataset (" + listed + ")");
+  for (const auto& c : changes) dataset_changes_.push_back("epoch " + std::to_string(resume_from_->epoch) + ": " + c);
 }
 
 void Run::resolve_view(const Dataset& meta) {

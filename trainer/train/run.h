@@ -69,6 +69,9 @@ class Run {
   /// Picks the positive class from the dataset's metadata, resolves and checks the training view (resolve_view) and
   /// checks that a resumed checkpoint fits the dataset.
   void check_dataset();
+  /// On --resume: compares dataset_identity_ with the checkpoint's; a difference is refused (FormatError naming
+  /// each change) unless --allow-dataset-change, which logs it and records it for report.json.
+  void check_dataset_identity();
   /// Resolves the --view options left unset for the dataset and the model (resolve_view_options) and checks them
   /// against the training split (split_view, example_frames) before any frame is read; sets model_info_.
   void resolve_view(const Dataset& meta);
@@ -222,6 +225,10 @@ class Run {
   /// A fresh run has cleared (--overwrite) or taken over the run folder (prepare_run_dir); a checkpoint was written.
   bool cleared_ = false, checkpointed_ = false;
   std::optional<Checkpoint> resume_from_;
+  /// The dataset's identity (dataset_identity), recorded in every checkpoint.
+  nlohmann::json dataset_identity_;
+  /// Dataset changes accepted with --allow-dataset-change on this and earlier resumes (report.json).
+  std::vector<std::string> dataset_changes_;
   /// --init-from's weights, from check_init_weights until apply_init_weights.
   std::optional<InitWeights> init_;
   Dataset data_;

@@ -42,7 +42,10 @@ bool Run::run_epoch() {
   const bool improved = record_validation(val);
   nlohmann::json line = epoch_line(e, train, val, val_s);
   task_fields(line, val);
-  if (monitor_) monitor_->end_epoch(line, val.segment.confusion);
+  if (monitor_)
+    monitor_->end_epoch(line, static_cast<int64_t>(val.segment.confusion.size()) <= kMaxFullConfusionClasses
+                                  ? val.segment.confusion
+                                  : std::vector<std::vector<int64_t>>{});
   save_epoch(line, improved);
   log_epoch(line, train, val, val_s, improved);
   return !hooks_.on_epoch_end || hooks_.on_epoch_end(e);
@@ -290,10 +293,16 @@ void Run::finish(TrainResult& result) {
                             s_.autocast);
   EvalResult test = evaluate(*model_, data_.test, s_.positive_index, cfg_.train.bce_weight, cfg_.eval, s_.device,
                              s_.autocast);
-  write_file_atomically(run_dir_ / "confusion_val.csv", val.segment.confusion_csv(data_.class_names));
-  write_file_atomically(run_dir_ / "confusion_test.csv", test.segment.confusion_csv(data_.class_names));
-  write_file_atomically(run_dir_ / "confusion_val_files.csv", val.file.confusion_csv(data_.class_names));
-  write_file_atomically(run_dir_ / "confusion_test_files.csv", test.file.confusion_csv(data_.class_names));
+  if (static_cast<int64_t>(data_.class_names.size()) <= kMaxFullConfusionClasses) {
+    write_file_atomically(run_dir_ / "confusion_val.csv", val.segment.confusion_csv(data_.class_names));
+    write_file_atomically(run_dir_ / "confusion_test.csv", test.segment.confusion_csv(data_.class_names));
+    write_file_atomically(run_dir_ / "confusion_val_files.csv", val.file.confusion_csv(data_.class_names));
+    write_file_atomically(run_dir_ / "confusion_test_files.csv", test.file.confusion_csv(data_.class_names));
+  } else {
+    log_.info(fmt("%zu classes, more than %lld: the confusion CSVs are not written; report.json lists the largest "
+                  "confusions (confusion_top)",
+                  data_.class_names.size(), static_cast<long long>(kMaxFullConfusionClasses)));
+  }
   nlohmann::json report = report_json(val, test);
   report["positive_class"] = s_.positive_name;
   write_json_atomically(run_dir_ / "report.json", report);

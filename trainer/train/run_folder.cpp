@@ -1,10 +1,12 @@
 #include "train/run_folder.h"
 
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -95,8 +97,8 @@ void append_line(const fs::path& path, const std::string& line) {
 }
 
 void truncate_metrics(const fs::path& path, int64_t epochs) {
-  std::ifstream in(path);
-  if (!in) return;
+  if (!fs::exists(path)) return;
+  std::istringstream in(read_regular_file(path, "the run's metrics file"));
   std::string kept, line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -105,7 +107,6 @@ void truncate_metrics(const fs::path& path, int64_t epochs) {
         j["epoch"].get<int64_t>() <= epochs)
       kept += line + "\n";
   }
-  in.close();
   write_file_atomically(path, kept);
 }
 

@@ -1,6 +1,7 @@
 #include "train/run.h"
 
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "train/overrides.h"
 #include "train/rng_state.h"
 #include "train/run_folder.h"
@@ -21,7 +22,15 @@ void Run::resolve_resume() {
     return;
   }
   const fs::path ckpt = resume_checkpoint(c.train.resume);
-  if (!fs::exists(ckpt)) throw IoError("--resume: no checkpoint at " + ckpt.string());
+  if (!fs::exists(ckpt)) {
+    const fs::path best = ckpt.parent_path() / "best.pt";
+    if (ckpt.filename() == "last.pt" && fs::exists(best))
+      throw IoError("--resume: no checkpoint at " + utf8::for_terminal(ckpt.string()) + ", but " +
+                    utf8::for_terminal(best.string()) + " exists (the run's last.pt was removed, or the run stopped "
+                    "before writing it): resume from the best epoch with --resume " +
+                    utf8::for_terminal(best.string()) + " (the epochs after it are trained again)");
+    throw IoError("--resume: no checkpoint at " + utf8::for_terminal(ckpt.string()));
+  }
   run_dir_ = run_dir_of(ckpt);
   if (writer()) lock_ = lock_run_dir(run_dir_);
   if (!c.train.out.empty() && fs::absolute(c.train.out).lexically_normal() != run_dir_.lexically_normal() &&
@@ -150,6 +159,8 @@ Checkpoint Run::make_checkpoint() const {
              {"steps_per_epoch", steps_per_epoch_},
              {"loader_seed", cfg_.model.seed}};
   if (world_ > 1) c.state["world_size"] = world_;
+  if (!dataset_identity_.is_null()) c.state["dataset"] = dataset_identity_;
+  if (!dataset_changes_.empty()) c.state["dataset_changes"] = dataset_changes_;
   return c;
 }
 

@@ -114,7 +114,7 @@ void Run::task_fields(nlohmann::json& line, const EvalResult& val) const {
 }
 
 nlohmann::json Run::report_json(const EvalResult& val, const EvalResult& test) const {
-  return {{"run_dir", fs::absolute(run_dir_).string()},
+  nlohmann::json j = {{"run_dir", fs::absolute(run_dir_).string()},
           {"checkpoint", fs::absolute(run_dir_ / "checkpoints" / "best.pt").string()},
           {"classes", data_.class_names},
           {"epochs_done", epoch_},
@@ -124,6 +124,8 @@ nlohmann::json Run::report_json(const EvalResult& val, const EvalResult& test) c
           {"early_stopped", early_stopped_},
           {"val", val.to_json(data_.class_names)},
           {"test", test.to_json(data_.class_names)}};
+  if (!dataset_changes_.empty()) j["dataset_changes"] = dataset_changes_;
+  return j;
 }
 
 void Run::finish_multilabel(TrainResult& result) {

@@ -6,9 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "data/dataset.h"
+#include "eval/multilabel.h"
+#include "melforge/common/h5.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "models/input_statistics.h"
 #include "models/model.h"
 #include "options.h"
@@ -52,7 +56,8 @@ std::pair<int64_t, std::string> pick_positive_class(const Dataset& d, const std:
   if (!name.empty()) return {d.class_index(name, "--positive-class"), name};
   for (std::size_t i = 0; i < d.class_names.size(); ++i)
     if (d.class_names[i] == "leak") return {static_cast<int64_t>(i), "leak"};
-  log.info("no --positive-class and no class named 'leak': the detection head detects '" + d.class_names[0] +
+  log.info("no --positive-class and no class named 'leak': the detection head detects '" +
+           utf8::for_terminal(d.class_names[0], 80) +
            "' (the first class); name another with --positive-class NAME, or switch the head off with "
            "--positive-class none");
   return {0, d.class_names[0]};
@@ -91,8 +96,65 @@ double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int
   return size.parameters * 16 + std::max(train_floats, eval_floats) * sizeof(float);
 }
 
+nlohmann::json dataset_identity(const Dataset& meta) {
+  std::string names;
+  for (const auto& n : meta.class_names) names += n + '\n';
+  uint64_t digest = 1469598103934665603ull;
+  for (const char ch : names) digest = (digest ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& name : kSplitNames) {
+    const Split& s = meta.split(name);
+    nlohmann::json j = {{"clips", s.files()}, {"frames", s.total_frames()}, {"classes", meta.num_classes()},
+                        {"class_names_fnv1a", hex}};
+    const h5::File f = h5::open_file(s.path);
+    if (h5::has_attribute(f, "build_id")) j["build_id"] = h5::read_attribute_string(f, "build_id");
+    out[name] = j;
+  }
+  return out;
+}
+
+std::vector<std::string> dataset_changes(const nlohmann::json& then, const nlohmann::json& now) {
+  std::vector<std::string> out;
+  const auto text = [](const nlohmann::json& v) {
+    return v.is_string() ? "'" + utf8::for_terminal(v.get<std::string>(), 80) + "'" : utf8::for_terminal(v.dump(), 80);
+  };
+  for (const auto& [split, fields] : now.items()) {
+    if (!then.contains(split) || !then[split].is_object()) {
+      out.push_back(split + " split: not recorded then");
+      continue;
+    }
+    for (const char* key : {"build_id", "clips", "frames", "classes", "class_names_fnv1a"}) {
+      const nlohmann::json a = then[split].value(key, nlohmann::json()), b = fields.value(key, nlohmann::json());
+      if (a == b) continue;
+      const std::string what = std::string(key) == "class_names_fnv1a" ? "class names (digest)" : key;
+      out.push_back(split + " split: " + (a.is_null() ? "no " + what : text(a) + " " + what) + " then, " +
+                    (b.is_null() ? "none" : text(b)) + " now");
+    }
+  }
+  return out;
+}
+
+double confusion_memory_bytes(int64_t num_classes) {
+  return 4.0 * static_cast<double>(num_classes) * static_cast<double>(num_classes) * 8;
+}
+
+void check_confusion_memory(int64_t num_classes, int64_t available_bytes, const std::string& what) {
+  const double need = confusion_memory_bytes(num_classes);
+  if (available_bytes < 0 || need <= static_cast<double>(available_bytes) / 2) return;
+  throw InvalidArgument(fmt("%s has %lld classes: evaluation counts a %lld x %lld confusion matrix, and its copies "
+                            "take about %.1f GiB, more than half of the %.1f GiB available (MemAvailable); merge "
+                            "classes or free memory",
+                            what.c_str(), static_cast<long long>(num_classes), static_cast<long long>(num_classes),
+                            static_cast<long long>(num_classes), need / (1 << 30),
+                            static_cast<double>(available_bytes) / (1 << 30)));
+}
+
 void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
                            int64_t available_bytes) {
+  if (config.train.task == kTaskMulticlass)
+    check_confusion_memory(num_classes, available_bytes, "the dataset " + config.data.data.string());
   const double need = training_memory_bytes(config, info, num_classes, cuda);
   if (available_bytes < 0 || need <= static_cast<double>(available_bytes)) return;
   const ModelSize size = model_size(config.model, info, num_classes);
@@ -108,6 +170,52 @@ void check_training_memory(const TrainConfig& config, const MelInfo& info, int64
       config.model.model == "crnn" ? " or --rnn-hidden" : cuda ? "" : " (or --batch-size, --eval-batch-size)"));
 }
 
+double inference_memory_bytes(const ModelSize& size, const nlohmann::json& model_config, int64_t batch) {
+  const auto dim = [&](const char* field) {
+    return model_config.contains(field) && model_config[field].is_number_integer()
+               ? static_cast<double>(model_config[field].get<int64_t>())
+               : 0.0;
+  };
+  return size.parameters * 8 + static_cast<double>(std::max<int64_t>(batch, 0)) * dim("n_mels") * dim("n_frames") * 4;
+}
+
+ModelSize check_checkpoint_model(const Checkpoint& c, const std::string& path, const std::string& command,
+                                 int64_t batch, const std::string& batch_flag, int64_t available_bytes) {
+  const std::string what = "checkpoint '" + utf8::for_terminal(path) + "'";
+  ModelSize size;
+  try {
+    size = model_size_from_json(c.model_config);
+  } catch (const FormatError& e) {
+    throw FormatError(what + ": entry 'model_config': " + e.what());
+  }
+  double stored = 0;
+  for (const auto& [name, t] : c.model) {
+    stored += static_cast<double>(t.numel());
+    const bool counter = name.size() >= 19 && name.compare(name.size() - 19, 19, "num_batches_tracked") == 0;
+    if (t.scalar_type() != (counter ? at::kLong : at::kFloat))
+      throw FormatError(what + ": entry 'model." + utf8::for_terminal(name, 80) + "' has dtype " +
+                        c10::toString(t.scalar_type()) + ", not " + (counter ? "Long" : "Float") +
+                        " as every melforge model's");
+  }
+  if (size.parameters > 1.5 * stored + 65536)
+    throw FormatError(fmt("%s: entry 'model_config' describes a model of %.3g parameters, but entry 'model' stores "
+                          "%.3g values: the file is corrupt or crafted",
+                          what.c_str(), size.parameters, stored));
+  if (command == "eval" && model_task(c.model_config) == kTaskMulticlass && c.model_config.contains("num_classes") &&
+      c.model_config["num_classes"].is_number_integer())
+    check_confusion_memory(c.model_config["num_classes"].get<int64_t>(), available_bytes, what);
+  const double need = inference_memory_bytes(size, c.model_config, batch);
+  if (available_bytes < 0 || need <= static_cast<double>(available_bytes)) return size;
+  const double gib = 1 << 30;
+  throw InvalidArgument(fmt(
+      "%s: %s needs about %.1f GiB of memory for its model of %.3g parameters (4 bytes a parameter for the model "
+      "and again for the checkpoint's copy%s), more than the %.1f GiB available (MemAvailable); %s",
+      what.c_str(), command.c_str(), need / gib, size.parameters, batch > 0 ? ", plus a batch of inputs" : "",
+      static_cast<double>(available_bytes) / gib,
+      batch_flag.empty() ? "free memory or use a smaller model"
+                         : ("lower " + batch_flag + " or free memory").c_str()));
+}
+
 void check_checkpoint_fits(const Checkpoint& c, const MelInfo& info, const std::vector<std::string>& class_names,
                            const std::string& what, const std::string& dataset, bool same_classes) {
   const MelInfo saved = MelInfo::from_json(c.mel);
@@ -115,7 +223,8 @@ void check_checkpoint_fits(const Checkpoint& c, const MelInfo& info, const std::
   if (!diff.empty()) throw FormatError("checkpoint does not fit the dataset: " + diff);
   if (same_classes && c.class_names != class_names)
     throw FormatError("checkpoint does not fit the dataset: the checkpoint " + what + " has classes [" +
-                      join(c.class_names) + "] but the dataset " + dataset + " has [" + join(class_names) + "]");
+                      utf8::for_terminal(join(c.class_names), 400) + "] but the dataset " + utf8::for_terminal(dataset) +
+                      " has [" + utf8::for_terminal(join(class_names), 400) + "]");
 }
 
 }  // namespace melforge::trainer

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "reader/mel_info.h"
 #include "views/view_options.h"
@@ -22,6 +23,7 @@ namespace melforge::trainer {
 
 class Logger;
 struct Checkpoint;
+struct ModelSize;
 struct Dataset;
 using data::MelInfo;
 struct Split;
@@ -91,6 +93,39 @@ double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int
 /// training_memory_bytes exceeds `available_bytes` (MemAvailable; nothing is checked when it is negative).
 void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
                            int64_t available_bytes);
+
+/// The dataset's identity, recorded in every checkpoint (state "dataset") and compared on --resume: per split
+/// {"clips", "frames", "classes", "class_names_fnv1a" (a digest of the class names), "build_id" (the split file's
+/// root attribute, when it has one)}.
+nlohmann::json dataset_identity(const Dataset& meta);
+
+/// What differs between a recorded dataset identity `then` and `now` (dataset_identity), one line each, e.g.
+/// "train split: 24 clips then, 300 now"; empty when nothing differs.
+std::vector<std::string> dataset_changes(const nlohmann::json& then, const nlohmann::json& now);
+
+/// Bytes the C x C confusion counts of an evaluation take at the most: the accumulator (segments and files), its
+/// copy read back and the metrics' rows, 4 x C^2 int64.
+double confusion_memory_bytes(int64_t num_classes);
+
+/// Throws InvalidArgument naming `what` (the dataset or checkpoint), the class count and the bytes when
+/// confusion_memory_bytes exceeds half of `available_bytes` (MemAvailable; negative: not checked). Checked before
+/// any work by train and eval.
+void check_confusion_memory(int64_t num_classes, int64_t available_bytes, const std::string& what);
+
+/// Bytes of host memory running the model of `size` (described by `model_config`) without autograd needs at the
+/// least: 8 bytes a parameter (the model's float32 weights and the checkpoint's copy of them) plus a batch of `batch`
+/// float inputs of the config's n_mels x n_frames (no activations are kept: evaluation frees each layer's output).
+double inference_memory_bytes(const ModelSize& size, const nlohmann::json& model_config, int64_t batch);
+
+/// The checks a command (`command`: "eval", "predict", "embed", "export") makes on a loaded checkpoint before it
+/// builds the model: its model_config is bounded (model_size_from_json; FormatError naming `path` and the field),
+/// every 'model' tensor is float32 (int64 for a batch norm's num_batches_tracked),
+/// describes no more parameters than its 'model' entry stores (FormatError), and the model and a batch of `batch`
+/// inputs (inference_memory_bytes) fit in `available_bytes` (MemAvailable; negative: not checked). Otherwise throws
+/// InvalidArgument naming the bytes needed and available and, as the only flag to change, `batch_flag` (empty for a
+/// command that has none). Returns the model's size.
+ModelSize check_checkpoint_model(const Checkpoint& c, const std::string& path, const std::string& command,
+                                 int64_t batch, const std::string& batch_flag, int64_t available_bytes);
 
 /// Throws FormatError, naming `what` (the checkpoint) and the dataset folder, unless the checkpoint's mel
 /// parameters and (when `same_classes`) class names equal the dataset's. A verification checkpoint's embeddings do
