@@ -24,10 +24,10 @@ void scan_corpus(BuildState& state);
 /// state.skipped, or StrictError under --strict). Throws FormatError when the scan found no audio file.
 void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped);
 
-/// Memory the build holds per scanned entry (file or skipped entry) besides --max-ram, at its peak (the report):
-/// its paths, label, probe result and skipped-list entry, measured at about 2.4 KiB with 60-byte paths (issue 29:
-/// 200,000 missing files under --max-ram 64M peak at 0.5 GB).
-inline constexpr int64_t kListedEntryBytes = 2500;
+/// Memory the build holds per scanned entry (file or skipped entry) besides --max-ram, at its peak (the report): its
+/// paths, label, probe result and skipped-list entry. Measured (issue 29, 48-character paths, peak RSS of 20,000 and
+/// 200,000 missing files in a manifest under --max-ram 64M: 76 and 440 MB): 2.07 KB per entry (2.94 KB before).
+inline constexpr int64_t kListedEntryBytes = 2100;
 
 /// The build's selection: the files and scan-skipped entries of --shard K/N (all of them unsharded), through
 /// accept_scan; sets files_range, skipped_range and scanned. Warns (stderr and the report) when the list of entries

@@ -46,9 +46,12 @@ std::vector<std::string> split_labels(const std::string& field, const std::strin
   if (labels.size() == 1 && labels[0].empty()) throw FormatError(where + "empty label");
   for (std::size_t i = 0; i < labels.size(); ++i) {
     if (labels[i].empty())
-      throw FormatError(where + "empty label in '" + field + "' (labels are separated by ';', e.g. dog;bark)");
+      throw FormatError(where + "empty label in '" + utf8::for_terminal(field) +
+                        "' (labels are separated by ';', e.g. dog;bark)");
     for (std::size_t j = 0; j < i; ++j)
-      if (labels[j] == labels[i]) throw FormatError(where + "label '" + labels[i] + "' is listed twice in '" + field + "'");
+      if (labels[j] == labels[i])
+        throw FormatError(where + "label '" + utf8::for_terminal(labels[i]) + "' is listed twice in '" +
+                          utf8::for_terminal(field) + "'");
   }
   return labels;
 }

@@ -280,7 +280,8 @@ TEST_CASE("melforge-build reads the aliases, and refuses an unknown flag with ex
   const auto unknown = test::run_child(test::build_args(d / "in", d / "bad", {flag, "256"}), d / "log2.txt");
   INFO(unknown.output);
   CHECK(unknown.exit_code == 2);
-  CHECK_THAT(unknown.output, Catch::Contains(flag == "--nfft" ? "did you mean --n-fft?" : "'--mel'; did you mean --mel-norm?"));
+  CHECK_THAT(unknown.output,
+             Catch::Contains(flag == "--nfft" ? "did you mean --n-fft?" : "'--mel'; did you mean --mel-norm?"));
   CHECK_FALSE(fs::exists(d / "bad"));
 
   const auto help = test::run_child({MELFORGE_BUILD_EXE, "--help"}, d / "help.txt");

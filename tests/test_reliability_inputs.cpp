@@ -20,6 +20,7 @@
 #include "build_state.h"
 #include "mel/mel_math.h"
 #include "melforge/common/h5.h"
+#include "melforge/common/parallel.h"
 #include "reliability/child_process.h"
 #include "reliability/corpus.h"
 #include "test_util.h"
@@ -81,7 +82,8 @@ TEST_CASE("a file changed between the probe and the decode is skipped with the r
           "[reliability][inputs][untrusted]") {
   TempDir d;
   for (const std::string split : {"train", "val"})
-    for (int i = 0; i < 2; ++i) test::write_tone(d / "in" / split / "a" / ("f" + std::to_string(i) + ".wav"), 440, 8000, 8000);
+    for (int i = 0; i < 2; ++i)
+      test::write_tone(d / "in" / split / "a" / ("f" + std::to_string(i) + ".wav"), 440, 8000, 8000);
   for (const std::string name : {"kept", "shorter", "rate", "truncated", "touched", "replaced", "removed"})
     test::write_tone(d / "in/test/a" / (name + ".wav"), 440, 8000, 8000);
   const fs::path t = d / "in/test/a";
@@ -123,7 +125,8 @@ TEST_CASE("a file changed between the probe and the decode is skipped with the r
   CHECK(r["files"]["written"] == 5);
 }
 
-TEST_CASE("change_since_probe compares the header and the stamp the probe recorded", "[reliability][inputs][untrusted]") {
+TEST_CASE("change_since_probe compares the header and the stamp the probe recorded",
+          "[reliability][inputs][untrusted]") {
   audio::AudioInfo info{8000, 8000, 1, "WAV PCM_16"};
   const builder::FileStamp stamp{16044, 5, 7};
   CHECK(builder::change_since_probe(info, stamp, info, stamp).empty());
@@ -158,6 +161,35 @@ TEST_CASE("a FIFO or a device among the audio files is skipped as not a regular 
       CHECK_THAT(s["reason"].get<std::string>(), Catch::Contains("not a regular file"));
     CHECK(r["files"]["written"] == 8);
   }
+}
+
+TEST_CASE("the file list beyond --max-ram and a capped --threads are warnings in the report, not only on stderr",
+          "[reliability][inputs][untrusted]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  std::string manifest = "path,label,split\n";
+  for (const auto& e : fs::recursive_directory_iterator(d / "in"))
+    if (!e.is_directory())
+      manifest += e.path().string() + "," + e.path().parent_path().filename().string() + "," +
+                  (e.path().filename() == "f0.wav" ? "val" : e.path().filename() == "f1.wav" ? "test" : "train") + "\n";
+  for (int i = 0; i < 1000; ++i)
+    manifest += "missing/f" + std::to_string(i) + ".wav,class" + std::to_string(i % 2) + ",train\n";
+  test::write_text(d / "m.csv", manifest);
+  auto c = test::tone_build_config({}, d / "out");
+  c.build.manifest = d / "m.csv";
+  c.build.max_ram = "1M";
+  c.build.threads = 1 << 20;
+  const auto r = builder::run_build(c).report;
+  CHECK(r["files"]["skipped"] == 1000);
+  const std::string warnings = r["warnings"].dump();
+  CHECK_THAT(warnings, Catch::Contains("the list of 1008 scanned entries takes about 3 MiB") &&
+                           Catch::Contains("beyond --max-ram 1 MiB"));
+  CHECK_THAT(warnings, Catch::Contains(threads_cap_warning(1 << 20)));
+  c.build.max_ram = "64M";
+  c.build.threads = 1;
+  c.build.output = d / "out2";
+  const std::string quiet = builder::run_build(c).report["warnings"].dump();
+  CHECK_THAT(quiet, !Catch::Contains("scanned entries") && !Catch::Contains("--threads"));
 }
 
 TEST_CASE("every hostile or odd input is accounted for, with the expected outcome", "[reliability][inputs]") {

@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <numeric>
 
+#include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
 
 namespace po = boost::program_options;
@@ -162,7 +163,12 @@ std::string ascii_lower(std::string_view s) {
 }
 
 std::string read_config_text(const std::string& path) {
-  std::string text = read_regular_file(path, "--config");
+  std::string text;
+  try {
+    text = read_regular_file(path, "--config");
+  } catch (const IoError& e) {
+    throw InvalidArgument(e.what());
+  }
   if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
   return text;
 }

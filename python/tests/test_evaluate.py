@@ -164,7 +164,8 @@ def test_non_finite_probabilities_are_refused_naming_the_row(bad, kind, form):
     d = np.full((3, 2, 1), 0.5, dtype=np.float32)
     if form == "dense":
         p[2, 1, 0, 1] = bad
-        with pytest.raises(melforge.InvalidArgument, match=rf"class_probs holds {kind} at row 2 \(index \[2, 1, 0, 1\]"):
+        with pytest.raises(melforge.InvalidArgument,
+                           match=rf"class_probs holds {kind} at row 2 \(index \[2, 1, 0, 1\]"):
             melforge.evaluate_files(p, d)
     elif form == "rows":
         rows = p.reshape(-1, 3).copy()

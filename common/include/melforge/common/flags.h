@@ -62,7 +62,8 @@ std::string canonical_config(const std::string& text, const boost::program_optio
 
 /// The text of the --config file `path`, without the UTF-8 byte order mark some editors write at its start. The file
 /// is read with read_regular_file (melforge/common/fs_util.h): a FIFO, a device or a folder is refused before
-/// reading (InvalidArgument), a file over 1 GiB too (FormatError); IoError when it cannot be read.
+/// reading (InvalidArgument), a file over 1 GiB too (FormatError), and one that cannot be opened or read
+/// (InvalidArgument: exit 2).
 std::string read_config_text(const std::string& path);
 
 /// `s` in ASCII lower case: the spelling enum values are compared in (`Slaney`, `HTK`, `Hann` are accepted).
