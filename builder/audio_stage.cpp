@@ -1,5 +1,7 @@
 #include "audio_stage.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "build_state.h"
@@ -26,8 +28,52 @@ int64_t DecodeStage::worker_bytes(const PlannedCopy& row) const {
 void DecodeStage::run(BatchFile& file) const {
   const PlannedFile& f = *file.file;
   const audio::DecodeOptions decode = at_speed(file.recipe);
-  file.decoded_frames = file.samples.empty() ? 0 : audio::decode_to(f.input->path, decode, file.samples).frames;
+  const FileStamp before = file_stamp(f.input->path);
+  if (f.stamp.size >= 0 && before != f.stamp) {
+    audio::AudioInfo now;
+    try {
+      now = audio::probe(f.input->path);
+    } catch (const AudioError&) {
+    }
+    throw AudioError(f.input->path.string() + ": " + change_since_probe(f.info, f.stamp, now, before));
+  }
+  if (file.samples.empty()) {
+    file.decoded_frames = 0;
+    return;
+  }
+  const audio::DecodedInto got = audio::decode_to(f.input->path, decode, file.samples);
+  if (const std::string changed = change_since_probe(f.info, f.stamp, got.info, before); !changed.empty())
+    throw AudioError(f.input->path.string() + ": " + changed);
+  file.decoded_frames = got.frames;
   std::fill(file.samples.begin() + file.decoded_frames, file.samples.end(), 0.0f);
+}
+
+FileStamp file_stamp(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  const auto ns = [](const timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
+  return {static_cast<int64_t>(st.st_size), ns(st.st_mtim), static_cast<uint64_t>(st.st_ino)};
+}
+
+std::string change_since_probe(const audio::AudioInfo& probed_info, const FileStamp& probed,
+                               const audio::AudioInfo& now_info, const FileStamp& now) {
+  std::string why;
+  const auto add = [&why](const std::string& what, int64_t a, int64_t b) {
+    if (a != b) why += (why.empty() ? "" : "; ") + what + " " + std::to_string(a) + " -> " + std::to_string(b);
+  };
+  if (probed.size >= 0) {
+    if (now.size < 0) return "changed since it was probed: it can no longer be stat'ed (removed?)";
+    add("size (bytes)", probed.size, now.size);
+    if (probed.inode != now.inode) why += std::string(why.empty() ? "" : "; ") + "replaced (another inode)";
+  }
+  if (probed_info.frames > 0 && now_info.frames > 0) {
+    add("frames", probed_info.frames, now_info.frames);
+    add("sample rate (Hz)", probed_info.sample_rate, now_info.sample_rate);
+    add("channels", probed_info.channels, now_info.channels);
+  }
+  if (why.empty() && probed.size >= 0 && probed.mtime_ns != now.mtime_ns)
+    why = "modified (its modification time moved)";
+  return why.empty() ? why : "changed since it was probed: " + why + "; not stored (build again to include it)";
 }
 
 AudioStages make_audio_stages(const BuildConfig& config, const AudioStages& extra,

@@ -4,6 +4,7 @@
 /// needs (bytes per file of the batch, bytes per worker; the --max-ram batch planning reads them) and then runs on
 /// the batch; the computation it calls lives in kernels/.
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,6 +20,29 @@
 namespace melforge::builder {
 
 struct PlannedFile;
+
+/// What the file system says about an input file when it is probed: its size and modification time. Decode compares
+/// them (and the header: frames, rate, channels) with the probe's, so that a file changed between the probe and the
+/// decode (hours apart on a long build) is skipped, never stored with the probe's length and rate.
+struct FileStamp {
+  /// Size in bytes (st_size).
+  int64_t size = -1;
+  /// Modification time in nanoseconds since the epoch (st_mtim).
+  int64_t mtime_ns = 0;
+  /// Inode number: a file replaced by a rename gets another.
+  uint64_t inode = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+/// The stamp of `path` (following links), or a stamp with size -1 when it cannot be stat'ed.
+FileStamp file_stamp(const std::filesystem::path& path);
+
+/// Why `now` (the header and stamp read at decode) is not the file `probed` (those of the probe), as a skip reason
+/// ("changed since it was probed: size (bytes) 88244 -> 4044; ..."), or "" when they agree. A stamp of size -1
+/// (never recorded) compares only the headers; a header of 0 frames (never probed, or unreadable now) only the
+/// stamps.
+std::string change_since_probe(const audio::AudioInfo& probed_info, const FileStamp& probed,
+                               const audio::AudioInfo& now_info, const FileStamp& now);
 
 /// One row of a split: a file and the recipe of its copy (--augment-copies). Copy 0 is the file itself; copies
 /// 1..K are decoded (at their speed) and augmented from it, each a whole clip of its own length.
@@ -91,7 +115,8 @@ class DecodeStage final : public AudioStage {
   /// audio::decode_bytes of the file's header at the row's decode rate, capped at the slice.
   int64_t worker_bytes(const PlannedCopy& row) const override;
   /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed; throws AudioError when the file
-  /// cannot be decoded.
+  /// cannot be decoded, and when it changed since the probe (change_since_probe: its size, times or inode before the
+  /// decode, or the header the decode read): the file is then skipped at "decode" with that reason.
   void run(BatchFile& file) const override;
 
  private:

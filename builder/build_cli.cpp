@@ -32,7 +32,7 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
 
 bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help) {
   po::variables_map vm;
-  po::store(po::command_line_parser(canonical_args(args, all)).options(all).run(), vm);
+  po::store(parse_flags(args, all), vm);
   if (vm.count("help")) {
     help << all << "\n";
     return false;

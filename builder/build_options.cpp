@@ -151,7 +151,8 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("threads", po::value<int>(&o.threads)->default_value(o.threads)->notifier(warn_if_threads_capped),
      "worker threads (0: all cores; at most 4 per core)")
     ("max-ram", po::value<std::string>(&o.max_ram)->default_value(o.max_ram),
-     "memory budget for audio and output buffers (e.g. 512M, 4G; auto: half of RAM); larger corpora stream in batches")
+     "memory budget for audio and output buffers (e.g. 512M, 4G; auto: half of RAM); larger corpora stream in batches."
+     " The list of files comes on top: about 2.1 KB per file (a warning says when it exceeds this budget)")
     ("strict", po::bool_switch(&o.strict), "fail (non-zero exit naming the file) on the first skipped file")
     ("overwrite", po::bool_switch(&o.overwrite), "replace existing outputs in --output")
     ("quiet", po::bool_switch(&o.quiet), "no progress output")

@@ -28,6 +28,8 @@ struct PlannedFile {
   audio::AudioInfo info;
   /// Frames after decoding at the target rate (audio::output_frames).
   int64_t frames = 0;
+  /// Its size, times and inode when it was probed (decode refuses a file that changed since).
+  FileStamp stamp;
   /// How its clean copy is stored (set by plan_clip_files for the files this run writes).
   ClipPlan plan;
 };
@@ -63,7 +65,8 @@ struct BuildState {
   std::map<std::string, int32_t> class_index;
   /// [scan.files.size()]: headers of the probed files (probe_files).
   std::vector<PlannedFile> planned;
-  /// [scan.files.size()]: why the probe of a file failed; empty when it succeeded or was not probed.
+  /// [scan.files.size()]: why the probe of a file failed; empty when it succeeded or was not probed. Released by
+  /// plan_clip_files once the failures are on the skipped list.
   std::vector<std::string> probe_error;
   /// --max-seconds in samples at the target rate (0: no cap).
   int64_t max_samples = 0;

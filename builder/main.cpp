@@ -100,8 +100,7 @@ int run_merge(int argc, char** argv) {
   po::positional_options_description positional;
   positional.add("shards", -1);
   po::variables_map vm;
-  const auto args = melforge::canonical_args(std::vector<std::string>(argv + 1, argv + argc), all);
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::store(melforge::parse_flags(std::vector<std::string>(argv + 1, argv + argc), all, &positional), vm);
   if (vm.count("help")) {
     std::cout << all << "\n";
     return 0;

@@ -31,25 +31,46 @@ std::string reason_kind(const InputFile& in, const std::string& reason) {
   return reason.compare(0, prefix.size(), prefix) == 0 ? reason.substr(prefix.size()) : reason;
 }
 
-/// "all N files were skipped (a 'reason', b 'other reason', ...)" for the skip reasons `kinds` of one split: the
-/// three most frequent reasons with their counts.
-std::string skip_summary(const std::vector<std::string>& kinds) {
-  std::map<std::string, int64_t> n;
-  for (const auto& k : kinds) ++n[k];
+/// "all N files were skipped (a 'reason', b 'other reason', ...)" for the skip reasons `kinds` (reason -> files) of
+/// one split: the three most frequent reasons with their counts.
+std::string skip_summary(const std::map<std::string, int64_t>& kinds) {
   std::vector<std::pair<int64_t, std::string>> top;
-  for (const auto& [k, c] : n) top.emplace_back(-c, k);
+  int64_t files = 0;
+  for (const auto& [k, c] : kinds) {
+    top.emplace_back(-c, k);
+    files += c;
+  }
   std::sort(top.begin(), top.end());
-  std::string s = "all " + std::to_string(kinds.size()) + (kinds.size() == 1 ? " file was" : " files were") +
-                  " skipped (";
+  std::string s = "all " + std::to_string(files) + (files == 1 ? " file was" : " files were") + " skipped (";
   for (std::size_t i = 0; i < top.size() && i < 3; ++i)
     s += (i ? ", " : "") + std::to_string(-top[i].first) + " '" + top[i].second + "'";
   return s + (top.size() > 3 ? ", ...)" : ")");
+}
+
+/// Keeps the warning about a capped --threads (printed when the flag was parsed) for the report.
+void note_threads_cap(BuildState& state) {
+  if (const std::string w = threads_cap_warning(state.config.build.threads); !w.empty())
+    state.scan.warnings.push_back(w);
 }
 
 /// Prints `text` as a warning and keeps it for the report.
 void warn(BuildState& state, const std::string& text) {
   std::fprintf(stderr, "melforge-build: warning: %s\n", text.c_str());
   state.scan.warnings.push_back(text);
+}
+
+/// Warns when the list of scanned entries (kListedEntryBytes each) takes more memory than --max-ram, which bounds
+/// the audio and output buffers only.
+void warn_list_memory(BuildState& state) {
+  const auto entries = static_cast<int64_t>(state.scan.files.size() + state.scan.skipped.size());
+  const int64_t bytes = entries * kListedEntryBytes;
+  const int64_t max_ram = state.config.build.max_ram_bytes();
+  if (bytes <= max_ram) return;
+  const auto mib = [](int64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
+  warn(state, "the list of " + std::to_string(entries) + " scanned entries takes about " + mib(bytes) +
+                  " MiB (about " + std::to_string(kListedEntryBytes) + " bytes each: paths, labels, probe results "
+                  "and the report's skipped list), beyond --max-ram " + mib(max_ram) + " MiB, which bounds only the "
+                  "audio and output buffers; --shard K/N bounds it per process");
 }
 
 /// Warns about labels that differ only in case ("Dog" and "dog"): they are distinct classes.
@@ -73,8 +94,8 @@ void warn_case_labels(BuildState& state) {
 struct SplitTally {
   /// [split]: files kept.
   std::array<int64_t, 3> kept{};
-  /// [split]: reasons of the files skipped (without the path prefix).
-  std::array<std::vector<std::string>, 3> skipped;
+  /// [split]: files skipped per reason (without the path prefix): one entry per reason, not per file.
+  std::array<std::map<std::string, int64_t>, 3> skipped;
   /// Files kept per class in train.
   std::map<std::string, int64_t> train_kept;
   /// Files skipped per class in train.
@@ -87,7 +108,7 @@ struct SplitTally {
   }
   /// Counts `in` as skipped for `reason`.
   void skip(const InputFile& in, const std::string& reason) {
-    skipped[static_cast<std::size_t>(in.split)].push_back(reason);
+    ++skipped[static_cast<std::size_t>(in.split)][reason];
     if (in.split == 0) ++train_skipped[in.label];
   }
 };
@@ -140,6 +161,8 @@ void scan_corpus(BuildState& state) {
   const BuildOptions& bo = state.config.build;
   if (bo.input.empty()) {
     state.scan = scan_manifest(bo.manifest);
+    for (const auto& w : state.scan.warnings) std::fprintf(stderr, "melforge-build: warning: %s\n", w.c_str());
+    note_threads_cap(state);
     return;
   }
   std::error_code in_ec, out_ec;
@@ -152,6 +175,7 @@ void scan_corpus(BuildState& state) {
   options.include_hidden = bo.include_hidden;
   options.exclude = {bo.output};
   state.scan = scan_folder(bo.input, options);
+  note_threads_cap(state);
   for (const auto& e : state.scan.excluded) std::fprintf(stderr, "melforge-build: %s\n", e.reason.c_str());
   if (!state.scan.hidden.empty() && !bo.quiet)
     std::fprintf(stderr, "melforge-build: %zu hidden entries (names starting with '.') ignored, listed in the "
@@ -178,6 +202,7 @@ void select_shard(BuildState& state) {
   state.scanned = (state.files_range.second - state.files_range.first) +
                   (state.skipped_range.second - state.skipped_range.first);
   accept_scan(state, state.skipped_range);
+  warn_list_memory(state);
 }
 
 void label_files(BuildState& state) {
@@ -211,6 +236,7 @@ void probe_files(BuildState& state, bool show_progress) {
     }
     check_stop();
     try {
+      p.stamp = file_stamp(p.input->path);
       p.info = audio::probe(p.input->path);
       p.frames = audio::output_frames(p.info, state.sample_rate);
     } catch (const AudioError& e) {
@@ -242,6 +268,7 @@ void plan_clip_files(BuildState& state) {
     tally.keep(in);
     state.usable.push_back(p);
   }
+  std::vector<std::string>().swap(state.probe_error);
   if (!c.build.shard_spec().sharded()) check_splits(state, tally, "would be empty");
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "mel/half.h"
 #include "melforge/common/timing.h"
@@ -123,7 +124,7 @@ nlohmann::json make_report(const ReportInputs& in) {
   for (const auto& f : in.skipped) skipped.push_back({{"path", f.path}, {"reason", f.reason}, {"stage", f.stage}});
   const double t = std::max(in.total_seconds, 1e-9);
   const auto& st = in.stats;
-  return {
+  json report = {
       {"melforge_version", MELFORGE_VERSION},
       {"engine", in.engine.name()},
       {"engine_choice", engine_choice_json(b.device, in.engine_plan, in.engine.name())},
@@ -138,7 +139,7 @@ nlohmann::json make_report(const ReportInputs& in) {
         {"resampled", st.resampled},
         {"padded", st.padded},
         {"capped", st.capped}}},
-      {"skipped", skipped},
+      {"skipped", json::array()},
       {"clips",
        {{"rows", st.files},
         {"frames", st.frames},
@@ -162,6 +163,8 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"peak_rss_bytes", peak_rss_bytes()},
       {"device_buffer_bytes", in.engine.device_bytes()},
   };
+  report["skipped"] = std::move(skipped);
+  return report;
 }
 
 }  // namespace melforge::builder

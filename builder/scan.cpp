@@ -1,13 +1,18 @@
 #include "scan.h"
 
 #include <algorithm>
-#include <fstream>
+#include <array>
+#include <cctype>
 #include <map>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "build_options.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "melforge/common/fs_walk.h"
+#include "melforge/common/utf8.h"
 
 namespace fs = std::filesystem;
 
@@ -41,9 +46,12 @@ std::vector<std::string> split_labels(const std::string& field, const std::strin
   if (labels.size() == 1 && labels[0].empty()) throw FormatError(where + "empty label");
   for (std::size_t i = 0; i < labels.size(); ++i) {
     if (labels[i].empty())
-      throw FormatError(where + "empty label in '" + field + "' (labels are separated by ';', e.g. dog;bark)");
+      throw FormatError(where + "empty label in '" + utf8::for_terminal(field) +
+                        "' (labels are separated by ';', e.g. dog;bark)");
     for (std::size_t j = 0; j < i; ++j)
-      if (labels[j] == labels[i]) throw FormatError(where + "label '" + labels[i] + "' is listed twice in '" + field + "'");
+      if (labels[j] == labels[i])
+        throw FormatError(where + "label '" + utf8::for_terminal(labels[i]) + "' is listed twice in '" +
+                          utf8::for_terminal(field) + "'");
   }
   return labels;
 }
@@ -58,13 +66,105 @@ InputFile manifest_row(const std::vector<std::string>& f, const std::string& whe
   int split = -1;
   if (f.size() == 3 && !trim(f[2]).empty()) {
     split = split_index(lower(trim(f[2])));
-    if (split < 0) throw FormatError(where + "unknown split '" + f[2] + "' (use train, val or test)");
+    if (split < 0)
+      throw FormatError(where + "unknown split '" + utf8::for_terminal(f[2]) + "' (use train, val or test)");
   }
   fs::path p(f[0]);
   if (p.is_relative()) p = base / p;
   InputFile row{p, f[0], labels[0], split, {}};
   if (labels.size() > 1) row.labels = labels;
   return row;
+}
+
+/// The UTF-8 byte order mark some editors write at the start of a text file.
+constexpr std::string_view kUtf8Bom = "\xef\xbb\xbf";
+
+/// The encoding `text` is in when it is UTF-16 or UTF-32 (by its byte order mark, or by NUL bytes in every other
+/// position of its first characters), or "" when it is neither.
+std::string wide_encoding(const std::string& text) {
+  const auto starts = [&text](std::string_view prefix) { return text.rfind(prefix, 0) == 0; };
+  if (starts(std::string_view("\xff\xfe\0\0", 4))) return "UTF-32 (little-endian byte order mark FF FE 00 00)";
+  if (starts(std::string_view("\0\0\xfe\xff", 4))) return "UTF-32 (big-endian byte order mark 00 00 FE FF)";
+  if (starts("\xff\xfe")) return "UTF-16 (little-endian byte order mark FF FE)";
+  if (starts("\xfe\xff")) return "UTF-16 (big-endian byte order mark FE FF)";
+  if (text.size() >= 4 && text[0] != '\0' && text[1] == '\0' && text[2] != '\0' && text[3] == '\0')
+    return "UTF-16 little-endian (no byte order mark; a NUL byte after every character)";
+  if (text.size() >= 4 && text[0] == '\0' && text[1] != '\0' && text[2] == '\0' && text[3] != '\0')
+    return "UTF-16 big-endian (no byte order mark; a NUL byte before every character)";
+  return {};
+}
+
+/// The text of manifest `manifest`, read with read_regular_file (a FIFO, a device or a folder is refused before
+/// reading). Throws FormatError for a UTF-16 or UTF-32 file, naming the encoding.
+std::string manifest_text(const fs::path& manifest) {
+  std::string text = read_regular_file(manifest, "manifest");
+  if (const std::string wide = wide_encoding(text); !wide.empty())
+    throw FormatError("manifest '" + utf8::for_terminal(manifest.string()) + "' is " + wide +
+                      "; save it as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8`)");
+  return text;
+}
+
+/// The column names a manifest header may give, lower case: [0] the path, [1] the label, [2] the split.
+const std::array<std::set<std::string>, 3>& header_names() {
+  static const std::array<std::set<std::string>, 3> names{
+      std::set<std::string>{"path", "file", "filename", "file_name", "filepath", "file_path", "audio", "audio_path",
+                            "wav", "fname"},
+      std::set<std::string>{"label", "labels", "class", "class_name", "classname", "category", "target", "tag",
+                            "tags"},
+      std::set<std::string>{"split", "subset", "set", "partition"}};
+  return names;
+}
+
+/// True for a word a header row names a column with: letters, digits, ' ', '_' and '-', starting with a letter
+/// (no '.', no '/': never a file name with an extension).
+bool header_word(const std::string& field) {
+  const std::string w = trim(field);
+  if (w.empty() || !std::isalpha(static_cast<unsigned char>(w[0]))) return false;
+  return std::all_of(w.begin(), w.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == ' ' || c == '_' || c == '-';
+  });
+}
+
+/// Whether the first row `f` of a manifest is a header: 2 or 3 fields, each a header_word, and its path field names
+/// no existing file (resolved against `base`). A file that exists is always data.
+bool is_header_row(const std::vector<std::string>& f, const fs::path& base) {
+  if (f.size() < 2 || f.size() > 3 || !std::all_of(f.begin(), f.end(), header_word)) return false;
+  fs::path p(trim(f[0]));
+  if (p.is_relative()) p = base / p;
+  std::error_code ec;
+  return !fs::exists(p, ec);
+}
+
+/// The field index of the path, label and split columns a header row `f` names: by their names when every field is
+/// a known column name (header_names, any letter case, any order; `filename,class`), else in the order
+/// path,label,split.
+std::array<int, 3> header_columns(const std::vector<std::string>& f) {
+  std::array<int, 3> columns{-1, -1, -1};
+  for (std::size_t i = 0; i < f.size(); ++i)
+    for (std::size_t c = 0; c < 3; ++c)
+      if (header_names()[c].contains(lower(trim(f[i]))) && columns[c] < 0) columns[c] = static_cast<int>(i);
+  const int named = static_cast<int>(std::count_if(columns.begin(), columns.end(), [](int c) { return c >= 0; }));
+  if (columns[0] < 0 || columns[1] < 0 || named != static_cast<int>(f.size())) return {0, 1, 2};
+  return columns;
+}
+
+/// True for the header the manifest format documents: `path,label` or `path,label,split` (any letter case).
+bool documented_header(const std::vector<std::string>& f) {
+  static const std::array<std::string, 3> names{"path", "label", "split"};
+  for (std::size_t i = 0; i < f.size(); ++i)
+    if (lower(trim(f[i])) != names[i]) return false;
+  return true;
+}
+
+/// Row `f` reordered to path,label[,split] by `columns` (header_columns); a row whose field count the header does
+/// not account for is returned as is, for manifest_row to refuse.
+std::vector<std::string> in_columns(const std::vector<std::string>& f, const std::array<int, 3>& columns) {
+  if (columns == std::array<int, 3>{0, 1, 2}) return f;
+  const int wanted = columns[2] >= 0 ? 3 : 2;
+  if (static_cast<int>(f.size()) != wanted) return f;
+  std::vector<std::string> out;
+  for (int c = 0; c < wanted; ++c) out.push_back(f[static_cast<std::size_t>(columns[static_cast<std::size_t>(c)])]);
+  return out;
 }
 
 /// Adds what `walk` found below `root` to `out`: regular files with an audio extension as `label` / `split`, the
@@ -254,37 +354,49 @@ std::vector<std::string> parse_csv_line(const std::string& line) {
 }
 
 ScanResult scan_manifest(const fs::path& manifest) {
-  std::ifstream in(manifest, std::ios::binary);
-  if (!in) throw IoError("cannot open manifest '" + manifest.string() + "'");
+  const std::string text = manifest_text(manifest);
   const fs::path base = manifest.parent_path();
   const fs::path abs_base = fs::absolute(manifest).parent_path();
   ScanResult out;
-  std::string line;
   int64_t line_no = 0;
+  bool first_row = true;
+  std::array<int, 3> columns{0, 1, 2};
   std::map<fs::path, std::pair<int64_t, std::string>> seen;
-  while (std::getline(in, line)) {
+  for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line_no == 1 && line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF) line.erase(0, 3);
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = manifest.string() + ":" + std::to_string(line_no) + ": ";
+    if (const std::size_t nul = line.find('\0'); nul != std::string::npos)
+      throw FormatError(where + "NUL byte in the row (byte " + std::to_string(nul + 1) +
+                        "); a manifest is UTF-8 text: path,label[,split] per line");
     std::vector<std::string> f;
     try {
       f = parse_csv_line(line);
     } catch (const FormatError& e) {
       throw FormatError(where + e.what());
     }
-    if (line_no == 1 && !f.empty() && lower(f[0]) == "path") continue;
-    const InputFile row = manifest_row(f, where, base);
+    if (std::exchange(first_row, false) && is_header_row(f, base)) {
+      columns = header_columns(f);
+      if (!documented_header(f))
+        out.warnings.push_back("manifest " + manifest.string() + ":" + std::to_string(line_no) + ": '" +
+                             utf8::for_terminal(line) + "' read as a header row (not a file)");
+      continue;
+    }
+    const InputFile row = manifest_row(in_columns(f, columns), where, base);
     if (row.split >= 0) out.presplit = true;
     if (!row.labels.empty()) out.multilabel = true;
     const fs::path key = (fs::path(row.rel_path).is_relative() ? abs_base / row.rel_path : fs::path(row.rel_path))
                              .lexically_normal();
     const auto [it, inserted] = seen.emplace(key, std::make_pair(line_no, row.rel_path));
     if (!inserted)
-      throw FormatError(where + "line " + std::to_string(line_no) + " ('" + row.rel_path +
+      throw FormatError(where + "line " + std::to_string(line_no) + " ('" + utf8::for_terminal(row.rel_path) +
                         "') lists the same file as line " + std::to_string(it->second.first) + " ('" +
-                        it->second.second + "'): " + key.string() +
+                        utf8::for_terminal(it->second.second) + "'): " + utf8::for_terminal(key.string()) +
                         "; list each file once, or it would land in several classes or splits");
     out.files.push_back(row);
   }

@@ -88,9 +88,21 @@ ScanResult scan_folder(const std::filesystem::path& root, const ScanOptions& opt
 /// scan_folder with default options and `extensions`.
 ScanResult scan_folder(const std::filesystem::path& root, const std::vector<std::string>& extensions);
 
-/// Reads a CSV manifest: `path,label[,split]` per row, an optional header row starting with `path`, RFC 4180 quoting,
-/// blank lines ignored. The label field may name several labels separated by ';' (`dog;bark;outdoor`, each trimmed):
-/// a multi-label row (InputFile::labels, ScanResult::multilabel); an empty or repeated label in it is an error. Relative paths are resolved against the manifest's folder. Labels and split fields are
+/// Reads a CSV manifest: `path,label[,split]` per row, RFC 4180 quoting, blank lines ignored. The manifest is read
+/// with read_regular_file (a FIFO, a device or a folder is refused before reading, InvalidArgument); a UTF-8 byte
+/// order mark (exactly EF BB BF) is skipped; a UTF-16 or UTF-32 file (its byte order mark, or NUL bytes in every other
+/// position) is refused naming the encoding, and a NUL byte in a row is refused naming the line (FormatError).
+///
+/// Header row: the first non-blank row is a header, not a file, when it has 2 or 3 fields, every field is a word
+/// (letters, digits, spaces, '_' and '-', starting with a letter: no '.' and no '/'), and its first field names no
+/// existing file. When every field of the header is a known column name (any letter case: path, file, filename,
+/// filepath, audio, wav, ...; label, labels, class, category, target, tag; split, subset, set, partition) the columns
+/// are read by name, in any order (`class,filename`); otherwise in the order path,label[,split]. A header is noted
+/// in ScanResult::warnings. A row `x,dog` whose file `x` exists is always data.
+///
+/// The label field may name several labels separated by ';' (`dog;bark;outdoor`, each trimmed):
+/// a multi-label row (InputFile::labels, ScanResult::multilabel); an empty or repeated label in it is an error.
+/// Relative paths are resolved against the manifest's folder. Labels and split fields are
 /// trimmed of surrounding spaces and tabs. Throws FormatError naming the line for a malformed row, an empty label,
 /// an unknown split name, or a file listed twice: two paths that are equal once made absolute and normalised
 /// lexically (`c/a/f0.wav`, `./c/a/f0.wav`, `c//a/../a/f0.wav`, `/data/c/a/f0.wav`), naming both lines.

@@ -4,14 +4,19 @@
 #include <catch2/catch.hpp>
 #include "melforge_test_paths.h"
 
+#include <sys/stat.h>
+
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench.h"
 #include "build_cli.h"
 #include "melforge/common/flags.h"
+#include "merge.h"
 #include "reliability/child_process.h"
 #include "reliability/corpus.h"
+#include "test_skip.h"
 #include "test_util.h"
 
 namespace melforge_test_flag_conventions {
@@ -54,7 +59,99 @@ std::string parse_error(const std::vector<std::string>& args) {
   return "";
 }
 
+/// Every long name (canonical and alias) registered in `desc`.
+std::vector<std::string> long_names(const po::options_description& desc) {
+  std::vector<std::string> out;
+  for (const auto& option : desc.options()) {
+    const auto [names, count] = option->long_names();
+    for (std::size_t i = 0; i < count; ++i)
+      if (!names[i].empty()) out.push_back(names[i]);
+  }
+  return out;
+}
+
+/// The options melforge-build, `melforge-build bench` and `melforge-build merge` register, by sub-command.
+std::vector<std::pair<std::string, po::options_description>> build_descriptions() {
+  static builder::BuildConfig config;
+  static builder::BenchOptions bench;
+  static builder::MergeOptions merge;
+  static std::string config_file;
+  std::vector<std::pair<std::string, po::options_description>> out;
+  out.emplace_back("build", po::options_description());
+  builder::add_build_groups(out.back().second, config, config_file);
+  out.emplace_back("bench", po::options_description());
+  builder::add_build_groups(out.back().second, config, config_file);
+  builder::add_options(out.back().second, bench);
+  out.emplace_back("merge", po::options_description());
+  out.back().second.add_options()("help,h", "show this help and exit");
+  builder::add_options(out.back().second, merge);
+  return out;
+}
+
+/// The proper prefixes of `name` (at least 2 characters) that are neither a registered name nor one with '_' for
+/// '-' (`--n-mel` of `--n-mels`, `--long-sec` of `--long-seconds`).
+std::vector<std::string> prefixes(const std::string& name, const po::options_description& desc) {
+  std::vector<std::string> out;
+  for (std::size_t n = 2; n < name.size(); ++n)
+    if (canonical_flag(name.substr(0, n), desc).empty()) out.push_back(name.substr(0, n));
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("a prefix of a flag is never taken for the flag, on the command line or in a --config file",
+          "[flags][untrusted]") {
+  TempDir d;
+  std::size_t tried = 0;
+  for (const auto& [command, desc] : build_descriptions()) {
+    for (const std::string& name : long_names(desc)) {
+      for (const std::string& prefix : prefixes(name, desc)) {
+        CAPTURE(command, name, prefix);
+        ++tried;
+        CHECK_THROWS_WITH(parse_flags({"--" + prefix, "1"}, desc),
+                          Catch::StartsWith("unrecognised option '--" + prefix + "'; did you mean --"));
+        CHECK_THROWS_WITH(parse_flags({"--" + prefix + "=1"}, desc),
+                          Catch::StartsWith("unrecognised option '--" + prefix + "'"));
+        CHECK_THROWS_WITH(canonical_config(prefix + " = 1\n", desc, "c.ini"),
+                          Catch::StartsWith("unrecognised option '" + prefix + "' in c.ini"));
+      }
+    }
+  }
+  CHECK(tried > 500);
+  CHECK(parse_error({"--n-mel", "32"}) == "unrecognised option '--n-mel'; did you mean --n-mels?");
+  CHECK(parse_error({"--long-sec", "5"}) == "unrecognised option '--long-sec'; did you mean --long-seconds?");
+  CHECK(parse_error({"--n_mel=32"}) == "unrecognised option '--n_mel'; did you mean --n-mels?");
+  test::write_text(d / "p.ini", "n-mel = 32\n");
+  CHECK(parse_error({"--config", (d / "p.ini").string()}) ==
+        "unrecognised option 'n-mel' in --config file '" + (d / "p.ini").string() + "'; did you mean n-mels?");
+  CHECK((strict_command_line_style() & po::command_line_style::allow_guessing) == 0);
+  CHECK(parsed({"--n-mels", "32"}).mel.n_mels == 32);
+}
+
+TEST_CASE("a --config that is a FIFO, a device or a folder is refused before reading", "[flags][untrusted]") {
+  TempDir d;
+  const fs::path fifo = d / "fifo.ini";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string path = GENERATE(as<std::string>{}, "/dev/zero", "FIFO", "FOLDER");
+  const std::string given = path == "FIFO" ? fifo.string() : path == "FOLDER" ? d.path().string() : path;
+  CAPTURE(given);
+  CHECK_THROWS_AS(parsed({"--config", given}), InvalidArgument);
+  CHECK_THROWS_WITH(parsed({"--config", given}), Catch::Contains("--config") && Catch::Contains("regular file"));
+}
+
+TEST_CASE("melforge-train refuses a prefix of a flag (train, predict), naming the flag", "[flags][untrusted]") {
+  if (std::string(MELFORGE_TRAIN_EXE).empty()) MELFORGE_SKIP("melforge-train was not built (MELFORGE_TRAINER=0)");
+  const auto [command, prefix, expected] = GENERATE(table<std::string, std::string, std::string>({
+      {"train", "--epoch", "--epochs"},
+      {"predict", "--checkpoin", "--checkpoint"},
+  }));
+  CAPTURE(command, prefix);
+  TempDir d;
+  const auto r = test::run_child({MELFORGE_TRAIN_EXE, command, prefix, "3"}, d / "log.txt");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("unrecognised option '" + prefix + "'; did you mean " + expected + "?"));
+}
 
 TEST_CASE("torchaudio spellings of the flags set the same fields as the dashed ones", "[flags]") {
   const auto row = GENERATE(table<std::string, std::string, std::string>({
@@ -124,7 +221,7 @@ TEST_CASE("an unknown flag names the nearest registered one", "[flags]") {
   CAPTURE(flag);
   CHECK(parse_error({flag, "1"}) == expected);
   CHECK(parse_error({flag + "=1"}) == expected);
-  CHECK_THROWS_AS(parsed({"--mel", "htk"}), po::ambiguous_option);
+  CHECK_THROWS_WITH(parsed({"--mel", "htk"}), "unrecognised option '--mel'; did you mean --mel-norm?");
   CHECK(edit_distance("n-fft", "nfft") == 1);
   CHECK(edit_distance("", "abc") == 3);
   CHECK(edit_distance("kitten", "sitting") == 3);
@@ -180,7 +277,8 @@ TEST_CASE("melforge-build reads the aliases, and refuses an unknown flag with ex
   const auto unknown = test::run_child(test::build_args(d / "in", d / "bad", {flag, "256"}), d / "log2.txt");
   INFO(unknown.output);
   CHECK(unknown.exit_code == 2);
-  CHECK_THAT(unknown.output, Catch::Contains(flag == "--nfft" ? "did you mean --n-fft?" : "ambiguous"));
+  CHECK_THAT(unknown.output,
+             Catch::Contains(flag == "--nfft" ? "did you mean --n-fft?" : "'--mel'; did you mean --mel-norm?"));
   CHECK_FALSE(fs::exists(d / "bad"));
 
   const auto help = test::run_child({MELFORGE_BUILD_EXE, "--help"}, d / "help.txt");

@@ -82,7 +82,7 @@ TEST_CASE("a --config file that starts with a UTF-8 byte order mark is read like
                                       d / "log2.txt");
   INFO(folder.output);
   CHECK(folder.exit_code == 2);
-  CHECK_THAT(folder.output, Catch::Contains("--config: '" + d.path().string() + "' is a folder"));
+  CHECK_THAT(folder.output, Catch::Contains("--config '" + d.path().string() + "' is a folder"));
 }
 
 }  // namespace melforge_test_messages

@@ -7,13 +7,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "build_fixture.h"
+#include "audio_stage.h"
 #include "build_options.h"
+#include "build_state.h"
 #include "mel/mel_math.h"
 #include "melforge/common/h5.h"
+#include "melforge/common/parallel.h"
 #include "reliability/child_process.h"
 #include "reliability/corpus.h"
 #include "test_util.h"
@@ -56,7 +63,134 @@ std::vector<int> peak_bins(const float* frames, int n_mels, int n_frames) {
   return out;
 }
 
+/// An audio stage after decode that runs `change` once, on the first file it sees (a train file: the splits are
+/// decoded in the order train, val, test), and leaves the samples alone.
+class ChangeOnce : public builder::AudioStage {
+ public:
+  explicit ChangeOnce(std::function<void()> change) : change_(std::move(change)) {}
+  std::string name() const override { return "change"; }
+  void run(builder::BatchFile&) const override { std::call_once(once_, change_); }
+
+ private:
+  std::function<void()> change_;
+  mutable std::once_flag once_;
+};
+
 }  // namespace
+
+TEST_CASE("a file changed between the probe and the decode is skipped with the reason, never stored as probed",
+          "[reliability][inputs][untrusted]") {
+  TempDir d;
+  for (const std::string split : {"train", "val"})
+    for (int i = 0; i < 2; ++i)
+      test::write_tone(d / "in" / split / "a" / ("f" + std::to_string(i) + ".wav"), 440, 8000, 8000);
+  for (const std::string name : {"kept", "shorter", "rate", "truncated", "touched", "replaced", "removed"})
+    test::write_tone(d / "in/test/a" / (name + ".wav"), 440, 8000, 8000);
+  const fs::path t = d / "in/test/a";
+  const auto change = std::make_shared<ChangeOnce>([&] {
+    test::write_tone(t / "shorter.wav", 440, 2000, 8000);
+    test::write_tone(t / "rate.wav", 440, 8000, 16000);
+    fs::resize_file(t / "truncated.wav", fs::file_size(t / "truncated.wav") / 2);
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {1'000'000'000, 0}};
+    REQUIRE(::utimensat(AT_FDCWD, (t / "touched.wav").c_str(), times, 0) == 0);
+    test::write_tone(d / "other.wav", 440, 8000, 8000);
+    fs::rename(d / "other.wav", t / "replaced.wav");
+    fs::remove(t / "removed.wav");
+  });
+  auto c = test::tone_build_config(d / "in", d / "out");
+  c.build.threads = 1;
+  const auto r = builder::run_build(c, {change}).report;
+  std::map<std::string, std::string> skipped;
+  for (const auto& s : r["skipped"]) {
+    CHECK(s["stage"] == "decode");
+    skipped[s["path"].get<std::string>()] = s["reason"].get<std::string>();
+  }
+  INFO(r["skipped"].dump(1));
+  const std::map<std::string, std::string> expected = {
+      {"test/a/shorter.wav", "size (bytes) 16044 -> 4044"},
+      {"test/a/rate.wav", "sample rate (Hz) 8000 -> 16000"},
+      {"test/a/truncated.wav", "size (bytes) 16044 -> 8022"},
+      {"test/a/touched.wav", "modified (its modification time moved)"},
+      {"test/a/replaced.wav", "replaced (another inode)"},
+      {"test/a/removed.wav", "can no longer be stat'ed"},
+  };
+  CHECK(skipped.size() == expected.size());
+  for (const auto& [path, reason] : expected) {
+    CAPTURE(path);
+    REQUIRE(skipped.count(path) == 1);
+    CHECK_THAT(skipped[path], Catch::Contains("changed since it was probed") && Catch::Contains(reason));
+  }
+  const auto test_split = test::read_split(d / "out/test.h5");
+  CHECK(test_split.path == std::vector<std::string>{"test/a/kept.wav"});
+  CHECK(r["files"]["written"] == 5);
+}
+
+TEST_CASE("change_since_probe compares the header and the stamp the probe recorded",
+          "[reliability][inputs][untrusted]") {
+  audio::AudioInfo info{8000, 8000, 1, "WAV PCM_16"};
+  const builder::FileStamp stamp{16044, 5, 7};
+  CHECK(builder::change_since_probe(info, stamp, info, stamp).empty());
+  audio::AudioInfo other = info;
+  other.channels = 2;
+  CHECK_THAT(builder::change_since_probe(info, stamp, other, stamp), Catch::Contains("channels 1 -> 2"));
+  other = info;
+  other.frames = 7999;
+  CHECK_THAT(builder::change_since_probe(info, stamp, other, stamp), Catch::Contains("frames 8000 -> 7999"));
+  CHECK(builder::change_since_probe(info, builder::FileStamp{}, info, stamp).empty());
+  CHECK(builder::change_since_probe(audio::AudioInfo{}, stamp, other, stamp).empty());
+}
+
+TEST_CASE("a FIFO or a device among the audio files is skipped as not a regular file, never opened for reading",
+          "[reliability][inputs][untrusted]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  REQUIRE(::mkfifo((d / "in/class0/pipe.wav").c_str(), 0600) == 0);
+  fs::create_symlink("/dev/zero", d / "in/class1/zero.wav");
+  const auto from_folder = builder::run_build(test::tone_build_config(d / "in", d / "out")).report;
+  std::string manifest;
+  for (const auto& e : fs::recursive_directory_iterator(d / "in"))
+    if (!e.is_directory()) manifest += e.path().string() + "," + e.path().parent_path().filename().string() + "\n";
+  test::write_text(d / "m.csv", manifest);
+  auto c = test::tone_build_config({}, d / "out2");
+  c.build.manifest = d / "m.csv";
+  const auto from_manifest = builder::run_build(c).report;
+  for (const auto& r : {from_folder, from_manifest}) {
+    INFO(r["skipped"].dump(1));
+    REQUIRE(r["skipped"].size() == 2);
+    for (const auto& s : r["skipped"])
+      CHECK_THAT(s["reason"].get<std::string>(), Catch::Contains("not a regular file"));
+    CHECK(r["files"]["written"] == 8);
+  }
+}
+
+TEST_CASE("the file list beyond --max-ram and a capped --threads are warnings in the report, not only on stderr",
+          "[reliability][inputs][untrusted]") {
+  TempDir d;
+  test::write_tone_corpus(d / "in", 2, 3);
+  std::string manifest = "path,label,split\n";
+  for (const auto& e : fs::recursive_directory_iterator(d / "in"))
+    if (!e.is_directory())
+      manifest += e.path().string() + "," + e.path().parent_path().filename().string() + "," +
+                  (e.path().filename() == "f0.wav" ? "val" : e.path().filename() == "f1.wav" ? "test" : "train") + "\n";
+  for (int i = 0; i < 1000; ++i)
+    manifest += "missing/f" + std::to_string(i) + ".wav,class" + std::to_string(i % 2) + ",train\n";
+  test::write_text(d / "m.csv", manifest);
+  auto c = test::tone_build_config({}, d / "out");
+  c.build.manifest = d / "m.csv";
+  c.build.max_ram = "1M";
+  c.build.threads = 1 << 20;
+  const auto r = builder::run_build(c).report;
+  CHECK(r["files"]["skipped"] == 1000);
+  const std::string warnings = r["warnings"].dump();
+  CHECK_THAT(warnings, Catch::Contains("the list of 1008 scanned entries takes about 3 MiB") &&
+                           Catch::Contains("beyond --max-ram 1 MiB"));
+  CHECK_THAT(warnings, Catch::Contains(threads_cap_warning(1 << 20)));
+  c.build.max_ram = "64M";
+  c.build.threads = 1;
+  c.build.output = d / "out2";
+  const std::string quiet = builder::run_build(c).report["warnings"].dump();
+  CHECK_THAT(quiet, !Catch::Contains("scanned entries") && !Catch::Contains("--threads"));
+}
 
 TEST_CASE("every hostile or odd input is accounted for, with the expected outcome", "[reliability][inputs]") {
   if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null && test -x /usr/bin/sox") != 0) {

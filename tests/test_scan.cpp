@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <sstream>
 
@@ -369,6 +370,96 @@ TEST_CASE("manifest: labels and splits are trimmed", "[scan][csv]") {
   CHECK(r.files[3].split == 2);
   write_text(d / "blank.csv", "a.wav,  \n");
   CHECK_THROWS_WITH(scan_manifest(d / "blank.csv"), Catch::Contains("blank.csv:1: empty label"));
+}
+
+TEST_CASE("manifest: a BOM is skipped only when it is EF BB BF, and UTF-16 or UTF-32 is refused as such",
+          "[scan][csv][untrusted]") {
+  TempDir d;
+  write_text(d / "bom.csv", "\xef\xbb\xbf" "a.wav,dog\n");
+  const auto bom = scan_manifest(d / "bom.csv");
+  REQUIRE(bom.files.size() == 1);
+  CHECK(bom.files[0].rel_path == "a.wav");
+  write_text(d / "ef.csv", "\xef\xbd\xa1" "a.wav,dog\n");
+  const auto ef = scan_manifest(d / "ef.csv");
+  REQUIRE(ef.files.size() == 1);
+  CHECK(ef.files[0].rel_path == "\xef\xbd\xa1" "a.wav");
+
+  const auto [bytes, encoding] = GENERATE(table<std::string, std::string>({
+      {std::string("\xff\xfe" "a\0,\0b\0\n\0", 10), "UTF-16 (little-endian byte order mark FF FE)"},
+      {std::string("\xfe\xff" "\0a\0,\0b\0\n", 10), "UTF-16 (big-endian byte order mark FE FF)"},
+      {std::string("a\0,\0b\0\n\0", 8), "UTF-16 little-endian (no byte order mark"},
+      {std::string("\0a\0,\0b\0\n", 8), "UTF-16 big-endian (no byte order mark"},
+      {std::string("\xff\xfe\0\0a\0\0\0", 8), "UTF-32 (little-endian byte order mark FF FE 00 00)"},
+  }));
+  CAPTURE(encoding);
+  write_text(d / "wide.csv", bytes);
+  CHECK_THROWS_AS(scan_manifest(d / "wide.csv"), melforge::FormatError);
+  CHECK_THROWS_WITH(scan_manifest(d / "wide.csv"), Catch::Contains("wide.csv' is " + encoding) &&
+                                                       Catch::Contains("save it as UTF-8"));
+}
+
+TEST_CASE("manifest: a NUL byte in a row is refused, naming the line", "[scan][csv][untrusted]") {
+  TempDir d;
+  const std::string row = GENERATE(std::string("b.wav\0x,dog\n", 12), std::string("b.wav,d\0og\n", 11),
+                                   std::string("b.wav,dog,train\0\n", 17));
+  write_text(d / "nul.csv", "a.wav,dog\n" + row);
+  CHECK_THROWS_AS(scan_manifest(d / "nul.csv"), melforge::FormatError);
+  CHECK_THROWS_WITH(scan_manifest(d / "nul.csv"), Catch::Contains("nul.csv:2: NUL byte in the row"));
+}
+
+TEST_CASE("manifest: a header row is recognised, by its column names in any case and order", "[scan][csv][untrusted]") {
+  TempDir d;
+  const auto [header, row, warns] = GENERATE(table<std::string, std::string, bool>({
+      {"path,label", "x/a.wav,dog", false},
+      {"PATH,Label,Split", "x/a.wav,dog,val", false},
+      {"filename,class", "x/a.wav,dog", true},
+      {"File_Name , Category", "x/a.wav,dog", true},
+      {"class,filename", "dog,x/a.wav", true},
+      {"split,label,path", "val,dog,x/a.wav", true},
+      {"wav,tags,subset", "x/a.wav,dog,val", true},
+      {"audio file,my label", "x/a.wav,dog", true},
+  }));
+  CAPTURE(header);
+  write_text(d / "m.csv", "\n" + header + "\r\n" + row + "\n");
+  const auto r = scan_manifest(d / "m.csv");
+  REQUIRE(r.files.size() == 1);
+  CHECK(r.files[0].rel_path == "x/a.wav");
+  CHECK(r.files[0].label == "dog");
+  CHECK(r.files[0].split == (row.find("val") != std::string::npos ? 1 : -1));
+  REQUIRE(r.warnings.size() == (warns ? 1u : 0u));
+  if (warns) CHECK_THAT(r.warnings[0], Catch::Contains("m.csv:2: '" + header + "' read as a header row"));
+}
+
+TEST_CASE("manifest: a first row naming an existing file, or a file name, is data, not a header",
+          "[scan][csv][untrusted]") {
+  TempDir d;
+  write_text(d / "label", "");
+  const auto [first, path] = GENERATE(table<std::string, std::string>({
+      {"label,dog", "label"},
+      {"a.wav,label", "a.wav"},
+      {"x/b,label", "x/b"},
+      {"path,label,split,extra", ""},
+  }));
+  CAPTURE(first);
+  write_text(d / "m.csv", first + "\nc.wav,cat\n");
+  if (path.empty()) {
+    CHECK_THROWS_WITH(scan_manifest(d / "m.csv"), Catch::Contains("m.csv:1: expected path,label[,split], got 4"));
+    return;
+  }
+  const auto r = scan_manifest(d / "m.csv");
+  REQUIRE(r.files.size() == 2);
+  CHECK((r.files[0].rel_path == path || r.files[1].rel_path == path));
+  CHECK(r.warnings.empty());
+}
+
+TEST_CASE("manifest: a FIFO, a device or a folder is refused before reading", "[scan][csv][untrusted]") {
+  TempDir d;
+  REQUIRE(::mkfifo((d / "fifo.csv").c_str(), 0600) == 0);
+  const std::string path = GENERATE(as<std::string>{}, "/dev/zero", "FIFO", "FOLDER");
+  const fs::path given = path == "FIFO" ? d / "fifo.csv" : path == "FOLDER" ? d.path() : fs::path(path);
+  CAPTURE(given);
+  CHECK_THROWS_AS(scan_manifest(given), melforge::InvalidArgument);
+  CHECK_THROWS_WITH(scan_manifest(given), Catch::Contains("manifest") && Catch::Contains("regular file"));
 }
 
 }  // namespace melforge_test_scan

@@ -339,11 +339,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
   po::positional_options_description positional;
   command.register_options(desc, positional);
   po::variables_map vm;
-  po::store(po::command_line_parser(canonical_args(std::vector<std::string>(argv + 2, argv + argc), desc))
-                .options(desc)
-                .positional(positional)
-                .run(),
-            vm);
+  po::store(parse_flags(std::vector<std::string>(argv + 2, argv + argc), desc, &positional), vm);
   if (vm.count("help")) {
     out << desc << "\n";
     return kExitOk;

@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <numeric>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 
 namespace po = boost::program_options;
 
@@ -34,6 +32,22 @@ std::string suggestion(const std::string& name, const po::options_description& d
   return near.empty() ? std::string() : "; did you mean " + prefix + near + "?";
 }
 
+/// The shortest registered long name that `query` (dashed) is a proper prefix of (the first registered among equals),
+/// or "": the flag a cut-short spelling (`--n-mel`, `--long-sec`) was meant to be.
+std::string shortest_extension(const std::string& query, const po::options_description& desc) {
+  std::string best;
+  for (const auto& option : desc.options()) {
+    const auto [names, count] = option->long_names();
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::string candidate = dashed(names[i]);
+      if (candidate.size() > query.size() && candidate.compare(0, query.size(), query) == 0 &&
+          (best.empty() || names[i].size() < best.size()))
+        best = names[i];
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
@@ -53,6 +67,7 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::string nearest_flag(const std::string& name, const po::options_description& desc) {
   const std::string query = dashed(name);
+  if (const std::string longer = shortest_extension(query, desc); !longer.empty()) return longer;
   std::string best;
   std::size_t best_distance = std::max<std::size_t>(2, query.size() / 3) + 1;
   for (const auto& option : desc.options()) {
@@ -73,13 +88,9 @@ std::string unknown_flag_message(const std::string& name, const po::options_desc
   return "unrecognised option '--" + name + "'" + suggestion(name, desc, "--");
 }
 
-std::string canonical_flag(const std::string& name, const po::options_description& desc, bool approx) {
+std::string canonical_flag(const std::string& name, const po::options_description& desc) {
   if (const auto* d = desc.find_nothrow(name, false)) return d->long_name();
-  const std::string with_dashes = dashed(name);
-  if (const auto* d = desc.find_nothrow(with_dashes, false)) return d->long_name();
-  if (approx) {
-    if (const auto* d = desc.find_nothrow(with_dashes, true)) return d->long_name();
-  }
+  if (const auto* d = desc.find_nothrow(dashed(name), false)) return d->long_name();
   return {};
 }
 
@@ -95,12 +106,24 @@ std::vector<std::string> canonical_args(const std::vector<std::string>& args, co
     }
     const std::size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const std::string canonical = canonical_flag(name, desc, true);
+    const std::string canonical = canonical_flag(name, desc);
     if (canonical.empty())
       throw po::error(unknown_flag_message(name, desc));
     out.push_back("--" + canonical + (eq == std::string::npos ? std::string() : arg.substr(eq)));
   }
   return out;
+}
+
+int strict_command_line_style() {
+  return po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+}
+
+po::parsed_options parse_flags(const std::vector<std::string>& args, const po::options_description& desc,
+                               const po::positional_options_description* positional) {
+  po::command_line_parser parser(canonical_args(args, desc));
+  parser.options(desc).style(strict_command_line_style());
+  if (positional != nullptr) parser.positional(*positional);
+  return parser.run();
 }
 
 std::string canonical_config(const std::string& text, const po::options_description& desc,
@@ -121,7 +144,7 @@ std::string canonical_config(const std::string& text, const po::options_descript
       out += line;
     } else {
       const std::string key = trimmed(line.substr(0, eq));
-      const std::string canonical = canonical_flag(key, desc, false);
+      const std::string canonical = canonical_flag(key, desc);
       if (canonical.empty())
         throw po::error("unrecognised option '" + key + "' in " + source + suggestion(key, desc, ""));
       out += canonical + line.substr(eq);
@@ -140,17 +163,12 @@ std::string ascii_lower(std::string_view s) {
 }
 
 std::string read_config_text(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InvalidArgument("--config: '" + path + "' is a folder; give the options file");
-  std::ifstream in(path, std::ios::binary);
   std::string text;
   try {
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  } catch (const std::exception& e) {
-    throw InvalidArgument("--config: cannot read '" + path + "': " + e.what());
+    text = read_regular_file(path, "--config");
+  } catch (const IoError& e) {
+    throw InvalidArgument(e.what());
   }
-  if (!in.is_open() || in.bad()) throw InvalidArgument("--config: cannot read '" + path + "'");
   if (text.rfind("\xef\xbb\xbf", 0) == 0) text.erase(0, 3);
   return text;
 }

@@ -305,7 +305,8 @@ class Loader:
         The split and view to read (only its folder, split and view arguments are used: the loader opens the file
         itself).
     batch_size : int
-        Examples per batch, >= 1 (whole clips: at most this many).
+        Examples per batch, an integer >= 1 (whole clips: at most this many). With drop_last, at most the split's
+        examples: a loader that could serve no batch is refused (InvalidArgument), never silently empty.
     shuffle : bool
         Chunk-aware shuffle (below), or whole-clip batches in random order; False keeps the Dataset's order (whole
         clips: by ascending length).
@@ -354,6 +355,10 @@ class Loader:
             raise _core.InvalidArgument(f"Loader needs a melforge.Dataset, got {type(dataset).__name__}")
         if int(seed) < 0:
             raise _core.InvalidArgument(f"seed must be >= 0, got {seed}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise _core.InvalidArgument(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if batch_size < 1:
+            raise _core.InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.epoch = 0
@@ -371,6 +376,12 @@ class Loader:
                                      shuffle=bool(shuffle), seed=int(seed), prefetch=int(prefetch),
                                      drop_last=bool(drop_last), pool_chunks=int(pool_chunks), in_memory=resident,
                                      batch_seconds=None if batch_seconds is None else float(batch_seconds))
+        examples = len(dataset)
+        if examples > 0 and len(self._native) == 0:
+            raise _core.InvalidArgument(
+                f"batch_size {self.batch_size} is larger than the {examples} examples of split "
+                f"'{dataset.split}' with drop_last=True: every epoch would yield no batch; lower batch_size to at "
+                f"most {examples} or pass drop_last=False")
 
     def __len__(self):
         """Batches per epoch: ceil(examples / batch_size), or floor with drop_last; whole clips: the length batches."""

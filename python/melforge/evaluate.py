@@ -67,6 +67,19 @@ def _numpy(x, dtype, name: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+def _require_finite(a: np.ndarray, name: str) -> None:
+    """Raises InvalidArgument naming the first row of `a` (and its index) that holds NaN or an infinity."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    value = a[where]
+    kind = "NaN" if np.isnan(value) else ("+inf" if value > 0 else "-inf")
+    raise _core.InvalidArgument(f"evaluate_files: {name} holds {kind} at row {where[0]} (index {list(where)}, "
+                                f"{int(bad.sum())} non-finite values in all); probabilities must be finite "
+                                f"(a diverged model or a bad softmax?)")
+
+
 def _dense_from_segments(probs, det, file_index, long_index):
     """Per-segment rows (probs [N, C], det [N], file_index [N], long_index [N] or None) as dense
     [F, L, S, C], [F, L, S] arrays, num_valid_long [F] and the sorted distinct files [F]."""
@@ -168,6 +181,9 @@ def evaluate_files(class_probs, det_probs=None, num_valid_long=None, labels=None
         raise _core.InvalidArgument(f"evaluate_files: threshold must be in (0, 1), got {threshold}")
     probs = _numpy(class_probs, np.float32, "class_probs")
     det = None if det_probs is None else _numpy(det_probs, np.float32, "det_probs")
+    _require_finite(probs, "class_probs")
+    if det is not None:
+        _require_finite(det, "det_probs")
     if file_index is not None:
         if probs.ndim != 2:
             raise _core.InvalidArgument(f"evaluate_files: with file_index, class_probs must be [N, C], got "

@@ -39,7 +39,7 @@ using Keyword = std::tuple<std::string, std::string, bool>;
 /// a switch given anything but a bool.
 void append_flag(const Keyword& keyword, const po::options_description& all, std::vector<std::string>& args) {
   const auto& [name, value, is_bool] = keyword;
-  const std::string canonical = canonical_flag(name, all, false);
+  const std::string canonical = canonical_flag(name, all);
   if (canonical.empty() || canonical == "help") {
     std::string message = unknown_flag_message(name, all);
     const std::string near = nearest_flag(name, all);

@@ -151,6 +151,26 @@ def test_loader_epochs_seed_prefetch_drop_last(datasets):
     assert d == kept[:len(d)]
 
 
+@pytest.mark.parametrize("batch_size", [0, -3, 2.5, True, "8", None])
+def test_loader_refuses_a_batch_size_that_is_not_a_positive_integer(datasets, batch_size):
+    ds = melforge.Dataset(datasets["float32"], "train")
+    with pytest.raises(melforge.InvalidArgument, match="batch_size must be"):
+        melforge.Loader(ds, batch_size=batch_size, as_torch=False)
+
+
+def test_loader_refuses_a_batch_size_it_cannot_serve_with_drop_last(datasets):
+    ds = melforge.Dataset(datasets["float32"], "val")
+    n = len(ds)
+    assert n > 0
+    with pytest.raises(melforge.InvalidArgument, match=rf"batch_size {n + 1} is larger than the {n} examples of "
+                                                       rf"split 'val' with drop_last=True"):
+        melforge.Loader(ds, batch_size=n + 1, drop_last=True, as_torch=False)
+    full = list(melforge.Loader(ds, batch_size=n, drop_last=True, as_torch=False))
+    assert [len(b[2]) for b in full] == [n]
+    partial = list(melforge.Loader(ds, batch_size=n + 1, as_torch=False))
+    assert [len(b[2]) for b in partial] == [n]
+
+
 def test_loader_batches_survive_the_next_ones(datasets):
     ds = melforge.Dataset(datasets["float32"], "train")
     batches = list(melforge.Loader(ds, batch_size=4, shuffle=False, as_torch=False))

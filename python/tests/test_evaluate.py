@@ -155,3 +155,24 @@ def test_bad_inputs_are_refused():
         melforge.evaluate_files(p.reshape(-1, 3), file_index=[0, 0, 1, 1], labels=[0, 1, 2, 2])
     with pytest.raises(melforge.InvalidArgument, match="class names"):
         melforge.evaluate_files(p, class_names=["a", "b"])
+
+
+@pytest.mark.parametrize("bad, kind", [(np.nan, "NaN"), (np.inf, r"\+inf"), (-np.inf, "-inf")])
+@pytest.mark.parametrize("form", ["dense", "rows", "det"])
+def test_non_finite_probabilities_are_refused_naming_the_row(bad, kind, form):
+    p = np.full((3, 2, 1, 3), 1 / 3, dtype=np.float32)
+    d = np.full((3, 2, 1), 0.5, dtype=np.float32)
+    if form == "dense":
+        p[2, 1, 0, 1] = bad
+        with pytest.raises(melforge.InvalidArgument,
+                           match=rf"class_probs holds {kind} at row 2 \(index \[2, 1, 0, 1\]"):
+            melforge.evaluate_files(p, d)
+    elif form == "rows":
+        rows = p.reshape(-1, 3).copy()
+        rows[4, 0] = bad
+        with pytest.raises(melforge.InvalidArgument, match=rf"class_probs holds {kind} at row 4 \(index \[4, 0\]"):
+            melforge.evaluate_files(rows, file_index=[0, 0, 1, 1, 2, 2])
+    else:
+        d[1, 0, 0] = bad
+        with pytest.raises(melforge.InvalidArgument, match=rf"det_probs holds {kind} at row 1 "):
+            melforge.evaluate_files(p, d)

@@ -5,7 +5,9 @@
 // scratch folder and a missing path below it, so most inputs reach the checks of the other options. Checks,
 // besides crashes and sanitizer reports: the only errors are InvalidArgument and Boost.Program_options errors (as
 // melforge-build reports them), and a configuration that validates gives sane derived sizes. The segment layout's
-// flags (--num-long, --long-seconds, --short-files) are refused with InvalidArgument since schema 3.
+// flags (--num-long, --long-seconds, --short-files) are refused with InvalidArgument since schema 3. Issue 29: every
+// key of an accepted file is a registered name or alias (canonical_flag finds it): a prefix of a flag is never taken
+// for the flag.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -72,7 +74,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::istringstream in(melforge::canonical_config(std::string(reinterpret_cast<const char*>(data), size), all,
                                                      "the config file"));
     po::variables_map vm;
-    po::store(po::parse_config_file(in, all), vm);
+    const po::parsed_options parsed = po::parse_config_file(in, all);
+    for (const auto& option : parsed.options)
+      require(!melforge::canonical_flag(option.string_key, all).empty(), "a key that names no flag was accepted");
+    po::store(parsed, vm);
     po::notify(vm);
     config.validate();
   } catch (const melforge::InvalidArgument&) {

@@ -3,7 +3,8 @@
 //   - every line that parses re-encodes (every field quoted, quotes doubled) to a line that parses to the same fields;
 //   - an accepted manifest gives files sorted by rel_path, unique, with non-empty path and label, a split in
 //     [-1, 2], and the path resolved against the manifest's folder; labels trimmed of spaces and tabs, and no file
-//     twice under two spellings (equal once absolute and lexically normal).
+//     twice under two spellings (equal once absolute and lexically normal);
+//   - (issue 29) a UTF-16 byte order mark is never accepted and no accepted path or label holds a NUL byte.
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -66,11 +67,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const melforge::FormatError&) {
     return 0;
   }
+  require(text.rfind("\xff\xfe", 0) != 0 && text.rfind("\xfe\xff", 0) != 0, "accepted a UTF-16 manifest");
   const std::filesystem::path base = std::filesystem::path(file.path()).parent_path();
   std::set<std::filesystem::path> files;
   for (std::size_t i = 0; i < scan.files.size(); ++i) {
     const auto& f = scan.files[i];
     require(!f.rel_path.empty() && !f.label.empty(), "accepted a row with an empty path or label");
+    require(f.rel_path.find('\0') == std::string::npos && f.label.find('\0') == std::string::npos,
+            "accepted a NUL byte in a field");
     require(f.label.find_first_of(" \t") != 0 && f.label.find_last_of(" \t") != f.label.size() - 1,
             "label not trimmed");
     require(files.insert(std::filesystem::absolute(f.path).lexically_normal()).second,

@@ -88,6 +88,12 @@ def manifest_seeds():
         # Issue 15: one file under several spellings (refused), labels with stray spaces (trimmed).
         "spellings.csv": b"c/a/f0.wav,a\n./c/a/f0.wav,a\nc//a/../a/f0.wav,a\n",
         "label_spaces.csv": b"x.wav, a\ny.wav,a \nz.wav,\ta\t,\t test \n",
+        # Issue 29: UTF-16 (refused naming the encoding), a NUL in a field, a header by column names, a first byte
+        # 0xEF that is no byte order mark.
+        "utf16.csv": "path,label\na.wav,x\n".encode("utf-16"),
+        "nul.csv": b"a.wav,x\nb\x00.wav,y\n",
+        "named_header.csv": b"Class,FileName\nx,a.wav\ny,b.wav\n",
+        "ef_not_bom.csv": b"\xef\xbd\xa1.wav,x\n",
     }
 
 
@@ -99,6 +105,8 @@ def config_seeds():
         "clips.ini": b"short-seconds = 0.5\nmax-seconds = 30\n",
         # The segment layout's flags, refused since schema 3 (InvalidArgument naming --max-seconds).
         "segment.ini": b"long-seconds = 2\nshort-seconds = 0.5\nnum-long = 3\nshort-files = skip\n",
+        # Issue 29: prefixes of flags (never taken for the flag).
+        "prefix.ini": b"n-mel = 32\nlong-sec = 5\n",
         "build.ini": b"# comment\nsplit = 0.7,0.2,0.1\nseed = 7\nthreads = 2\nmax-ram = 512M\ndtype = float32\n"
                      b"compression-level = 9\nshuffle = false\nframes-per-chunk = 64\nextensions = wav,.FLAC\n"
                      b"device = cpu\nchannel = 1\ndevice-batch = 64\nquiet = true\nstrict = false\n",
