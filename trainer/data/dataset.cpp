@@ -4,12 +4,15 @@
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "mel/mel_engine.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "models/model.h"
 #include "views/gather.h"
 
@@ -264,7 +267,22 @@ int64_t Dataset::class_index(const std::string& name, const std::string& flag) c
 
 namespace {
 
-/// Reads and checks the metadata of the three splits of `dir` (no spectrograms).
+/// "" when the splits of `d` that carry a build_id all carry the same one; otherwise a message naming two files and
+/// their identifiers (an `--overwrite` install between two of the reads, or splits of two builds).
+std::string build_id_mix(const Dataset& d) {
+  for (const Split* s : {&d.val, &d.test}) {
+    const std::string& a = d.train.meta.build_id;
+    const std::string& b = s->meta.build_id;
+    if (!a.empty() && !b.empty() && a != b)
+      return utf8::for_terminal(s->path.string()) + " has build_id '" + utf8::for_terminal(b) + "' and " +
+             utf8::for_terminal(d.train.path.string()) + " has '" + utf8::for_terminal(a) +
+             "': the splits come from different melforge-build runs; build them again together";
+  }
+  return {};
+}
+
+/// Reads and checks the metadata of the three splits of `dir` (no spectrograms); a build_id mix is read again
+/// twice (100 ms, then 200 ms later) before it is refused.
 Dataset read_metadata(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError("dataset folder " + dir.string() + " does not exist");
@@ -276,9 +294,16 @@ Dataset read_metadata(const fs::path& dir) {
   }
   Dataset d;
   d.dir = dir;
-  d.train = read_split(dir / "train.h5", "train", false);
-  d.val = read_split(dir / "val.h5", "val", false);
-  d.test = read_split(dir / "test.h5", "test", false);
+  std::string mix;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+    d.train = read_split(dir / "train.h5", "train", false);
+    d.val = read_split(dir / "val.h5", "val", false);
+    d.test = read_split(dir / "test.h5", "test", false);
+    mix = build_id_mix(d);
+    if (mix.empty()) break;
+  }
+  if (!mix.empty()) throw FormatError(mix);
   for (const Split* s : {&d.val, &d.test}) {
     const std::string diff = d.train.info.first_difference(s->info, "train.h5", s->name + ".h5");
     if (!diff.empty())
@@ -288,7 +313,7 @@ Dataset read_metadata(const fs::path& dir) {
       auto list = [](const std::vector<std::string>& v) {
         std::string out;
         for (const auto& c : v) out += (out.empty() ? "" : ", ") + c;
-        return "[" + out + "]";
+        return utf8::for_terminal("[" + out + "]", 400);
       };
       throw FormatError(s->path.string() + " does not match train.h5: class names " + list(s->class_names) +
                         " vs " + list(d.train.class_names) + " in train.h5; all three splits must come from one " +
