@@ -143,8 +143,9 @@ void check_string_bytes(const std::string& what, size_t n, size_t each, double t
 }
 
 /// Reads `n` strings of `file_type` through `read(mem_type, buffer)` (H5Dread or H5Aread on the whole object).
-/// `vlen_bytes(mem_type)` gives the bytes variable-length strings need (negative: not known); every size is checked
-/// before the strings are read, and each string's length after.
+/// `vlen_bytes(mem_type)` gives the bytes variable-length strings need (negative: not known); every known size is
+/// checked before the strings are read, and each string's length and their total after. (H5Dvlen_get_buf_size would
+/// know the sizes first, but it reads element by element: 22 s for 10^6 paths against 0.2 s for H5Dread.)
 template <class ReadFn, class SizeFn>
 std::vector<std::string> read_string_values(const Datatype& file_type, const Dataspace& space, size_t n,
                                             ReadFn&& read, SizeFn&& vlen_bytes) {
@@ -159,12 +160,14 @@ std::vector<std::string> read_string_values(const Datatype& file_type, const Dat
     std::vector<char*> ptrs(n, nullptr);
     check(read(mem.id(), ptrs.data()), what + ": cannot read");
     size_t longest = 0;
+    double total = 0;
     for (size_t i = 0; i < n; ++i) {
       out[i] = ptrs[i] ? ptrs[i] : "";
       longest = std::max(longest, out[i].size());
+      total += static_cast<double>(out[i].size());
     }
     check(H5Dvlen_reclaim(mem.id(), space.id(), H5P_DEFAULT, ptrs.data()), what + ": cannot free the strings");
-    check_string_bytes(what, n, longest, 0);
+    check_string_bytes(what, n, longest, total);
     return out;
   }
   const size_t size = H5Tget_size(file_type.id());
@@ -730,12 +733,7 @@ std::vector<std::string> read_strings(Ref parent, const std::string& name) {
   const auto read = [id = ds.id()](hid_t mem, void* buf) {
     return H5Dread(id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   };
-  const auto vlen_bytes = [id = ds.id(), &what = ds.name(), &space](hid_t mem) {
-    hsize_t bytes = 0;
-    check(H5Dvlen_get_buf_size(id, mem, space.id(), &bytes), what + ": cannot size its strings");
-    return static_cast<double>(bytes);
-  };
-  return read_string_values(type, space, n, read, vlen_bytes);
+  return read_string_values(type, space, n, read, [](hid_t) { return -1.0; });
 }
 
 int64_t row_elements(const Dataset& dataset) {
