@@ -39,6 +39,13 @@ std::string format_record(const StackRecord& r) {
 
 [[noreturn]] void throw_format(const std::string& what) { throw FormatError(what); }
 
+/// `bytes` in whole MiB as text, for sizes a file declares (up to 2^64 elements of 2^32 bytes: no integer cast).
+std::string mib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f", std::floor(bytes / (1 << 20)));
+  return buf;
+}
+
 hid_t check_id(hid_t id, const std::string& what) {
   if (id < 0) throw_io(what);
   return id;
@@ -138,7 +145,7 @@ void check_string_bytes(const std::string& what, size_t n, size_t each, double t
                  std::to_string(kMaxStringBytes >> 10) + " KiB melforge reads in one string");
   if (total > static_cast<double>(kMaxStringDatasetBytes))
     throw_format(what + ": its " + std::to_string(n) + " strings hold " +
-                 std::to_string(static_cast<int64_t>(total / (1 << 20))) + " MiB, more than the " +
+                 mib(total) + " MiB, more than the " +
                  std::to_string(kMaxStringDatasetBytes >> 20) + " MiB melforge reads in one string dataset");
 }
 
@@ -380,7 +387,7 @@ void refuse_big_chunks(const Dataset& dataset, const PropList& dcpl) {
   double bytes = static_cast<double>(H5Tget_size(dataset_type(dataset).id()));
   for (const hsize_t d : c) bytes *= static_cast<double>(d);
   if (bytes > static_cast<double>(kMaxChunkBytes))
-    throw_format(dataset.name() + ": its chunks hold " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
+    throw_format(dataset.name() + ": its chunks hold " + mib(bytes) +
                  " MiB each, more than the " + std::to_string(kMaxChunkBytes >> 20) +
                  " MiB melforge reads in one chunk (melforge-build writes at most " +
                  std::to_string(kMaxWrittenChunkBytes >> 20) + " MiB)");
@@ -417,8 +424,8 @@ void refuse_unstored(const Dataset& dataset, const PropList& dcpl, H5D_layout_t 
     if (status != H5D_SPACE_STATUS_ALLOCATED) missing = declared;
   }
   if (missing <= static_cast<double>(kMaxUnstoredBytes)) return;
-  throw_format(dataset.name() + ": declares " + std::to_string(static_cast<int64_t>(declared / (1 << 20))) +
-               " MiB of data but " + std::to_string(static_cast<int64_t>(missing / (1 << 20))) +
+  throw_format(dataset.name() + ": declares " + mib(declared) +
+               " MiB of data but " + mib(missing) +
                " MiB of it are not stored in the file (storage not allocated, " +
                std::to_string(H5Dget_storage_size(dataset.id())) +
                " bytes stored); melforge reads only data a file holds");
