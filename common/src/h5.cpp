@@ -39,6 +39,13 @@ std::string format_record(const StackRecord& r) {
 
 [[noreturn]] void throw_format(const std::string& what) { throw FormatError(what); }
 
+/// `bytes` in whole MiB as text, for sizes a file declares (up to 2^64 elements of 2^32 bytes: no integer cast).
+std::string mib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f", std::floor(bytes / (1 << 20)));
+  return buf;
+}
+
 hid_t check_id(hid_t id, const std::string& what) {
   if (id < 0) throw_io(what);
   return id;
@@ -138,13 +145,14 @@ void check_string_bytes(const std::string& what, size_t n, size_t each, double t
                  std::to_string(kMaxStringBytes >> 10) + " KiB melforge reads in one string");
   if (total > static_cast<double>(kMaxStringDatasetBytes))
     throw_format(what + ": its " + std::to_string(n) + " strings hold " +
-                 std::to_string(static_cast<int64_t>(total / (1 << 20))) + " MiB, more than the " +
+                 mib(total) + " MiB, more than the " +
                  std::to_string(kMaxStringDatasetBytes >> 20) + " MiB melforge reads in one string dataset");
 }
 
 /// Reads `n` strings of `file_type` through `read(mem_type, buffer)` (H5Dread or H5Aread on the whole object).
-/// `vlen_bytes(mem_type)` gives the bytes variable-length strings need (negative: not known); every size is checked
-/// before the strings are read, and each string's length after.
+/// `vlen_bytes(mem_type)` gives the bytes variable-length strings need (negative: not known); every known size is
+/// checked before the strings are read, and each string's length and their total after. (H5Dvlen_get_buf_size would
+/// know the sizes first, but it reads element by element: 22 s for 10^6 paths against 0.2 s for H5Dread.)
 template <class ReadFn, class SizeFn>
 std::vector<std::string> read_string_values(const Datatype& file_type, const Dataspace& space, size_t n,
                                             ReadFn&& read, SizeFn&& vlen_bytes) {
@@ -159,12 +167,14 @@ std::vector<std::string> read_string_values(const Datatype& file_type, const Dat
     std::vector<char*> ptrs(n, nullptr);
     check(read(mem.id(), ptrs.data()), what + ": cannot read");
     size_t longest = 0;
+    double total = 0;
     for (size_t i = 0; i < n; ++i) {
       out[i] = ptrs[i] ? ptrs[i] : "";
       longest = std::max(longest, out[i].size());
+      total += static_cast<double>(out[i].size());
     }
     check(H5Dvlen_reclaim(mem.id(), space.id(), H5P_DEFAULT, ptrs.data()), what + ": cannot free the strings");
-    check_string_bytes(what, n, longest, 0);
+    check_string_bytes(what, n, longest, total);
     return out;
   }
   const size_t size = H5Tget_size(file_type.id());
@@ -377,7 +387,7 @@ void refuse_big_chunks(const Dataset& dataset, const PropList& dcpl) {
   double bytes = static_cast<double>(H5Tget_size(dataset_type(dataset).id()));
   for (const hsize_t d : c) bytes *= static_cast<double>(d);
   if (bytes > static_cast<double>(kMaxChunkBytes))
-    throw_format(dataset.name() + ": its chunks hold " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) +
+    throw_format(dataset.name() + ": its chunks hold " + mib(bytes) +
                  " MiB each, more than the " + std::to_string(kMaxChunkBytes >> 20) +
                  " MiB melforge reads in one chunk (melforge-build writes at most " +
                  std::to_string(kMaxWrittenChunkBytes >> 20) + " MiB)");
@@ -414,8 +424,8 @@ void refuse_unstored(const Dataset& dataset, const PropList& dcpl, H5D_layout_t 
     if (status != H5D_SPACE_STATUS_ALLOCATED) missing = declared;
   }
   if (missing <= static_cast<double>(kMaxUnstoredBytes)) return;
-  throw_format(dataset.name() + ": declares " + std::to_string(static_cast<int64_t>(declared / (1 << 20))) +
-               " MiB of data but " + std::to_string(static_cast<int64_t>(missing / (1 << 20))) +
+  throw_format(dataset.name() + ": declares " + mib(declared) +
+               " MiB of data but " + mib(missing) +
                " MiB of it are not stored in the file (storage not allocated, " +
                std::to_string(H5Dget_storage_size(dataset.id())) +
                " bytes stored); melforge reads only data a file holds");
@@ -730,12 +740,7 @@ std::vector<std::string> read_strings(Ref parent, const std::string& name) {
   const auto read = [id = ds.id()](hid_t mem, void* buf) {
     return H5Dread(id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
   };
-  const auto vlen_bytes = [id = ds.id(), &what = ds.name(), &space](hid_t mem) {
-    hsize_t bytes = 0;
-    check(H5Dvlen_get_buf_size(id, mem, space.id(), &bytes), what + ": cannot size its strings");
-    return static_cast<double>(bytes);
-  };
-  return read_string_values(type, space, n, read, vlen_bytes);
+  return read_string_values(type, space, n, read, [](hid_t) { return -1.0; });
 }
 
 int64_t row_elements(const Dataset& dataset) {

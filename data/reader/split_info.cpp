@@ -45,7 +45,7 @@ void read_targets(const h5::File& file, const std::string& where, SplitInfo& s) 
   const double bytes = static_cast<double>(s.files()) * static_cast<double>(classes);
   if (const int64_t available = available_memory_bytes(); available >= 0 && bytes > static_cast<double>(available))
     throw FormatError(where + ": targets [" + std::to_string(s.files()) + ", " + std::to_string(classes) +
-                      "] needs " + std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB, more than the " +
+                      "] needs " + std::to_string(static_cast<int64_t>(bytes) >> 20) + " MiB, more than the " +
                       std::to_string(available >> 20) + " MiB of memory available");
   std::vector<int64_t> dims;
   s.targets = h5::read_uint8_matrix(file, "targets", dims);

@@ -399,8 +399,8 @@ bool write_data(hid_t file, const std::string& name, const Data& d) {
   const size_t fixed = huge_string ? size_t{1} << 30 : long_string ? (size_t{64} << 10) + 1 : 12;
   hid_t type = H5I_INVALID_HID;
   melforge::h5::Datatype half;
-  Id str(is_string ? string_type(d.type == DType::vstr && !huge_string && !long_string, fixed) : H5I_INVALID_HID,
-         H5Tclose);
+  const bool variable = d.type == DType::vstr && !huge_string && !long_string;
+  Id str(is_string ? string_type(variable, fixed) : H5I_INVALID_HID, H5Tclose);
   switch (d.type) {
     case DType::f16: half = melforge::h5::float16_type(); type = half.id(); break;
     case DType::f32: type = H5T_NATIVE_FLOAT; break;
@@ -447,7 +447,7 @@ bool write_data(hid_t file, const std::string& name, const Data& d) {
   if (is_string) {
     std::vector<std::string> values(n);
     for (size_t i = 0; i < n; ++i) values[i] = d.strs.empty() ? "" : d.strs[i % d.strs.size()];
-    if (d.type == DType::vstr) {
+    if (variable) {
       std::vector<const char*> ptrs(n);
       for (size_t i = 0; i < n; ++i) ptrs[i] = values[i].c_str();
       return H5Dwrite(ds.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) >= 0;

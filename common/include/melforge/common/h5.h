@@ -316,8 +316,9 @@ std::vector<uint8_t> read_uint8_matrix(Ref parent, const std::string& name, std:
 /// Writes `values` as a new 1-D variable-length UTF-8 string dataset [values.size()].
 void write_strings(Ref parent, const std::string& name, const std::vector<std::string>& values);
 /// Reads a whole 1-D string dataset (variable or fixed length); FormatError when missing, not strings or not 1-D,
-/// when a string is longer than kMaxStringBytes or all of them longer than kMaxStringDatasetBytes together (both
-/// checked before reading: from the type of fixed-length strings, from the stored sizes of variable-length ones).
+/// when a string is longer than kMaxStringBytes or all of them longer than kMaxStringDatasetBytes together (fixed
+/// length: checked from the type before reading; variable length: checked after one H5Dread, the strings being
+/// stored in the file).
 std::vector<std::string> read_strings(Ref parent, const std::string& name);
 
 /// Elements per index of dim 0 of `dataset`: the product of its other dimensions (1 for a 1-D dataset).
