@@ -13,6 +13,7 @@
 
 #include "clip_fixture.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/h5.h"
 #include "reader/clip_reader.h"
 #include "reader/mel_reader.h"
 #include "reader/split_info.h"
@@ -191,6 +192,24 @@ TEST_CASE("schema 1 and 2: the clip table is the valid segments side by side", "
   CHECK(single > 0);
   CHECK(s.total_frames() == s.valid_segments() * s.info.n_frames);
   CHECK(s.info.max_seconds == 0);
+}
+
+TEST_CASE("schema 1 and 2: a long_samples that is not positive or overflows the clip length is refused",
+          "[data][clips][untrusted]") {
+  const int64_t value = GENERATE(int64_t{0}, int64_t{-5}, std::numeric_limits<int64_t>::max() / 2);
+  CAPTURE(value);
+  test::TempDir dir;
+  fs::copy_file(test::legacy_dataset(1) / "train.h5", dir / "train.h5");
+  {
+    auto f = h5::open_file(dir / "train.h5", true);
+    h5::write_attribute_int64(f, "long_samples", value);
+  }
+  try {
+    data::read_split_info(dir / "train.h5", "train");
+    FAIL("a long_samples of " << value << " was read");
+  } catch (const FormatError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("train.h5") && Catch::Contains("long_samples"));
+  }
 }
 
 TEST_CASE("schema 1 and 2: tiles of n_frames read through ClipReader are exactly MelReader's segments",

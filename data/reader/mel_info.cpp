@@ -88,8 +88,9 @@ MelInfo read_mel_info(const h5::File& file, const std::string& where) {
                                                            {"n_mels", info.n_mels},
                                                            {"n_frames", info.n_frames},
                                                            {"short_samples", info.short_samples}};
-  if (schema < kClipSchemaVersion) positive.insert(positive.end(), {{"num_long", info.num_long},
-                                                                    {"num_short", info.num_short}});
+  if (schema < kClipSchemaVersion)
+    positive.insert(positive.end(),
+                    {{"num_long", info.num_long}, {"num_short", info.num_short}, {"long_samples", info.long_samples}});
   for (const auto& [name, value] : positive) {
     if (value <= 0) throw FormatError(where + ": attribute " + name + " = " + std::to_string(value) + " must be > 0");
   }

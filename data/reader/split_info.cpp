@@ -1,9 +1,10 @@
 #include "reader/split_info.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -202,6 +203,9 @@ void read_grid_clips(const h5::File& file, const std::string& where, SplitInfo& 
       throw FormatError(where + ": num_valid_long[" + std::to_string(f) + "] = " + std::to_string(v) +
                         " is outside [1, num_long = " + std::to_string(s.info.num_long) + "] (file " +
                         utf8::for_terminal(s.paths[static_cast<std::size_t>(f)]) + ")");
+    if (s.info.long_samples > std::numeric_limits<int64_t>::max() / v)
+      throw FormatError(where + ": attribute long_samples = " + std::to_string(s.info.long_samples) + " times " +
+                        "num_valid_long[" + std::to_string(f) + "] = " + std::to_string(v) + " overflows");
     s.num_valid_long.push_back(v);
     s.frame_offset.push_back(s.frame_offset.back() + v * per_long);
     s.num_samples.push_back(v * s.info.long_samples);
