@@ -155,7 +155,7 @@ struct SplitWriterConfig {
 /// Schema version written to every file's `schema_version` attribute: 3, whole clips (docs/FORMAT.md).
 inline constexpr int64_t kSchemaVersion = 3;
 
-/// Name of the root attribute that identifies one build (or merge): the same random value in every split file it
+/// Name of the root attribute that identifies one build (or merge): the same value in every split file it
 /// writes and in its build_report.json, so that readers refuse splits of different builds side by side.
 inline constexpr const char* kBuildIdAttribute = "build_id";
 

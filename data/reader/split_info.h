@@ -63,8 +63,8 @@ struct SplitInfo {
   /// `label` among them); empty when the file has no `targets` dataset (a single-label corpus, or schema 1).
   std::vector<uint8_t> targets;
 
-  /// The file's `build_id` root attribute (one random value per melforge-build run or merge); empty for a dataset
-  /// written before it existed.
+  /// The file's `build_id` root attribute (one value per melforge-build run or merge, shared by its splits: a hash of
+  /// what determines the build); empty for a dataset written before it existed.
   std::string build_id;
 
   /// True when the file holds a `targets` dataset (also for a split with no files).

@@ -446,7 +446,7 @@ TEST_CASE("beyond 1,000 classes report.json lists the largest confusions instead
   }
 }
 
-TEST_CASE("--resume RUN without last.pt names best.pt and the command to resume from it", "[trainer][untrusted]") {
+TEST_CASE("resume of a run folder without last.pt names best.pt and the command to resume from it", "[trainer][untrusted]") {
   TempDir d;
   fs::create_directories(d / "run" / "checkpoints");
   std::ofstream(d / "run" / "checkpoints" / "best.pt") << "x";
