@@ -215,7 +215,7 @@ TEST_CASE("resume --epochs N after a finished run equals a straight N-epoch run 
   }
 }
 
-TEST_CASE("--resume refuses a dataset changed since the checkpoint, naming the change, unless "
+TEST_CASE("resume refuses a dataset changed since the checkpoint, naming the change, unless "
           "--allow-dataset-change",
           "[trainer][runs][resume][untrusted]") {
   TempDir d;
