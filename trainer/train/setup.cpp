@@ -108,8 +108,7 @@ nlohmann::json dataset_identity(const Dataset& meta) {
     const Split& s = meta.split(name);
     nlohmann::json j = {{"clips", s.files()}, {"frames", s.total_frames()}, {"classes", meta.num_classes()},
                         {"class_names_fnv1a", hex}};
-    const h5::File f = h5::open_file(s.path);
-    if (h5::has_attribute(f, "build_id")) j["build_id"] = h5::read_attribute_string(f, "build_id");
+    if (!s.meta.build_id.empty()) j["build_id"] = s.meta.build_id;
     out[name] = j;
   }
   return out;
