@@ -10,6 +10,9 @@ namespace melforge::data {
 
 namespace {
 
+/// Largest long_samples a schema-1/2 file may declare: 2^40 samples (289 days at 44.1 kHz).
+constexpr int64_t kMaxLongSamples = int64_t{1} << 40;
+
 /// One parameter attribute of MelInfo: its name and the member that holds it.
 struct Field {
   const char* name;
@@ -94,6 +97,9 @@ MelInfo read_mel_info(const h5::File& file, const std::string& where) {
   for (const auto& [name, value] : positive) {
     if (value <= 0) throw FormatError(where + ": attribute " + name + " = " + std::to_string(value) + " must be > 0");
   }
+  if (schema < kClipSchemaVersion && info.long_samples > kMaxLongSamples)
+    throw FormatError(where + ": attribute long_samples = " + std::to_string(info.long_samples) + " is more than " +
+                      std::to_string(kMaxLongSamples) + " samples (2^40)");
   if (!std::isfinite(info.max_seconds) || info.max_seconds < 0)
     throw FormatError(where + ": attribute max_seconds = " + std::to_string(info.max_seconds) +
                       " must be >= 0 and finite (0: no cap)");

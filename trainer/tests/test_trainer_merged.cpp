@@ -120,15 +120,19 @@ TEST_CASE("training on a merged dataset gives the model trained on the unsharded
   test::require_same_tensors(vds.optimizer, single.optimizer, "optimizer");
 }
 
-TEST_CASE("a merged dataset whose shard folder is missing is refused, naming the file", "[trainer][shard]") {
+TEST_CASE("a merged dataset whose source file is missing is refused, naming the file", "[trainer][shard]") {
   TempDir d;
   build_all(d.path(), 0);
-  fs::rename(d / "run/shard-2", d / "gone");
+  std::string name;
+  for (const auto& entry : fs::directory_iterator(d / "run/vds/sources"))
+    if (entry.path().filename().string().rfind("train-", 0) == 0) name = entry.path().filename().string();
+  REQUIRE(!name.empty());
+  fs::rename(d / "run/vds/sources" / name, d / "gone.h5");
   try {
     trainer::load_dataset(d / "run/vds");
-    FAIL("a merged dataset with a missing shard loaded");
+    FAIL("a merged dataset with a missing source loaded");
   } catch (const IoError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("shard-2/train.h5") && Catch::Contains("missing"));
+    CHECK_THAT(e.what(), Catch::Contains("sources/" + name) && Catch::Contains("missing"));
   }
   CHECK_NOTHROW(trainer::load_dataset(d / "run/copy"));
 }

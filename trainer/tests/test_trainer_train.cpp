@@ -268,6 +268,9 @@ TEST_CASE("bad datasets and run folders get clear errors", "[trainer][train]") {
     r.data.data = other;
     r.given = {"data"};
     r.runtime.log_level = "warn";
+    CHECK_THROWS_WITH(trainer::train(r, log), Catch::Contains("differs from the one") &&
+                                                  Catch::Contains("--allow-dataset-change"));
+    r.train.allow_dataset_change = true;
     CHECK_THROWS_WITH(trainer::train(r, log), Catch::Contains("does not fit") && Catch::Contains("n_mels"));
   }
   SECTION("fp16 without a CUDA device") {
