@@ -139,20 +139,6 @@ TEST_CASE("a --config that is a FIFO, a device or a folder is refused before rea
   CHECK_THROWS_WITH(parsed({"--config", given}), Catch::Contains("--config") && Catch::Contains("regular file"));
 }
 
-TEST_CASE("melforge-train refuses a prefix of a flag (train, predict), naming the flag", "[flags][untrusted]") {
-  if (std::string(MELFORGE_TRAIN_EXE).empty()) MELFORGE_SKIP("melforge-train was not built (MELFORGE_TRAINER=0)");
-  const auto [command, prefix, expected] = GENERATE(table<std::string, std::string, std::string>({
-      {"train", "--epoch", "--epochs"},
-      {"predict", "--checkpoin", "--checkpoint"},
-  }));
-  CAPTURE(command, prefix);
-  TempDir d;
-  const auto r = test::run_child({MELFORGE_TRAIN_EXE, command, prefix, "3"}, d / "log.txt");
-  INFO(r.output);
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Catch::Contains("unrecognised option '" + prefix + "'; did you mean " + expected + "?"));
-}
-
 TEST_CASE("torchaudio spellings of the flags set the same fields as the dashed ones", "[flags]") {
   const auto row = GENERATE(table<std::string, std::string, std::string>({
       {"n_fft", "n-fft", "1024"},
