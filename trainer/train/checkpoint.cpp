@@ -295,8 +295,9 @@ struct RecordSizes {
 c10::IValue bounded_pickle_load(std::string bytes, const std::filesystem::path& path, RecordSizes& records) {
   const uint64_t file_bytes = bytes.size();
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(std::move(bytes)));
-  auto [pickle_ptr, pickle_size] = reader.getRecord("data.pkl");
-  const char* pickle = static_cast<const char*>(pickle_ptr.get());
+  auto pickle_record = reader.getRecord("data.pkl");
+  const size_t pickle_size = std::get<1>(pickle_record);
+  const char* pickle = static_cast<const char*>(std::get<0>(pickle_record).get());
   size_t done = 0;
   auto read_pickle = [&](char* buf, size_t n) -> size_t {
     n = std::min(n, pickle_size - done);
