@@ -20,6 +20,11 @@ struct InputFile {
   /// Every label of a multi-label manifest row (`dog;bark`), in the order written, `labels[0] == label`; empty for a
   /// single-label row and for folder layouts.
   std::vector<std::string> labels;
+  /// Fold 1..K given by a fold column, a layout or `--folds K`; 0: none (docs/FORMAT.md `fold`).
+  int fold = 0;
+  /// Group key (`--group-by`, a layout: Speech Commands' speaker, ESC-50's src_file, UrbanSound8K's fsID): every
+  /// file of one group goes to one split and one fold; "" for none.
+  std::string group;
 };
 
 /// A file that did not make it into the dataset, and why.
@@ -53,6 +58,26 @@ struct ScanResult {
   bool presplit = false;
   /// True when a manifest row names more than one label: the build then writes the `targets` matrix.
   bool multilabel = false;
+  /// Class names in label order (`--classes FILE`, a layout's vocabulary); empty: the labels sorted. Every label of
+  /// `files` is one of them; a listed class without a file is kept (its label index is stable).
+  std::vector<std::string> class_order;
+  /// Number of folds K the corpus declares (ESC-50: 5, UrbanSound8K: 10; `--folds K`); 0: none. Every file's fold is
+  /// then in 1..K.
+  int folds = 0;
+  /// What the groups were taken from, for the report (`src_file`, `speaker: name before _nohash_`); "" without
+  /// groups.
+  std::string group_by;
+  /// The layout that scanned the corpus (`esc50`), "" for a plain folder or manifest.
+  std::string layout;
+  /// A folder of noise clips the layout offers as the --noise bank of --augment-copies when --noise is not given
+  /// (Speech Commands' `_background_noise_`); empty for none. Its files are never classes.
+  std::filesystem::path noise_bank;
+  /// The dataset's own trial list (VoxCeleb1's `veri_test2.txt`), checked against the scanned paths and copied to
+  /// OUT/trials.txt by the build; empty for none.
+  std::filesystem::path trials;
+  /// Notes on the protocol the layout applied (which list gave which split, ...), for stderr and the report's
+  /// `protocol.notes`.
+  std::vector<std::string> protocol_notes;
 };
 
 /// The separator of several labels in one manifest label field (`dog;bark;outdoor`).
