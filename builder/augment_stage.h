@@ -67,6 +67,8 @@ class AugmentStage final : public AudioStage {
   augment::Augmenter* cpu_augmenter() const { return cpu_.get(); }
   /// The options.
   const augment::AugmentArgs& args() const { return args_; }
+  /// Takes `folder` as the --noise bank (a layout's, when --noise was not given); before load_banks().
+  void use_noise_bank(const std::filesystem::path& folder) { args_.noise = folder; }
 
  private:
   augment::AugmentArgs args_;

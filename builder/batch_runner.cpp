@@ -200,7 +200,8 @@ KeptRows BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& batc
       continue;
     }
     FileRecord record{state_.class_index.at(f.input->label), f.input->rel_path, b.plan.frames, b.plan.samples,
-                      b.plan.flags, f.info.sample_rate, {}, row_recipe(state_, b.recipe)};
+                      b.plan.flags, f.info.sample_rate, {}, row_recipe(state_, b.recipe), f.input->fold,
+                      f.input->group};
     for (const auto& l : f.input->labels) record.targets.push_back(state_.class_index.at(l));
     kept.records.push_back(std::move(record));
     kept.starts.push_back(b.samples.data() - arena_.data());

@@ -30,7 +30,8 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
   all.add(general).add(build).add(mel).add(seg).add(aug);
 }
 
-bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help) {
+bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help,
+                      BuildConfig* config) {
   po::variables_map vm;
   po::store(parse_flags(args, all), vm);
   if (vm.count("help")) {
@@ -43,6 +44,7 @@ bool parse_build_args(const std::vector<std::string>& args, const po::options_de
     po::store(po::parse_config_file(text, all), vm);
   }
   po::notify(vm);
+  if (config != nullptr) config->build.split_given = vm.count("split") != 0 && !vm["split"].defaulted();
   return true;
 }
 

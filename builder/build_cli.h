@@ -20,8 +20,9 @@ void add_build_groups(boost::program_options::options_description& all, BuildCon
 /// wins) into the variables bound by `all`, after rewriting flag and key spellings to the registered ones
 /// (canonical_args, canonical_config). Returns false after writing the help to `help` when --help was given. Throws
 /// boost::program_options::error for an unknown flag (naming the nearest one) or a bad value, InvalidArgument for
-/// an unreadable --config file.
+/// an unreadable --config file. With `config` (the one `all` is bound to), records whether --split was given
+/// (BuildOptions::split_given).
 bool parse_build_args(const std::vector<std::string>& args, const boost::program_options::options_description& all,
-                      std::ostream& help);
+                      std::ostream& help, BuildConfig* config = nullptr);
 
 }  // namespace melforge::builder

@@ -8,9 +8,13 @@
 #include <cstdio>
 #include <sstream>
 
+#include <regex>
+
+#include "layouts/layout.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/parallel.h"
 #include "output_folder.h"
+#include "scan.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -119,6 +123,51 @@ std::pair<int64_t, int64_t> shard_range(int64_t n, const ShardSpec& spec) {
   return {cut(spec.index - 1), cut(spec.index)};
 }
 
+namespace {
+
+/// Throws InvalidArgument naming the flag when `given` without --manifest.
+void require_manifest(const BuildOptions& o, bool given, const std::string& flag) {
+  if (given && o.manifest.empty()) throw InvalidArgument(flag + " applies to a --manifest CSV; give --manifest FILE");
+}
+
+/// The checks of the protocol flags (BuildOptions::validate).
+void validate_protocol(const BuildOptions& o) {
+  std::error_code ec;
+  if (!o.layout.empty()) {
+    layouts::find_layout(o.layout);
+    if (o.input.empty())
+      throw InvalidArgument("--layout " + o.layout + " reads the dataset's root folder: give --input ROOT");
+    for (const auto& [given, flag] : {std::pair{!o.columns.empty(), "--columns"}, {!o.label_sep.empty(), "--label-sep"},
+                                      {!o.audio_root.empty(), "--audio-root"}})
+      if (given) throw InvalidArgument(std::string(flag) + " does not apply with --layout " + o.layout +
+                                       " (the layout reads the dataset's own metadata)");
+  }
+  require_manifest(o, !o.columns.empty(), "--columns");
+  require_manifest(o, !o.label_sep.empty(), "--label-sep");
+  require_manifest(o, !o.audio_root.empty(), "--audio-root");
+  const ManifestColumns columns = parse_columns(o.columns);
+  if (!o.label_sep.empty() && (o.label_sep.size() != 1 || o.label_sep == "\"" || o.label_sep == "\n" ||
+                               o.label_sep == "\r"))
+    throw InvalidArgument("--label-sep: '" + o.label_sep + "' must be one character (not a quote or a line break)");
+  if (!o.audio_root.empty() && !fs::is_directory(o.audio_root, ec))
+    throw InvalidArgument("--audio-root: '" + o.audio_root.string() + "' is not a folder");
+  if (!o.classes.empty() && !fs::is_regular_file(o.classes, ec))
+    throw InvalidArgument("--classes: '" + o.classes.string() + "' is not a readable file");
+  if (o.folds != 0 && (o.folds < 2 || o.folds > 100))
+    throw InvalidArgument("--folds: " + std::to_string(o.folds) + " is outside 2..100 (0: no folds)");
+  if (!o.group_by.empty() && !columns.group.empty())
+    throw InvalidArgument("--group-by and --columns group=" + columns.group + " both name the groups; give one");
+  if (!o.group_by.empty() && o.manifest.empty()) {
+    try {
+      std::regex re(o.group_by, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw InvalidArgument("--group-by: '" + o.group_by + "' is not a valid regular expression (" + e.what() + ")");
+    }
+  }
+}
+
+}  // namespace
+
 void BuildOptions::validate() const {
   if (input.empty() == manifest.empty()) throw InvalidArgument("give exactly one of --input DIR or --manifest CSV");
   std::error_code ec;
@@ -135,6 +184,7 @@ void BuildOptions::validate() const {
   if (frames_per_chunk < 0) throw InvalidArgument("--frames-per-chunk must be >= 0 (0: auto)");
   if (device_batch < 1) throw InvalidArgument("--device-batch must be >= 1");
   if (extension_list().empty()) throw InvalidArgument("--extensions must name at least one extension");
+  validate_protocol(*this);
 }
 
 void add_options(po::options_description& desc, BuildOptions& o) {
@@ -142,7 +192,8 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("input", po::value<fs::path>(&o.input), "corpus folder: root/<class>/**/file or root/{train,val,test}/<class>/...")
     ("manifest", po::value<fs::path>(&o.manifest), "CSV manifest with path,label[,split] (instead of --input)")
     ("output", po::value<fs::path>(&o.output), "output folder for train.h5, val.h5, test.h5 and build_report.json")
-    ("split", po::value<std::string>(&o.split)->default_value(o.split), "split ratios train,val,test")
+    ("split", po::value<std::string>(&o.split)->default_value(o.split), "split ratios train,val,test (not used for "
+     "files whose split comes from a fold)")
     ("seed", po::value<uint64_t>(&o.seed)->default_value(o.seed), "seed of the split assignment")
     ("split-by", po::value<SplitBy>(&o.split_by)->default_value(o.split_by),
      "what --split divides: file (each class's files; every class in every split) or class (whole classes, "
@@ -169,6 +220,23 @@ void add_options(po::options_description& desc, BuildOptions& o) {
      "scan files and folders whose name starts with '.' (default: ignored and counted in the report)")
     ("device-batch", po::value<int64_t>(&o.device_batch)->default_value(o.device_batch),
      "CUDA engine: frames per cuFFT launch, in tiles of --short-seconds")
+    ("layout", po::value<std::string>(&o.layout),
+     "read --input as a public dataset's own tree, with its protocol (splits, folds, groups, class order): one of "
+     "esc50, urbansound8k, speechcommands, fsd50k, voxceleb1, librispeech (docs/FORMAT.md, Layouts)")
+    ("columns", po::value<std::string>(&o.columns),
+     "--manifest columns by header name: path=COL,label=COL[,split=COL][,fold=COL][,group=COL]")
+    ("label-sep", po::value<std::string>(&o.label_sep),
+     "separator of several labels in one manifest label field (default ';'; quoted fields honoured)")
+    ("audio-root", po::value<fs::path>(&o.audio_root),
+     "folder the manifest's relative paths are resolved against (default: the manifest's folder)")
+    ("classes", po::value<fs::path>(&o.classes),
+     "class order: a file of one class name a line, or a vocabulary CSV index,label,mid (FSD50K); default: sorted")
+    ("group-by", po::value<std::string>(&o.group_by),
+     "keep each group in one split and one fold: a manifest header column, or a regular expression searched in "
+     "each path (its first group, else the whole match), e.g. '^[^/]+/([^_]+)_nohash_'")
+    ("folds", po::value<int>(&o.folds)->default_value(o.folds),
+     "assign folds 1..K (2..100), grouped and stratified by class, to files without one; fold K is then test, "
+     "fold K-1 val, the others train (0: no folds)")
     ("shard", po::value<std::string>(&o.shard),
      "K/N: build only shard K of N (1..N) of the corpus into --output; join the N folders with "
      "`melforge-build merge`");
@@ -243,7 +311,13 @@ void BuildConfig::validate() const {
                           "mel power exceeds 65504, the largest float16 (a loud 16-bit file exceeds it); use --log "
                           "none with --dtype float32, or keep float16 with --log db or --log ln");
   if (decode.channel < -1) throw InvalidArgument("--channel must be -1 (mix down) or a channel index >= 0");
-  augment.validate();
+  if (!build.layout.empty() && augment.copies > 0 && augment.noise.empty()) {
+    augment::AugmentArgs with_bank = augment;
+    with_bank.noise = build.input;
+    with_bank.validate();
+  } else {
+    augment.validate();
+  }
   engine_check.validate(build.device);
 }
 

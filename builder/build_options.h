@@ -117,6 +117,24 @@ struct BuildOptions {
   int64_t device_batch = 4096;
   /// `K/N`: process only shard K of N (1-based) of the corpus into `output`; "" builds the whole corpus.
   std::string shard;
+  /// --layout NAME: read `input` as that public dataset's own tree (builder/layouts/layout.h); "" for none.
+  std::string layout;
+  /// --columns `path=COL,label=COL[,split=COL][,fold=COL][,group=COL]` of the manifest's header (parse_columns);
+  /// "" for none.
+  std::string columns;
+  /// --label-sep C: the separator of several labels in a manifest label field; "" for the default ';'.
+  std::string label_sep;
+  /// --audio-root DIR: folder a manifest's relative paths are resolved against (default: the manifest's folder).
+  std::filesystem::path audio_root;
+  /// --classes FILE: class order, one name a line or a vocabulary CSV (read_class_list); empty: sorted labels.
+  std::filesystem::path classes;
+  /// --group-by column|REGEX: a manifest header column, or a regular expression searched in each stored path (its
+  /// first capture group, else the whole match, is the group); "" for none.
+  std::string group_by;
+  /// --folds K (2..100): assign folds 1..K, grouped and stratified, to the files that have none; 0: none.
+  int folds = 0;
+  /// True when --split was given (not defaulted): with folds, --split is not used and a warning says so.
+  bool split_given = false;
 
   /// Parsed `split`: three ratios (a missing test ratio is 0). Throws InvalidArgument.
   std::vector<double> split_ratios() const;
@@ -126,14 +144,20 @@ struct BuildOptions {
   ShardSpec shard_spec() const { return parse_shard(shard); }
   /// Parsed `extensions`, lower case, without dots.
   std::vector<std::string> extension_list() const;
+  /// The label separator: label_sep's character, ';' when not given.
+  char label_separator() const { return label_sep.empty() ? ';' : label_sep[0]; }
   /// Checks every field and the folders (input exists; output absent, empty or --overwrite, where the lock file
-  /// and staging folder a killed build leaves behind do not count as content). Throws InvalidArgument.
+  /// and staging folder a killed build leaves behind do not count as content), and the protocol flags: --layout
+  /// (a known name, with --input, not with --manifest, --columns, --label-sep or --audio-root), --columns,
+  /// --label-sep and --audio-root (with --manifest), --classes (a regular file), --folds (0 or 2..100), --group-by
+  /// (not with --columns group=; a regular expression that compiles, unless a manifest header may name it). Throws
+  /// InvalidArgument.
   void validate() const;
 };
 
 /// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite
 /// --quiet --dtype --compression-level --shuffle --frames-per-chunk --extensions --include-hidden --device-batch
-/// --shard.
+/// --shard --layout --columns --label-sep --audio-root --classes --group-by --folds.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// A deliberate error in the device side of the engine check (EngineCheckOptions::fault), for tests: no flag sets
@@ -185,7 +209,9 @@ struct BuildConfig {
   /// The engine check of a CUDA build (--no-engine-check).
   EngineCheckOptions engine_check;
   /// Validates every part, in the order a user would fix them, then the combinations (--log none with
-  /// --dtype float16 is refused: linear power above 65504 would be stored as +Inf). Throws InvalidArgument.
+  /// --dtype float16 is refused: linear power above 65504 would be stored as +Inf). With --layout and
+  /// --augment-copies but no --noise, the augmentation is checked as if the layout offered a noise bank (the build
+  /// checks it again after the scan). Throws InvalidArgument.
   void validate() const;
 };
 

@@ -218,6 +218,8 @@ struct SplitWriter::Impl {
   std::vector<int32_t> source_sample_rate;
   std::vector<uint8_t> targets;
   RecipeColumns recipes;
+  std::vector<int32_t> folds;
+  std::vector<std::string> groups;
 
   /// Shuffle + deflate of whole chunks; null when compression_level is 0.
   std::unique_ptr<ChunkCompressor> compressor;
@@ -309,6 +311,9 @@ struct SplitWriter::Impl {
         if (t < 0 || t >= num_classes)
           throw InvalidArgument(config.final_path.string() + ": target " + std::to_string(t) + " of '" + r.path +
                                 "' is outside [0, " + std::to_string(num_classes) + ")");
+      if (config.folds && (r.fold < 1 || r.fold > kMaxFolds))
+        throw InvalidArgument(config.final_path.string() + ": fold " + std::to_string(r.fold) + " of '" + r.path +
+                              "' is outside [1, " + std::to_string(kMaxFolds) + "]");
       if (r.frames < 1 || r.num_samples < 0 || (r.clip_flags & ~(kStoredPadded | kStoredCapped)) != 0) {
         throw InvalidArgument(config.final_path.string() + ": clip '" + r.path + "' has " + std::to_string(r.frames) +
                               " frames, " + std::to_string(r.num_samples) + " samples and flags " +
@@ -377,6 +382,8 @@ struct SplitWriter::Impl {
       source_sample_rate.push_back(r.source_sample_rate);
       if (config.multilabel) add_target_row(r);
       if (config.augmented) recipes.push(r.recipe);
+      if (config.folds) folds.push_back(r.fold);
+      if (config.groups) groups.push_back(r.group);
     }
   }
 
@@ -392,6 +399,7 @@ struct SplitWriter::Impl {
                          config.source_sample_rate ? &source_sample_rate : nullptr,
                          config.multilabel ? &targets : nullptr);
     if (config.augmented) write_recipe_columns(file, recipes);
+    write_fold_group(file, config.folds ? &folds : nullptr, config.groups ? &groups : nullptr);
   }
 
   void finish() {
@@ -449,6 +457,11 @@ void write_split_metadata(h5::File& file, const std::string& split, const std::v
   h5::write_attribute_string(file, "split", split);
   h5::write_attribute_string(file, "melforge_version", MELFORGE_VERSION);
   for (const Attribute& a : attributes) h5::write_attribute(file, a.name, a.value);
+}
+
+void write_fold_group(h5::File& file, const std::vector<int32_t>* folds, const std::vector<std::string>* groups) {
+  if (folds != nullptr) h5::write_int32(file, "fold", *folds);
+  if (groups != nullptr) h5::write_strings(file, "group", escaped(*groups));
 }
 
 void RecipeColumns::push(const RowRecipe& r) {

@@ -119,6 +119,10 @@ struct FileRecord {
   std::vector<int32_t> targets;
   /// The row's recipe (--augment-copies). Used only when SplitWriterConfig::augmented.
   RowRecipe recipe;
+  /// The file's fold 1..K (`fold`). Used only when SplitWriterConfig::folds.
+  int32_t fold = 0;
+  /// The file's group key (`group`; "" none). Used only when SplitWriterConfig::groups.
+  std::string group;
 };
 
 /// Everything the writer needs up front.
@@ -150,7 +154,19 @@ struct SplitWriterConfig {
   bool multilabel = false;
   /// Write the aug_* datasets (FileRecord::recipe; write_recipe_columns): a build with --augment-copies > 0.
   bool augmented = false;
+  /// Write the `fold` dataset (FileRecord::fold, each in 1..kMaxFolds): a build whose files have folds (the `folds`
+  /// root attribute comes with `attributes`).
+  bool folds = false;
+  /// Write the `group` dataset (FileRecord::group): a build whose files have groups.
+  bool groups = false;
 };
+
+/// Largest fold count a dataset may declare (the `folds` attribute; readers check K in [2, kMaxFolds]).
+inline constexpr int32_t kMaxFolds = 1000;
+
+/// Writes the `fold` (H5T_STD_I32LE [F]) and `group` (variable-length UTF-8 [F], bytes that are not UTF-8 escaped)
+/// datasets into `file`; a null pointer leaves that dataset out.
+void write_fold_group(h5::File& file, const std::vector<int32_t>* folds, const std::vector<std::string>* groups);
 
 /// Schema version written to every file's `schema_version` attribute: 3, whole clips (docs/FORMAT.md).
 inline constexpr int64_t kSchemaVersion = 3;

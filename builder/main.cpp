@@ -62,9 +62,11 @@ void handle_stop_signals() {
   }).detach();
 }
 
-/// Parses `argv` (after the program or subcommand name) with parse_build_args; false after printing --help.
-bool parse(int argc, char** argv, const po::options_description& all) {
-  return melforge::builder::parse_build_args(std::vector<std::string>(argv + 1, argv + argc), all, std::cout);
+/// Parses `argv` (after the program or subcommand name) with parse_build_args into `config`; false after printing
+/// --help.
+bool parse(int argc, char** argv, const po::options_description& all, melforge::builder::BuildConfig& config) {
+  return melforge::builder::parse_build_args(std::vector<std::string>(argv + 1, argv + argc), all, std::cout,
+                                             &config);
 }
 
 /// `melforge-build bench ...`: the build's flags plus the bench's; prints the stage table.
@@ -81,7 +83,7 @@ int run_bench(int argc, char** argv) {
   melforge::builder::add_options(bench_group, bench);
   melforge::builder::add_build_groups(all, config, config_file);
   all.add(bench_group);
-  if (!parse(argc, argv, all)) return 0;
+  if (!parse(argc, argv, all, config)) return 0;
   melforge::builder::run_bench(config, bench, std::cout, std::cerr);
   return 0;
 }
@@ -125,13 +127,14 @@ int run(int argc, char** argv) {
   std::string config_file;
   po::options_description all("melforge-build: audio corpus -> HDF5 log-mel dataset\n\n"
                               "Usage: melforge-build --input DIR|--manifest CSV --output DIR [options]\n"
+                              "       melforge-build --layout NAME --input DATASET_ROOT --output DIR [options]\n"
                               "       melforge-build --shard K/N ... (one of N parts)   then   melforge-build merge --help\n"
                               "       melforge-build bench --help   (time each stage on your own corpus)\n"
                               "Flags may also be spelled as torchaudio names its parameters (--n_fft, --hop_length,\n"
                               "--sample_rate; --norm for --mel-norm), here and in the --config file; value names such as\n"
                               "slaney, htk, hann and reflect are read in any letter case.");
   melforge::builder::add_build_groups(all, config, config_file);
-  if (!parse(argc, argv, all)) return 0;
+  if (!parse(argc, argv, all, config)) return 0;
 
   const auto result = melforge::builder::run_build(config);
   const auto& r = result.report;

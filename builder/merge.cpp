@@ -61,7 +61,26 @@ struct ShardSplit {
   /// The aug_* recipe datasets (a build with --augment-copies); empty when `augmented` is false.
   RecipeColumns recipes;
   bool augmented = false;
+  /// `fold` and `group` (a build with folds or groups); empty when the shard has none.
+  std::vector<int32_t> fold;
+  std::vector<std::string> group;
+  bool has_fold = false;
+  bool has_group = false;
 };
+
+/// Reads the `fold` and `group` datasets of shard split `s` when present: as many entries as clips, folds within
+/// [1, kMaxFolds]. Throws FormatError naming the file.
+void read_fold_group(ShardSplit& s, std::size_t files, const std::string& where) {
+  s.has_fold = h5::exists(s.file, "fold");
+  s.has_group = h5::exists(s.file, "group");
+  if (s.has_fold) s.fold = h5::read_int32(s.file, "fold");
+  if (s.has_group) s.group = h5::read_strings(s.file, "group");
+  if ((s.has_fold && s.fold.size() != files) || (s.has_group && s.group.size() != files))
+    throw FormatError(where + ": fold or group does not hold one entry per clip (" + std::to_string(files) + ")");
+  for (const int32_t f : s.fold)
+    if (f < 1 || f > kMaxFolds)
+      throw FormatError(where + ": fold " + std::to_string(f) + " is outside [1, " + std::to_string(kMaxFolds) + "]");
+}
 
 Shard read_shard(const fs::path& dir) {
   const fs::path report_path = dir / kReportName;
@@ -180,6 +199,7 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
     throw FormatError(where + ": source_sample_rate has " + std::to_string(s.source_sample_rate.size()) +
                       " entries for " + std::to_string(files) + " clips");
   s.clips = read_clip_columns(s.file, static_cast<int64_t>(files), s.dims[0], where);
+  read_fold_group(s, files, where);
   s.augmented = read_recipe_columns(s.file, files, where, s.recipes);
   return s;
 }
@@ -200,6 +220,9 @@ void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
                       (s.augmented ? "holds" : "lacks") + " the aug_* recipe datasets), " + there +
                       (ref.augmented ? " was" : " was not") + ": augmented and non-augmented shards cannot be "
                       "merged; build every shard with the same augmentation flags");
+  if (s.has_fold != ref.has_fold || s.has_group != ref.has_group)
+    throw FormatError(here + " and " + there + " differ in their fold or group datasets: build every shard of one "
+                      "corpus with the same --folds, --group-by and fold or group columns");
   for (const auto& [name, value] : ref.attributes) {
     if (kPerShardAttributes.contains(name)) continue;
     const auto it = s.attributes.find(name);
@@ -292,7 +315,8 @@ int64_t copy_frames(const std::vector<ShardSplit>& parts, SplitWriterConfig wc, 
         records.push_back({p.label[k], p.path_values[k], p.clips.frame_offset[k + 1] - p.clips.frame_offset[k],
                            p.clips.num_samples[k], p.clips.clip_flags[k],
                            p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {},
-                           p.augmented ? p.recipes.row(k) : RowRecipe{}});
+                           p.augmented ? p.recipes.row(k) : RowRecipe{}, p.has_fold ? p.fold[k] : 0,
+                           p.has_group ? p.group[k] : std::string()});
       }
       writer.append(buffer.data(), records);
       first = last;
@@ -311,7 +335,8 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
   const ShardSplit& ref = parts.front();
   const int shard_count = static_cast<int>(parts.size());
   std::vector<int32_t> labels, rates;
-  std::vector<std::string> paths;
+  std::vector<std::string> paths, groups;
+  std::vector<int32_t> folds;
   ClipColumns clips;
   RecipeColumns recipes;
   bool have_rates = true;
@@ -322,6 +347,8 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     rates.insert(rates.end(), p.source_sample_rate.begin(), p.source_sample_rate.end());
     have_rates = have_rates && p.has_source_sample_rate;
     paths.insert(paths.end(), p.path_values.begin(), p.path_values.end());
+    folds.insert(folds.end(), p.fold.begin(), p.fold.end());
+    groups.insert(groups.end(), p.group.begin(), p.group.end());
   }
   const int64_t n_mels = ref.dims[1];
   const mel::DType dtype =
@@ -342,6 +369,8 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     wc.attributes = merged_attributes(ref, shard_count, build_id);
     wc.source_sample_rate = have_rates;
     wc.augmented = ref.augmented;
+    wc.folds = ref.has_fold;
+    wc.groups = ref.has_group;
     return copy_frames(parts, std::move(wc), dtype);
   }
 
@@ -373,6 +402,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
                          clips,
                          have_rates ? &rates : nullptr);
     if (ref.augmented) write_recipe_columns(file, recipes);
+    write_fold_group(file, ref.has_fold ? &folds : nullptr, ref.has_group ? &groups : nullptr);
     file.close();
     std::error_code ec;
     fs::rename(partial, target, ec);
@@ -465,6 +495,7 @@ json merged_report(const std::vector<Shard>& shards, const MergeOptions& options
       seconds_in > 0 ? json(clip_totals.value("seconds_stored", 0.0) / seconds_in) : json();
   r["clips"] = clip_totals;
   if (first.contains("augmentation")) r["augmentation"] = merged_augmentation(shards);
+  if (first.contains("protocol")) r["protocol"] = first["protocol"];
   r["skipped"] = skipped;
   for (const auto& [key, value] : totals.items()) r[key] = value;
   if (options.copy) r["frame_bytes_compressed"] = mel_bytes;

@@ -10,6 +10,8 @@ namespace melforge::builder {
 
 /// Name of the report every finished build or merge writes last into its output folder.
 inline constexpr const char* kReportName = "build_report.json";
+/// Name of the trial list a build of a layout with one (VoxCeleb1's veri_test2.txt) installs in its output folder.
+inline constexpr const char* kTrialsName = "trials.txt";
 /// Folder of OUT where melforge-build merge (without --copy) keeps the shard files its virtual datasets read.
 inline constexpr const char* kSourcesName = "sources";
 

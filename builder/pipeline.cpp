@@ -8,6 +8,7 @@
 #include "batch_runner.h"
 #include "build_state.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "melforge/common/timing.h"
 #include "output_folder.h"
 #include "plan.h"
@@ -83,11 +84,37 @@ BuildResult build_result(BuildState& state, const BatchTotals& run, StageTimes& 
   return result;
 }
 
+/// With --augment-copies and no --noise, takes the layout's noise bank (ScanResult::noise_bank) as --noise: into
+/// `config` (the state's configuration) and the augmentation stage, with a note on stderr; then checks the
+/// augmentation again (no bank and nothing else to augment with: InvalidArgument). Returns the bank used, or "".
+std::string use_layout_noise_bank(BuildConfig& config, BuildState& state) {
+  augment::AugmentArgs& a = config.augment;
+  if (config.build.layout.empty() || a.copies == 0 || !a.noise.empty()) return "";
+  if (!state.scan.noise_bank.empty()) {
+    a.noise = state.scan.noise_bank;
+    state.augment->use_noise_bank(a.noise);
+    std::fprintf(stderr, "melforge-build: --layout %s: noise bank %s used as --noise for --augment-copies\n",
+                 config.build.layout.c_str(), a.noise.c_str());
+  }
+  a.validate();
+  return a.noise.string();
+}
+
+/// Copies the layout's trial list `trials` (read_regular_file, at most 256 MiB) into `staging` as trials.txt;
+/// returns the staged path.
+fs::path stage_trials(const fs::path& trials, const fs::path& staging) {
+  const std::string text = read_regular_file(trials, "trial list", std::uintmax_t{256} << 20);
+  const fs::path target = staging / kTrialsName;
+  write_file_atomically(target, text);
+  return target;
+}
+
 }  // namespace
 
-BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages) {
-  config.validate();
-  require_cuda_if_asked(config);
+BuildResult run_build(const BuildConfig& given, const AudioStages& extra_stages) {
+  given.validate();
+  require_cuda_if_asked(given);
+  BuildConfig config = given;
   Stopwatch total;
   StageTimes times;
   OutputFolder output(config.build.output);
@@ -96,6 +123,7 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
     ScopedStage stage(times, "scan");
     scan_corpus(state);
   }
+  const std::string noise_bank = use_layout_noise_bank(config, state);
   select_shard(state);
   label_files(state);
   if (state.augment) {
@@ -125,7 +153,13 @@ BuildResult run_build(const BuildConfig& config, const AudioStages& extra_stages
   check_written_splits(state, run.skipped);
   warn_clips(state, run.stats);
   BuildResult result = build_result(state, run, times, total.seconds());
-  output.install(run.writes[0].files, result.report);
+  std::vector<fs::path> staged = run.writes[0].files;
+  if (!state.scan.trials.empty()) {
+    staged.push_back(stage_trials(state.scan.trials, output.staging()));
+    result.report["protocol"]["trials"] = kTrialsName;
+  }
+  if (!noise_bank.empty()) result.report["protocol"]["noise_bank"] = noise_bank;
+  output.install(staged, result.report);
   return result;
 }
 

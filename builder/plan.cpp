@@ -4,10 +4,12 @@
 #include <array>
 #include <cstdio>
 #include <map>
+#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "layouts/layout.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_walk.h"
 #include "melforge/common/parallel.h"
@@ -90,6 +92,110 @@ void warn_case_labels(BuildState& state) {
   }
 }
 
+/// Every label of `f` (its labels, or its one label).
+std::vector<std::string> labels_of(const InputFile& f) {
+  return f.labels.empty() ? std::vector<std::string>{f.label} : f.labels;
+}
+
+/// "'a', 'b', 'c'" for the first `max` of `names`, then ", ... (N in all)".
+std::string name_list(const std::vector<std::string>& names, std::size_t max = 10) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < max; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > max) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+/// True for a class name that looks like a fold or a split folder (fold1, fold_3, split2, train, dev, eval, ...).
+bool fold_or_split_name(const std::string& name) {
+  static const std::regex numbered("^(fold|split|set|part|partition|subset)[ _-]?[0-9]+$", std::regex::icase);
+  static const std::set<std::string> splits{"train", "training", "test", "testing", "val", "valid", "validation",
+                                            "dev", "development", "eval", "evaluation"};
+  std::string lower = name;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return splits.contains(lower) || std::regex_match(name, numbered);
+}
+
+/// Warns about a layout that is probably not what the user meant: a single class, class names that look like folds
+/// or splits, classes whose name starts with '_', classes with a single file.
+void warn_suspicious_layout(BuildState& state) {
+  std::map<std::string, int64_t> files;
+  for (const auto& f : state.scan.files)
+    for (const auto& l : labels_of(f)) ++files[l];
+  const bool folder = !state.config.build.input.empty() && state.config.build.layout.empty();
+  const std::string what = folder ? "class folder" : "class";
+  if (state.class_names.size() == 1)
+    warn(state, "a single class, '" + state.class_names[0] + "': a classifier needs two or more; " +
+                    (folder ? "is --input one folder too high or too low (each sub-folder of --input is a class)? A "
+                              "dataset with a metadata file is read with --layout NAME or --manifest --columns"
+                            : "check the label column"));
+  std::vector<std::string> fold_like, underscore, single;
+  for (const auto& name : state.class_names) {
+    if (fold_or_split_name(name)) fold_like.push_back(name);
+    if (!name.empty() && name[0] == '_') underscore.push_back(name);
+    if (files[name] == 1) single.push_back(name);
+  }
+  if (!fold_like.empty())
+    warn(state, what + " names that look like folds or splits, not classes: " + name_list(fold_like) +
+                    " (UrbanSound8K's audio/fold1..fold10 are folds: its classes are in its metadata CSV; use "
+                    "--layout NAME or --manifest --columns ...,fold=COL)");
+  for (const auto& name : underscore)
+    warn(state, what + " '" + name + "' starts with '_': such folders usually hold something else than a class "
+                    "(Speech Commands' _background_noise_ is a noise bank: --layout speechcommands, or move it out "
+                    "and give it as --noise)");
+  if (!single.empty())
+    warn(state, std::to_string(single.size()) + (single.size() == 1 ? " class has" : " classes have") +
+                    " a single file, which cannot be in both train and test: " + name_list(single));
+}
+
+/// --folds K assigns the missing folds; then the fold -> split rule gives files with a fold and no split theirs.
+void apply_folds(BuildState& state) {
+  const BuildOptions& bo = state.config.build;
+  ScanResult& scan = state.scan;
+  if (bo.folds > 0) {
+    assign_folds(scan.files, bo.folds, bo.seed);
+    scan.folds = bo.folds;
+  }
+  if (scan.folds == 0) return;
+  const int64_t n = splits_from_folds(scan.files, scan.folds);
+  if (n == 0) return;
+  scan.presplit = true;
+  const int k = scan.folds;
+  const std::string note =
+      "split from folds (" + std::to_string(n) + " files): fold " + std::to_string(k) + " -> test, " +
+      (k > 2 ? "fold " + std::to_string(k - 1) + " -> val, folds 1.." + std::to_string(k - 2) + " -> train"
+             : "fold 1 -> train (2 folds: no val)") +
+      "; `melforge-train cv` re-partitions by fold";
+  scan.protocol_notes.push_back(note);
+  if (!bo.quiet) std::fprintf(stderr, "melforge-build: %s\n", note.c_str());
+  if (bo.split_given)
+    warn(state, "--split " + bo.split + " is not used: the files' splits come from their folds (fold " +
+                    std::to_string(k) + " test, fold " + std::to_string(k - 1) + (k > 2 ? " val" : " train") +
+                    ", the others train)");
+}
+
+/// class_names: scan.class_order when given (every label must be in it; a listed class without a file is kept,
+/// with a warning), else the sorted labels.
+void set_class_names(BuildState& state) {
+  std::set<std::string> labels;
+  for (const auto& f : state.scan.files)
+    for (const auto& l : labels_of(f)) labels.insert(l);
+  const std::vector<std::string>& order = state.scan.class_order;
+  if (order.empty()) {
+    state.class_names.assign(labels.begin(), labels.end());
+    return;
+  }
+  const std::set<std::string> listed(order.begin(), order.end());
+  for (const auto& l : labels)
+    if (!listed.contains(l)) throw FormatError("label '" + l + "' is not in the class order of the corpus");
+  std::vector<std::string> empty;
+  for (const auto& c : order)
+    if (!labels.contains(c)) empty.push_back(c);
+  if (!empty.empty())
+    warn(state, std::to_string(empty.size()) + " listed " + (empty.size() == 1 ? "class has" : "classes have") +
+                    " no file (kept, so that every class keeps its index): " + name_list(empty));
+  state.class_names = order;
+}
+
 /// What the plan (or the batches) did with the files of each split: kept, or skipped with the reason.
 struct SplitTally {
   /// [split]: files kept.
@@ -101,15 +207,17 @@ struct SplitTally {
   /// Files skipped per class in train.
   std::map<std::string, int64_t> train_skipped;
 
-  /// Counts `in` as kept.
+  /// Counts `in` as kept (in train: under every label of a multi-label file).
   void keep(const InputFile& in) {
     ++kept[static_cast<std::size_t>(in.split)];
-    if (in.split == 0) ++train_kept[in.label];
+    if (in.split == 0)
+      for (const auto& l : labels_of(in)) ++train_kept[l];
   }
-  /// Counts `in` as skipped for `reason`.
+  /// Counts `in` as skipped for `reason` (in train: under every label).
   void skip(const InputFile& in, const std::string& reason) {
     ++skipped[static_cast<std::size_t>(in.split)][reason];
-    if (in.split == 0) ++train_skipped[in.label];
+    if (in.split == 0)
+      for (const auto& l : labels_of(in)) ++train_skipped[l];
   }
 };
 
@@ -150,6 +258,61 @@ void check_augment_splits(const BuildState& state) {
                             " file (--split " + state.config.build.split + "); name only splits that get files");
 }
 
+/// Stage "scan" of an --input folder: the layout's scan with --layout, else scan_folder; refuses --output equal to
+/// --input.
+void scan_input(BuildState& state) {
+  const BuildOptions& bo = state.config.build;
+  std::error_code in_ec, out_ec;
+  const auto in_id = folder_id(bo.input, in_ec);
+  if (in_id && in_id == folder_id(bo.output, out_ec))
+    throw InvalidArgument("--output '" + bo.output.string() + "' is the --input folder: the outputs cannot be "
+                          "written among the inputs; choose another folder (a sub-folder of the input is left out "
+                          "of the scan)");
+  if (!bo.layout.empty()) {
+    const layouts::Layout& layout = layouts::find_layout(bo.layout);
+    state.scan = layout.scan({bo.input, bo.extension_list(), bo.include_hidden, {bo.output}});
+    state.scan.layout = layout.name;
+    for (const auto& w : state.scan.warnings) std::fprintf(stderr, "melforge-build: warning: %s\n", w.c_str());
+  } else {
+    ScanOptions options;
+    options.extensions = bo.extension_list();
+    options.include_hidden = bo.include_hidden;
+    options.exclude = {bo.output};
+    state.scan = scan_folder(bo.input, options);
+  }
+  for (const auto& e : state.scan.excluded) std::fprintf(stderr, "melforge-build: %s\n", e.reason.c_str());
+  if (!state.scan.hidden.empty() && !bo.quiet)
+    std::fprintf(stderr, "melforge-build: %zu hidden entries (names starting with '.') ignored, listed in the "
+                 "report; --include-hidden scans them\n", state.scan.hidden.size());
+}
+
+/// Checks the folds the scan found: with a fold column (or layout) every file must have one unless --folds assigns
+/// the rest, and --folds may not be below the largest; the fold count must be at least 2. Throws FormatError or
+/// InvalidArgument.
+void check_scanned_folds(BuildState& state) {
+  ScanResult& scan = state.scan;
+  const int folds = state.config.build.folds;
+  for (const auto& f : scan.files) scan.folds = std::max(scan.folds, f.fold);
+  if (scan.folds == 0) return;
+  if (folds != 0 && folds < scan.folds)
+    throw InvalidArgument("--folds " + std::to_string(folds) + ": the corpus already numbers folds up to " +
+                          std::to_string(scan.folds) + "; give --folds " + std::to_string(scan.folds) +
+                          " or more, or leave it out");
+  if (folds == 0) {
+    for (const auto& f : scan.files)
+      if (f.fold == 0)
+        throw FormatError(f.rel_path + ": has no fold while other files have one (folds 1.." +
+                          std::to_string(scan.folds) + "); give every file a fold, or --folds K to assign the rest");
+    if (scan.folds < 2)
+      throw FormatError("every file is in fold 1: cross-validation needs at least 2 folds");
+  }
+}
+
+/// Everything a build stores per file beyond path and label: fold and group (for the fingerprint).
+std::string fold_group_text(const InputFile& f) {
+  return f.fold == 0 && f.group.empty() ? std::string() : std::to_string(f.fold) + "/" + f.group;
+}
+
 }  // namespace
 
 void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file) {
@@ -159,27 +322,28 @@ void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file)
 
 void scan_corpus(BuildState& state) {
   const BuildOptions& bo = state.config.build;
+  std::vector<std::string> classes;
+  if (!bo.classes.empty()) classes = read_class_list(bo.classes);
   if (bo.input.empty()) {
-    state.scan = scan_manifest(bo.manifest);
+    ManifestOptions mo;
+    mo.columns = parse_columns(bo.columns);
+    mo.label_sep = bo.label_separator();
+    mo.audio_root = bo.audio_root;
+    mo.classes = classes;
+    mo.classes_name = bo.classes.string();
+    mo.group_by = bo.group_by;
+    state.scan = scan_manifest(bo.manifest, mo);
     for (const auto& w : state.scan.warnings) std::fprintf(stderr, "melforge-build: warning: %s\n", w.c_str());
-    note_threads_cap(state);
-    return;
+  } else {
+    scan_input(state);
   }
-  std::error_code in_ec, out_ec;
-  const auto in_id = folder_id(bo.input, in_ec);
-  if (in_id && in_id == folder_id(bo.output, out_ec))
-    throw InvalidArgument("--output '" + bo.output.string() + "' is the --input folder: the outputs cannot be written "
-                          "among the inputs; choose another folder (a sub-folder of the input is left out of the scan)");
-  ScanOptions options;
-  options.extensions = bo.extension_list();
-  options.include_hidden = bo.include_hidden;
-  options.exclude = {bo.output};
-  state.scan = scan_folder(bo.input, options);
   note_threads_cap(state);
-  for (const auto& e : state.scan.excluded) std::fprintf(stderr, "melforge-build: %s\n", e.reason.c_str());
-  if (!state.scan.hidden.empty() && !bo.quiet)
-    std::fprintf(stderr, "melforge-build: %zu hidden entries (names starting with '.') ignored, listed in the "
-                 "report; --include-hidden scans them\n", state.scan.hidden.size());
+  if (!classes.empty() && !bo.input.empty()) apply_class_list(state.scan, classes, bo.classes.string());
+  if (!bo.group_by.empty() && state.scan.group_by != "column " + bo.group_by)
+    apply_group_regex(state.scan, bo.group_by);
+  check_scanned_folds(state);
+  for (const auto& n : state.scan.protocol_notes)
+    if (!bo.quiet) std::fprintf(stderr, "melforge-build: %s\n", n.c_str());
 }
 
 void accept_scan(BuildState& state, std::pair<int64_t, int64_t> skipped) {
@@ -206,19 +370,17 @@ void select_shard(BuildState& state) {
 }
 
 void label_files(BuildState& state) {
-  std::set<std::string> labels;
-  for (const auto& f : state.scan.files) {
-    labels.insert(f.label);
-    labels.insert(f.labels.begin(), f.labels.end());
-  }
-  state.class_names.assign(labels.begin(), labels.end());
+  apply_folds(state);
+  set_class_names(state);
   state.class_index.clear();
   for (std::size_t i = 0; i < state.class_names.size(); ++i)
     state.class_index[state.class_names[i]] = static_cast<int32_t>(i);
   const BuildOptions& bo = state.config.build;
   assign_splits(state.scan.files, bo.split_ratios(), bo.seed, bo.split_by);
+  for (const auto& w : group_leaks(state.scan.files)) warn(state, w);
   check_augment_splits(state);
   warn_case_labels(state);
+  warn_suspicious_layout(state);
   if (const std::string empty = mel::empty_bands_warning(state.config.mel); !empty.empty()) warn(state, empty);
 }
 
@@ -299,6 +461,35 @@ void add_scan_notes(nlohmann::json& report, const BuildState& state) {
   for (const auto& e : state.scan.excluded) excluded.push_back({{"path", e.path}, {"reason", e.reason}});
   report["excluded"] = excluded;
   report["warnings"] = state.scan.warnings;
+  report["protocol"] = protocol_json(state);
+}
+
+nlohmann::json protocol_json(const BuildState& state) {
+  const ScanResult& scan = state.scan;
+  const auto text_or_null = [](const std::string& t) { return t.empty() ? nlohmann::json() : nlohmann::json(t); };
+  nlohmann::json fold_counts = nlohmann::json::object();
+  std::map<int, int64_t> per_fold;
+  std::set<std::string> groups;
+  for (const auto& f : scan.files) {
+    if (f.fold > 0) ++per_fold[f.fold];
+    if (!f.group.empty()) groups.insert(f.group);
+  }
+  for (const auto& [fold, n] : per_fold) fold_counts[std::to_string(fold)] = n;
+  const std::string order = !state.config.build.classes.empty() ? "classes file"
+                            : scan.class_order.empty()         ? "sorted"
+                                                               : "layout vocabulary";
+  return {{"layout", text_or_null(scan.layout)},
+          {"folds", scan.folds},
+          {"fold_counts", fold_counts},
+          {"split_rule", scan.folds > 2   ? nlohmann::json("fold K test, fold K-1 val, the other folds train")
+                         : scan.folds == 2 ? nlohmann::json("fold 2 test, fold 1 train")
+                                           : nlohmann::json()},
+          {"group_by", text_or_null(scan.group_by)},
+          {"groups", groups.size()},
+          {"class_order", order},
+          {"noise_bank", nlohmann::json()},
+          {"trials", nlohmann::json()},
+          {"notes", scan.protocol_notes}};
 }
 
 std::string corpus_fingerprint(const ScanResult& scan) {
@@ -316,6 +507,7 @@ std::string corpus_fingerprint(const ScanResult& scan) {
     mix(f.label);
     for (const auto& l : f.labels) mix(l);
     mix(std::to_string(f.split));
+    if (const std::string fg = fold_group_text(f); !fg.empty()) mix(fg);
   }
   for (const auto& f : scan.skipped) mix(f.path);
   char buf[17];

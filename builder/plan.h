@@ -16,8 +16,13 @@ namespace melforge::builder {
 /// Records a skipped file in `skipped`, or throws StrictError naming it when `strict`.
 void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file);
 
-/// Stage "scan": lists the corpus (--input folder or --manifest) into state.scan, leaving out the output folder when
-/// it lies inside the input and hidden entries unless --include-hidden. Throws IoError or FormatError.
+/// Stage "scan": lists the corpus into state.scan: the --input folder (scan_folder, leaving out the output folder
+/// when it lies inside the input and hidden entries unless --include-hidden), the --layout's scan of --input
+/// (layouts::find_layout), or the --manifest (scan_manifest with --columns, --label-sep, --audio-root, --classes,
+/// --group-by). Then --classes (read_class_list; labels outside it are a FormatError), --group-by REGEX
+/// (apply_group_regex) and the folds (every file has one when any has, unless --folds assigns the rest; --folds at
+/// least the largest). Prints the scan's warnings and protocol notes. Throws IoError, FormatError or
+/// InvalidArgument.
 void scan_corpus(BuildState& state);
 
 /// Takes the scan's entries [skipped.first, skipped.second) as the skipped entries this run reports (recorded in
@@ -34,11 +39,16 @@ inline constexpr int64_t kListedEntryBytes = 2100;
 /// (kListedEntryBytes each) takes more than --max-ram, which does not bound it.
 void select_shard(BuildState& state);
 
-/// Class names (sorted labels of scan.files) and the split of every file whose layout or manifest gave none
-/// (assign_splits with --split, --seed and --split-by; InvalidArgument when --split-by class meets a class in two given
-/// splits or a multi-label row). With --augment-copies, throws InvalidArgument when --augment-splits names a
-/// split that no file went to. Warns (stderr and report) about labels that differ only in case and about
-/// mel bands that hold no FFT bin (mel::empty_bands_warning: torchaudio warns and computes, and so do we).
+/// Folds, class names and splits: --folds K assigns the missing folds (assign_folds), files with a fold and no split
+/// get theirs by the fold -> split rule (splits_from_folds; a warning when --split was given too); class names are
+/// scan.class_order (--classes, a layout's vocabulary; a listed class without a file is kept with a warning) or the
+/// sorted labels; the split of every file whose layout, manifest or fold gave none (assign_splits with --split,
+/// --seed and --split-by, grouped when files have groups; InvalidArgument when --split-by class meets a class in two
+/// given splits or a multi-label row). Warns about groups in two splits or folds (group_leaks). With
+/// --augment-copies, throws InvalidArgument when --augment-splits names a split that no file went to. Warns (stderr
+/// and report) about labels that differ only in case, suspicious layouts (a single class, class names like fold1 or
+/// train, names starting with '_', classes of one file) and mel bands that hold no FFT bin
+/// (mel::empty_bands_warning: torchaudio warns and computes, and so do we).
 void label_files(BuildState& state);
 
 /// Stage "probe": reads the header of every file of files_range on state.threads threads; failures go to
@@ -63,10 +73,19 @@ void check_written_splits(BuildState& state, const std::vector<SkippedFile>& ski
 /// Adds the scan's notes to the build report: files.hidden (the number of hidden entries; 0 in shards 2..N, so that
 /// the merged sum counts them once), "hidden" {"count", "paths"} (entries whose name starts with '.', not read; a
 /// hidden folder is one entry), "excluded" [{"path", "reason"}] (the output folder inside the input) and
-/// "warnings" [text] (labels differing only in case, empty splits, classes without a training file).
+/// "warnings" [text] (labels differing only in case, empty splits, classes without a training file, suspicious
+/// layouts, groups leaking across splits) and "protocol" (protocol_json).
 void add_scan_notes(nlohmann::json& report, const BuildState& state);
 
-/// FNV-1a (64 bit, hex) over every scanned audio file's path, label and split and every skipped entry's path, in
+/// The report's `protocol` object (docs/FORMAT.md): {"layout": name or null, "folds": K (0 none), "fold_counts":
+/// {"1": files, ...}, "split_rule": the fold -> split rule or null, "group_by": what the groups were taken from or
+/// null, "groups": distinct groups, "class_order": "sorted" | "classes file" | "layout vocabulary", "noise_bank":
+/// null (the build sets it when it uses the layout's bank), "trials": null (the build sets "trials.txt"), "notes":
+/// [text]}; counted over the whole corpus (every shard reports the same).
+nlohmann::json protocol_json(const BuildState& state);
+
+/// FNV-1a (64 bit, hex) over every scanned audio file's path, label, split, fold and group and every skipped
+/// entry's path, in
 /// scan order: shards of one build agree on it, shards of different corpora, seeds or split ratios do not.
 std::string corpus_fingerprint(const ScanResult& scan);
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <map>
+#include <regex>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -32,13 +33,13 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
-/// The labels of manifest label field `field` (`dog;bark`), trimmed, in order. Throws FormatError (`where` first)
-/// for an empty field, an empty label between separators, or a label given twice.
-std::vector<std::string> split_labels(const std::string& field, const std::string& where) {
+/// The labels of manifest label field `field` (`dog;bark`, separated by `sep`), trimmed, in order. Throws
+/// FormatError (`where` first) for an empty field, an empty label between separators, or a label given twice.
+std::vector<std::string> split_labels(const std::string& field, char sep, const std::string& where) {
   std::vector<std::string> labels;
   std::size_t start = 0;
   for (;;) {
-    const std::size_t end = field.find(kLabelSeparator, start);
+    const std::size_t end = field.find(sep, start);
     labels.push_back(trim(field.substr(start, end == std::string::npos ? std::string::npos : end - start)));
     if (end == std::string::npos) break;
     start = end + 1;
@@ -46,8 +47,8 @@ std::vector<std::string> split_labels(const std::string& field, const std::strin
   if (labels.size() == 1 && labels[0].empty()) throw FormatError(where + "empty label");
   for (std::size_t i = 0; i < labels.size(); ++i) {
     if (labels[i].empty())
-      throw FormatError(where + "empty label in '" + utf8::for_terminal(field) +
-                        "' (labels are separated by ';', e.g. dog;bark)");
+      throw FormatError(where + "empty label in '" + utf8::for_terminal(field) + "' (labels are separated by '" +
+                        std::string(1, sep) + "', e.g. dog" + std::string(1, sep) + "bark)");
     for (std::size_t j = 0; j < i; ++j)
       if (labels[j] == labels[i])
         throw FormatError(where + "label '" + utf8::for_terminal(labels[i]) + "' is listed twice in '" +
@@ -56,23 +57,77 @@ std::vector<std::string> split_labels(const std::string& field, const std::strin
   return labels;
 }
 
-/// One manifest row `f` (path,label[,split]; `where` is "manifest:line: " for messages) as an input file; relative
-/// paths are resolved against `base`. The label and split are trimmed. Throws FormatError.
-InputFile manifest_row(const std::vector<std::string>& f, const std::string& where, const fs::path& base) {
-  if (f.size() < 2 || f.size() > 3)
-    throw FormatError(where + "expected path,label[,split], got " + std::to_string(f.size()) + " fields");
-  if (f[0].empty()) throw FormatError(where + "empty path");
-  const std::vector<std::string> labels = split_labels(f[1], where);
-  int split = -1;
-  if (f.size() == 3 && !trim(f[2]).empty()) {
-    split = split_index(lower(trim(f[2])));
-    if (split < 0)
-      throw FormatError(where + "unknown split '" + utf8::for_terminal(f[2]) + "' (use train, val or test)");
-  }
-  fs::path p(f[0]);
+/// Which field of a manifest row holds what; -1 for none. `width` 0: a row has 2 or 3 fields (path,label[,split]);
+/// else exactly `width` (the header's).
+struct ColumnIndex {
+  int path = 0;
+  int label = 1;
+  int split = 2;
+  int fold = -1;
+  int group = -1;
+  std::size_t width = 0;
+};
+
+/// Largest fold number a manifest may give.
+constexpr int kMaxFold = 1000;
+
+/// The fold of fold field `text` (trimmed): 0 for an empty field, else an integer 1..kMaxFold. Throws FormatError.
+int parse_fold(const std::string& text, const std::string& where) {
+  const std::string t = trim(text);
+  if (t.empty()) return 0;
+  if (t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos)
+    throw FormatError(where + "fold '" + utf8::for_terminal(text) + "' is not an integer 1.." +
+                      std::to_string(kMaxFold));
+  const int fold = std::stoi(t);
+  if (fold == 0)
+    throw FormatError(where + "fold 0: folds are numbered from 1 (as ESC-50 and UrbanSound8K number them); a "
+                      "0-based fold column needs 1 added to every fold");
+  if (fold > kMaxFold) throw FormatError(where + "fold " + t + " is above " + std::to_string(kMaxFold));
+  return fold;
+}
+
+/// The file a manifest path `written` names, resolved against `base`: as written, or `<path>.wav` when the path
+/// has no extension, does not exist, and `<path>.wav` does. Returns the path to open and the path to store.
+std::pair<fs::path, std::string> resolve_manifest_path(const std::string& written, const fs::path& base) {
+  fs::path p(written);
   if (p.is_relative()) p = base / p;
-  InputFile row{p, f[0], labels[0], split, {}};
+  std::error_code ec;
+  if (fs::path(written).extension().empty() && !fs::exists(p, ec)) {
+    fs::path with_wav = p;
+    with_wav += ".wav";
+    if (fs::exists(with_wav, ec)) return {with_wav, written + ".wav"};
+  }
+  return {p, written};
+}
+
+/// One manifest row `f` (`where` is "manifest:line: " for messages) as an input file, its fields found by `c`;
+/// relative paths are resolved against `base`. The label and split are trimmed. Labels must be in `classes` when
+/// it is not empty. Throws FormatError.
+InputFile manifest_row(const std::vector<std::string>& f, const ColumnIndex& c, const std::string& where,
+                       const fs::path& base, const ManifestOptions& options, const std::set<std::string>& classes) {
+  if (c.width == 0 && (f.size() < 2 || f.size() > 3))
+    throw FormatError(where + "expected path,label[,split], got " + std::to_string(f.size()) + " fields");
+  if (c.width != 0 && f.size() != c.width)
+    throw FormatError(where + "expected " + std::to_string(c.width) + " fields (as the header row), got " +
+                      std::to_string(f.size()));
+  const auto field = [&f](int i) { return i >= 0 && static_cast<std::size_t>(i) < f.size() ? f[i] : std::string(); };
+  const std::string written = field(c.path);
+  if (written.empty()) throw FormatError(where + "empty path");
+  const std::vector<std::string> labels = split_labels(field(c.label), options.label_sep, where);
+  for (const auto& l : labels)
+    if (!classes.empty() && !classes.contains(l))
+      throw FormatError(where + "label '" + utf8::for_terminal(l) + "' is not in the classes file " +
+                        utf8::for_terminal(options.classes_name));
+  int split = -1;
+  if (const std::string s = trim(field(c.split)); !s.empty()) {
+    split = split_index(lower(s));
+    if (split < 0) throw FormatError(where + "unknown split '" + utf8::for_terminal(s) + "' (use train, val or test)");
+  }
+  auto [path, stored] = resolve_manifest_path(written, base);
+  InputFile row{path, stored, labels[0], split, {}, 0, {}};
   if (labels.size() > 1) row.labels = labels;
+  row.fold = parse_fold(field(c.fold), where);
+  row.group = trim(field(c.group));
   return row;
 }
 
@@ -104,14 +159,16 @@ std::string manifest_text(const fs::path& manifest) {
   return text;
 }
 
-/// The column names a manifest header may give, lower case: [0] the path, [1] the label, [2] the split.
-const std::array<std::set<std::string>, 3>& header_names() {
-  static const std::array<std::set<std::string>, 3> names{
+/// The column names a manifest header may give, lower case: [0] the path, [1] the label, [2] the split, [3] the
+/// fold, [4] the group.
+const std::array<std::set<std::string>, 5>& header_names() {
+  static const std::array<std::set<std::string>, 5> names{
       std::set<std::string>{"path", "file", "filename", "file_name", "filepath", "file_path", "audio", "audio_path",
                             "wav", "fname"},
       std::set<std::string>{"label", "labels", "class", "class_name", "classname", "category", "target", "tag",
                             "tags"},
-      std::set<std::string>{"split", "subset", "set", "partition"}};
+      std::set<std::string>{"split", "subset", "set", "partition"}, std::set<std::string>{"fold"},
+      std::set<std::string>{"group"}};
   return names;
 }
 
@@ -125,46 +182,69 @@ bool header_word(const std::string& field) {
   });
 }
 
-/// Whether the first row `f` of a manifest is a header: 2 or 3 fields, each a header_word, and its path field names
-/// no existing file (resolved against `base`). A file that exists is always data.
+/// The field index of each known column (header_names) a header row `f` names, -1 where none; [5] the number of
+/// fields that are known names.
+std::array<int, 6> known_columns(const std::vector<std::string>& f) {
+  std::array<int, 6> columns{-1, -1, -1, -1, -1, 0};
+  for (std::size_t i = 0; i < f.size(); ++i)
+    for (std::size_t c = 0; c < 5; ++c)
+      if (header_names()[c].contains(lower(trim(f[i]))) && columns[c] < 0) {
+        columns[c] = static_cast<int>(i);
+        ++columns[5];
+      }
+  return columns;
+}
+
+/// True when every field of `f` is a known column name, path and label among them.
+bool all_known(const std::vector<std::string>& f) {
+  const std::array<int, 6> k = known_columns(f);
+  return k[0] >= 0 && k[1] >= 0 && k[5] == static_cast<int>(f.size());
+}
+
+/// Whether the first row `f` of a manifest is a header: 2 or 3 fields (up to 5 when all are known column names),
+/// each a header_word, and its path field names no existing file (resolved against `base`). A file that exists is
+/// always data.
 bool is_header_row(const std::vector<std::string>& f, const fs::path& base) {
-  if (f.size() < 2 || f.size() > 3 || !std::all_of(f.begin(), f.end(), header_word)) return false;
+  if (f.size() < 2 || f.size() > 5 || !std::all_of(f.begin(), f.end(), header_word)) return false;
+  if (f.size() > 3 && !all_known(f)) return false;
   fs::path p(trim(f[0]));
   if (p.is_relative()) p = base / p;
   std::error_code ec;
   return !fs::exists(p, ec);
 }
 
-/// The field index of the path, label and split columns a header row `f` names: by their names when every field is
-/// a known column name (header_names, any letter case, any order; `filename,class`), else in the order
-/// path,label,split.
-std::array<int, 3> header_columns(const std::vector<std::string>& f) {
-  std::array<int, 3> columns{-1, -1, -1};
-  for (std::size_t i = 0; i < f.size(); ++i)
-    for (std::size_t c = 0; c < 3; ++c)
-      if (header_names()[c].contains(lower(trim(f[i]))) && columns[c] < 0) columns[c] = static_cast<int>(i);
-  const int named = static_cast<int>(std::count_if(columns.begin(), columns.end(), [](int c) { return c >= 0; }));
-  if (columns[0] < 0 || columns[1] < 0 || named != static_cast<int>(f.size())) return {0, 1, 2};
-  return columns;
+/// The columns a header row `f` names: by their names when every field is a known column name (header_names, any
+/// letter case, any order; `filename,class`), else in the order path,label[,split].
+ColumnIndex header_columns(const std::vector<std::string>& f) {
+  if (!all_known(f)) return {};
+  const std::array<int, 6> k = known_columns(f);
+  return {k[0], k[1], k[2], k[3], k[4], f.size()};
+}
+
+/// The columns --columns `spec` names in header row `f` (exact match after trimming). Throws InvalidArgument naming
+/// --columns and the header's columns for a name the header lacks.
+ColumnIndex named_columns(const std::vector<std::string>& f, const ManifestColumns& spec, const std::string& where) {
+  const auto find = [&](const std::string& name, const std::string& key) {
+    if (name.empty()) return -1;
+    for (std::size_t i = 0; i < f.size(); ++i)
+      if (trim(f[i]) == name) return static_cast<int>(i);
+    std::string have;
+    for (const auto& h : f) have += (have.empty() ? "" : ", ") + utf8::for_terminal(trim(h));
+    throw InvalidArgument("--columns " + key + "=" + name + ": the header row of " + where + " has no column '" +
+                          name + "' (its columns: " + have + "); a manifest read with --columns starts with its "
+                          "header row");
+  };
+  return {find(spec.path, "path"), find(spec.label, "label"), find(spec.split, "split"), find(spec.fold, "fold"),
+          find(spec.group, "group"), f.size()};
 }
 
 /// True for the header the manifest format documents: `path,label` or `path,label,split` (any letter case).
 bool documented_header(const std::vector<std::string>& f) {
   static const std::array<std::string, 3> names{"path", "label", "split"};
+  if (f.size() > 3) return false;
   for (std::size_t i = 0; i < f.size(); ++i)
     if (lower(trim(f[i])) != names[i]) return false;
   return true;
-}
-
-/// Row `f` reordered to path,label[,split] by `columns` (header_columns); a row whose field count the header does
-/// not account for is returned as is, for manifest_row to refuse.
-std::vector<std::string> in_columns(const std::vector<std::string>& f, const std::array<int, 3>& columns) {
-  if (columns == std::array<int, 3>{0, 1, 2}) return f;
-  const int wanted = columns[2] >= 0 ? 3 : 2;
-  if (static_cast<int>(f.size()) != wanted) return f;
-  std::vector<std::string> out;
-  for (int c = 0; c < wanted; ++c) out.push_back(f[static_cast<std::size_t>(columns[static_cast<std::size_t>(c)])]);
-  return out;
 }
 
 /// Adds what `walk` found below `root` to `out`: regular files with an audio extension as `label` / `split`, the
@@ -177,7 +257,7 @@ void absorb(const fs::path& root, const WalkResult& walk, const std::string& lab
     return !ext.empty() && exts.contains(ext.substr(1));
   };
   for (const auto& p : walk.files) {
-    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split, {}});
+    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split, {}, 0, {}});
     else out.skipped.push_back({rel(p), "not an audio file extension", "scan"});
   }
   for (const auto& p : walk.folders)
@@ -353,14 +433,49 @@ std::vector<std::string> parse_csv_line(const std::string& line) {
   return fields;
 }
 
-ScanResult scan_manifest(const fs::path& manifest) {
+namespace {
+
+/// The manifest's header row `f` (line `line_no`) read: the columns it names (by --columns, or by known names) and
+/// --group-by when it names one of them; notes a header other than the documented one in out.warnings.
+ColumnIndex read_header(const std::vector<std::string>& f, const std::string& line, int64_t line_no,
+                        const fs::path& manifest, const ManifestOptions& options, ScanResult& out) {
+  ColumnIndex c = options.columns.given() ? named_columns(f, options.columns, manifest.string())
+                                          : header_columns(f);
+  if (!options.columns.given() && !documented_header(f))
+    out.warnings.push_back("manifest " + manifest.string() + ":" + std::to_string(line_no) + ": '" +
+                           utf8::for_terminal(line) + "' read as a header row (not a file)");
+  if (c.group >= 0) out.group_by = "column " + trim(f[static_cast<std::size_t>(c.group)]);
+  for (std::size_t i = 0; i < f.size() && !options.group_by.empty(); ++i)
+    if (trim(f[i]) == options.group_by) {
+      c.group = static_cast<int>(i);
+      c.width = f.size();
+      out.group_by = "column " + options.group_by;
+    }
+  return c;
+}
+
+/// Throws FormatError when `key` (a manifest row's file, absolute and normalised) was listed before.
+void require_new_file(std::map<fs::path, std::pair<int64_t, std::string>>& seen, const fs::path& key,
+                      const InputFile& row, int64_t line_no, const std::string& where) {
+  const auto [it, inserted] = seen.emplace(key, std::make_pair(line_no, row.rel_path));
+  if (!inserted)
+    throw FormatError(where + "line " + std::to_string(line_no) + " ('" + utf8::for_terminal(row.rel_path) +
+                      "') lists the same file as line " + std::to_string(it->second.first) + " ('" +
+                      utf8::for_terminal(it->second.second) + "'): " + utf8::for_terminal(key.string()) +
+                      "; list each file once, or it would land in several classes or splits");
+}
+
+}  // namespace
+
+ScanResult scan_manifest(const fs::path& manifest, const ManifestOptions& options) {
   const std::string text = manifest_text(manifest);
-  const fs::path base = manifest.parent_path();
-  const fs::path abs_base = fs::absolute(manifest).parent_path();
+  const fs::path base = options.audio_root.empty() ? manifest.parent_path() : options.audio_root;
+  const fs::path cwd = fs::current_path();
+  const std::set<std::string> classes(options.classes.begin(), options.classes.end());
   ScanResult out;
   int64_t line_no = 0;
   bool first_row = true;
-  std::array<int, 3> columns{0, 1, 2};
+  ColumnIndex columns;
   std::map<fs::path, std::pair<int64_t, std::string>> seen;
   for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
     std::size_t end = text.find('\n', start);
@@ -380,29 +495,140 @@ ScanResult scan_manifest(const fs::path& manifest) {
     } catch (const FormatError& e) {
       throw FormatError(where + e.what());
     }
-    if (std::exchange(first_row, false) && is_header_row(f, base)) {
-      columns = header_columns(f);
-      if (!documented_header(f))
-        out.warnings.push_back("manifest " + manifest.string() + ":" + std::to_string(line_no) + ": '" +
-                             utf8::for_terminal(line) + "' read as a header row (not a file)");
+    if (std::exchange(first_row, false) && (options.columns.given() || is_header_row(f, base))) {
+      columns = read_header(f, line, line_no, manifest, options, out);
       continue;
     }
-    const InputFile row = manifest_row(in_columns(f, columns), where, base);
+    const InputFile row = manifest_row(f, columns, where, base, options, classes);
     if (row.split >= 0) out.presplit = true;
     if (!row.labels.empty()) out.multilabel = true;
-    const fs::path key = (fs::path(row.rel_path).is_relative() ? abs_base / row.rel_path : fs::path(row.rel_path))
-                             .lexically_normal();
-    const auto [it, inserted] = seen.emplace(key, std::make_pair(line_no, row.rel_path));
-    if (!inserted)
-      throw FormatError(where + "line " + std::to_string(line_no) + " ('" + utf8::for_terminal(row.rel_path) +
-                        "') lists the same file as line " + std::to_string(it->second.first) + " ('" +
-                        utf8::for_terminal(it->second.second) + "'): " + utf8::for_terminal(key.string()) +
-                        "; list each file once, or it would land in several classes or splits");
+    out.folds = std::max(out.folds, row.fold);
+    const fs::path key = (row.path.is_relative() ? cwd / row.path : row.path).lexically_normal();
+    require_new_file(seen, key, row, line_no, where);
     out.files.push_back(row);
   }
   std::sort(out.files.begin(), out.files.end(),
             [](const InputFile& a, const InputFile& b) { return a.rel_path < b.rel_path; });
+  if (!options.classes.empty()) out.class_order = options.classes;
   return out;
+}
+
+ManifestColumns parse_columns(const std::string& text) {
+  ManifestColumns c;
+  if (trim(text).empty()) return c;
+  std::map<std::string, std::string*> keys{{"path", &c.path},
+                                           {"label", &c.label},
+                                           {"split", &c.split},
+                                           {"fold", &c.fold},
+                                           {"group", &c.group}};
+  std::map<std::string, std::string> used;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = text.find(',', start);
+    const std::string part = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::size_t eq = part.find('=');
+    const std::string key = lower(trim(part.substr(0, eq)));
+    const std::string column = eq == std::string::npos ? "" : trim(part.substr(eq + 1));
+    const auto it = keys.find(key);
+    if (it == keys.end())
+      throw InvalidArgument("--columns: unknown key '" + key + "' in '" + text +
+                            "' (keys: path, label, split, fold, group; e.g. path=fname,label=labels)");
+    if (column.empty()) throw InvalidArgument("--columns: " + key + "= names no column in '" + text + "'");
+    if (!it->second->empty()) throw InvalidArgument("--columns: key '" + key + "' is given twice in '" + text + "'");
+    if (const auto u = used.find(column); u != used.end())
+      throw InvalidArgument("--columns: column '" + column + "' is named for both " + u->second + " and " + key);
+    *it->second = column;
+    used[column] = key;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (c.path.empty() || c.label.empty())
+    throw InvalidArgument("--columns: '" + text + "' must name the path and label columns (path=COL,label=COL)");
+  return c;
+}
+
+namespace {
+
+/// Maximum size of a --classes file.
+constexpr std::uintmax_t kMaxClassFileBytes = std::uintmax_t{16} << 20;
+
+/// True for a non-empty string of ASCII digits.
+bool is_integer(const std::string& s) {
+  return !s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+}  // namespace
+
+std::vector<std::string> read_class_list(const fs::path& file) {
+  const std::string text = read_regular_file(file, "classes file", kMaxClassFileBytes);
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> line_of;
+  int vocabulary = -1;
+  int64_t line_no = 0;
+  for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (trim(line).empty()) continue;
+    const std::string where = utf8::for_terminal(file.string()) + ":" + std::to_string(line_no) + ": ";
+    if (line.find('\0') != std::string::npos) throw FormatError(where + "NUL byte in the line");
+    std::vector<std::string> f;
+    try {
+      f = parse_csv_line(line);
+    } catch (const FormatError&) {
+      f = {line};
+    }
+    const bool vocab_row = f.size() == 3 && is_integer(trim(f[0]));
+    if (vocabulary < 0) vocabulary = vocab_row ? 1 : 0;
+    if (vocabulary == 1 && !vocab_row)
+      throw FormatError(where + "expected index,label,mid as on the lines before (a vocabulary CSV), got '" +
+                        utf8::for_terminal(line) + "'");
+    const std::string name = vocabulary == 1 ? trim(f[1]) : trim(line);
+    if (name.empty()) throw FormatError(where + "empty class name");
+    if (const auto [it, inserted] = line_of.emplace(name, line_no); !inserted)
+      throw FormatError(where + "class '" + utf8::for_terminal(name) + "' is listed twice (first on line " +
+                        std::to_string(it->second) + ")");
+    names.push_back(name);
+  }
+  if (names.empty()) throw FormatError(utf8::for_terminal(file.string()) + ": the classes file names no class");
+  return names;
+}
+
+void apply_class_list(ScanResult& scan, const std::vector<std::string>& classes, const std::string& source) {
+  const std::set<std::string> known(classes.begin(), classes.end());
+  for (const InputFile& f : scan.files) {
+    std::vector<std::string> labels = f.labels;
+    if (labels.empty()) labels.push_back(f.label);
+    for (const auto& l : labels)
+      if (!known.contains(l))
+        throw FormatError(utf8::for_terminal(f.rel_path) + ": label '" + utf8::for_terminal(l) +
+                          "' is not in the classes file " + utf8::for_terminal(source));
+  }
+  scan.class_order = classes;
+}
+
+void apply_group_regex(ScanResult& scan, const std::string& pattern) {
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw InvalidArgument("--group-by: '" + pattern + "' is neither a column of the manifest's header nor a valid "
+                          "regular expression (" + e.what() + ")");
+  }
+  for (InputFile& f : scan.files) {
+    std::smatch m;
+    if (!std::regex_search(f.rel_path, m, re))
+      throw FormatError(utf8::for_terminal(f.rel_path) + ": --group-by '" + utf8::for_terminal(pattern) +
+                        "' does not match this path; every file needs a group (searched in the stored path)");
+    f.group = m.size() > 1 ? m[1].str() : m[0].str();
+    if (f.group.empty())
+      throw FormatError(utf8::for_terminal(f.rel_path) + ": --group-by '" + utf8::for_terminal(pattern) +
+                        "' gives an empty group for this path");
+  }
+  scan.group_by = "regex " + pattern;
 }
 
 }  // namespace melforge::builder

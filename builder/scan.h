@@ -80,8 +80,66 @@ struct ScanResult {
   std::vector<std::string> protocol_notes;
 };
 
-/// The separator of several labels in one manifest label field (`dog;bark;outdoor`).
+/// The separator of several labels in one manifest label field (`dog;bark;outdoor`), unless --label-sep says
+/// otherwise.
 inline constexpr char kLabelSeparator = ';';
+
+/// Which header columns of a manifest hold what (`--columns path=COL,label=COL[,split=COL][,fold=COL][,group=COL]`):
+/// each a column name of the header row, matched exactly after trimming spaces and tabs; "" for a key not given.
+struct ManifestColumns {
+  /// Column of the audio path (required).
+  std::string path;
+  /// Column of the label(s) (required).
+  std::string label;
+  /// Column of the split (train, val/valid/validation, test; an empty field: assigned); "" for none.
+  std::string split;
+  /// Column of the fold (an integer 1..1000; an empty field: none); "" for none.
+  std::string fold;
+  /// Column of the group key (InputFile::group); "" for none.
+  std::string group;
+  /// True when --columns was given.
+  bool given() const { return !path.empty(); }
+};
+
+/// Parses `--columns` (`path=fname,label=labels,split=split`; keys path, label, split, fold, group; spaces around
+/// names trimmed). "" gives an empty spec. Throws InvalidArgument naming --columns for an unknown key, a key given
+/// twice, an empty column name, a column named for two keys, or a missing path or label key.
+ManifestColumns parse_columns(const std::string& text);
+
+/// How scan_manifest reads a manifest besides its rows.
+struct ManifestOptions {
+  /// --columns; when given the first non-blank row must be the header naming those columns.
+  ManifestColumns columns;
+  /// Separator of several labels in one label field (--label-sep; any single byte but '"', CR and LF).
+  char label_sep = kLabelSeparator;
+  /// Folder relative paths are resolved against (--audio-root); empty: the manifest's folder.
+  std::filesystem::path audio_root;
+  /// The classes of --classes FILE (read_class_list); when not empty every label must be one of them (FormatError
+  /// naming the manifest line and the label).
+  std::vector<std::string> classes;
+  /// --group-by: when it is a column name of the header row (exact match after trimming) that column gives the
+  /// groups (ScanResult::group_by "column NAME"); anything else is left for apply_group_regex.
+  std::string group_by;
+  /// Name of the classes file in messages.
+  std::string classes_name;
+};
+
+/// Reads --classes FILE (read_regular_file, at most 16 MiB): either one class name a line (trimmed; blank lines
+/// ignored), or a vocabulary CSV such as FSD50K's `vocabulary.csv` (`index,label,mid` rows, no header): when every
+/// row has 3 fields and the first is an integer, the second field is the name. A UTF-8 byte order mark is skipped.
+/// Throws FormatError naming the file and line for a name given twice, a row of another shape than the first, or a
+/// file without a name.
+std::vector<std::string> read_class_list(const std::filesystem::path& file);
+
+/// Checks every label of `scan.files` against `classes` and sets scan.class_order to them. Throws FormatError naming
+/// the file (its stored path) and the label that `classes` (named `source` in messages) lacks.
+void apply_class_list(ScanResult& scan, const std::vector<std::string>& classes, const std::string& source);
+
+/// --group-by REGEX: sets every file's group to the first capture group of `pattern` (std::regex, ECMAScript) searched
+/// in its stored path, or to the whole match when the pattern has no group; scan.group_by becomes "regex PATTERN".
+/// Throws InvalidArgument naming --group-by for a pattern that does not compile, FormatError naming the first path
+/// it does not match (or whose group is empty); every file must have a group.
+void apply_group_regex(ScanResult& scan, const std::string& pattern);
 
 /// How scan_folder scans.
 struct ScanOptions {
@@ -113,7 +171,8 @@ ScanResult scan_folder(const std::filesystem::path& root, const ScanOptions& opt
 /// scan_folder with default options and `extensions`.
 ScanResult scan_folder(const std::filesystem::path& root, const std::vector<std::string>& extensions);
 
-/// Reads a CSV manifest: `path,label[,split]` per row, RFC 4180 quoting, blank lines ignored. The manifest is read
+/// Reads a CSV manifest: `path,label[,split]` per row (or the columns `options` names), RFC 4180 quoting, blank
+/// lines ignored. The manifest is read
 /// with read_regular_file (a FIFO, a device or a folder is refused before reading, InvalidArgument); a UTF-8 byte
 /// order mark (exactly EF BB BF) is skipped; a UTF-16 or UTF-32 file (its byte order mark, or NUL bytes in every other
 /// position) is refused naming the encoding, and a NUL byte in a row is refused naming the line (FormatError).
@@ -121,17 +180,23 @@ ScanResult scan_folder(const std::filesystem::path& root, const std::vector<std:
 /// Header row: the first non-blank row is a header, not a file, when it has 2 or 3 fields, every field is a word
 /// (letters, digits, spaces, '_' and '-', starting with a letter: no '.' and no '/'), and its first field names no
 /// existing file. When every field of the header is a known column name (any letter case: path, file, filename,
-/// filepath, audio, wav, ...; label, labels, class, category, target, tag; split, subset, set, partition) the columns
-/// are read by name, in any order (`class,filename`); otherwise in the order path,label[,split]. A header is noted
-/// in ScanResult::warnings. A row `x,dog` whose file `x` exists is always data.
+/// filepath, audio, wav, ...; label, labels, class, category, target, tag; split, subset, set, partition; fold;
+/// group), 2 to 5 of them, the columns are read by name, in any order (`class,filename,fold`); otherwise (2 or 3
+/// fields) in the order path,label[,split]. A header is noted in ScanResult::warnings. A row `x,dog` whose file `x`
+/// exists is always data. With options.columns (--columns) the first non-blank row is the header and the named
+/// columns are read (a name the header lacks: InvalidArgument naming --columns); every row then has as many fields as
+/// the header.
 ///
-/// The label field may name several labels separated by ';' (`dog;bark;outdoor`, each trimmed):
-/// a multi-label row (InputFile::labels, ScanResult::multilabel); an empty or repeated label in it is an error.
-/// Relative paths are resolved against the manifest's folder. Labels and split fields are
+/// The label field may name several labels separated by options.label_sep (`dog;bark;outdoor`, each trimmed):
+/// a multi-label row (InputFile::labels, ScanResult::multilabel); an empty or repeated label in it is an error. A
+/// fold field is an integer 1..1000 (0 is refused: folds are numbered from 1); ScanResult::folds is the largest.
+/// Relative paths are resolved against options.audio_root, else the manifest's folder; a path without an extension
+/// whose file does not exist while `<path>.wav` does is read as `<path>.wav` (FSD50K's `fname` column), and stored so.
+/// Labels and split fields are
 /// trimmed of surrounding spaces and tabs. Throws FormatError naming the line for a malformed row, an empty label,
 /// an unknown split name, or a file listed twice: two paths that are equal once made absolute and normalised
 /// lexically (`c/a/f0.wav`, `./c/a/f0.wav`, `c//a/../a/f0.wav`, `/data/c/a/f0.wav`), naming both lines.
-ScanResult scan_manifest(const std::filesystem::path& manifest);
+ScanResult scan_manifest(const std::filesystem::path& manifest, const ManifestOptions& options = {});
 
 /// Parses one CSV line into fields (RFC 4180: quotes, doubled quotes inside quotes). Throws FormatError on an
 /// unterminated quote.

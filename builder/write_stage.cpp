@@ -2,11 +2,17 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "augment_stage.h"
 #include "melforge/common/h5.h"
 #include "plan.h"
 
 namespace melforge::builder {
+
+bool has_groups(const ScanResult& scan) {
+  return std::any_of(scan.files.begin(), scan.files.end(), [](const InputFile& f) { return !f.group.empty(); });
+}
 
 std::string build_identity(const BuildState& state) {
   std::vector<std::string> parts = {MELFORGE_VERSION, corpus_fingerprint(state.scan)};
@@ -57,6 +63,7 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
   };
   if (!state.build_id.empty()) attributes.push_back({kBuildIdAttribute, state.build_id});
   if (c.build.split_by != SplitBy::file) attributes.push_back({"split_by", to_string(c.build.split_by)});
+  if (state.scan.folds > 0) attributes.push_back({"folds", int64_t{state.scan.folds}});
   if (const ShardSpec shard = c.build.shard_spec(); shard.sharded()) {
     attributes.push_back({"shard_index", int64_t{shard.index}});
     attributes.push_back({"shard_count", int64_t{shard.count}});
@@ -81,6 +88,8 @@ SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std
     wc.class_names = state.class_names;
     wc.multilabel = state.scan.multilabel;
     wc.augmented = state.augment != nullptr;
+    wc.folds = state.scan.folds > 0;
+    wc.groups = has_groups(state.scan);
     wc.attributes = attributes;
     paths_.push_back(wc.final_path);
     writers_.push_back(std::make_unique<SplitWriter>(std::move(wc)));

@@ -34,6 +34,9 @@ struct WriteTotals {
   int64_t chunks = 0;
 };
 
+/// True when a file of `scan` has a group: the build writes the `group` dataset.
+bool has_groups(const ScanResult& scan);
+
 /// The identifier of the build of `state` (whose plan is made): identity_hash of the melforge version, the corpus
 /// fingerprint (paths, labels and splits of every scanned entry, the skipped ones), every parameter attribute
 /// (dataset_attributes, so the shard and augmentation settings too) and, for each file the build writes, its path,
@@ -42,8 +45,8 @@ struct WriteTotals {
 std::string build_identity(const BuildState& state);
 
 /// Root attributes describing every parameter of a build of `state` (whose plan and engine are set), with
-/// split_by ("class") with --split-by class, shard_index and shard_count for a --shard build, the augment_*
-/// settings with --augment-copies, and build_id (state.build_id) once it is set.
+/// split_by ("class") with --split-by class, folds (K) when the files have folds, shard_index and shard_count for a
+/// --shard build, the augment_* settings with --augment-copies, and build_id (state.build_id) once it is set.
 std::vector<Attribute> dataset_attributes(const BuildState& state);
 
 /// The writers of one split: one SplitWriter per target, each given every batch of the split.

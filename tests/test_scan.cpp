@@ -52,7 +52,7 @@ ScanResult from_text(const std::string& text) {
     std::vector<std::string> f;
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
-    if (f.size() == 4 && f[0] == "F") r.files.push_back({f[1], f[1], f[2], std::stoi(f[3]), {}});
+    if (f.size() == 4 && f[0] == "F") r.files.push_back({f[1], f[1], f[2], std::stoi(f[3]), {}, 0, {}});
     if (f.size() == 3 && f[0] == "S") r.skipped.push_back({f[1], f[2], "scan"});
   }
   return r;
@@ -418,6 +418,8 @@ TEST_CASE("manifest: a header row is recognised, by its column names in any case
       {"split,label,path", "val,dog,x/a.wav", true},
       {"wav,tags,subset", "x/a.wav,dog,val", true},
       {"audio file,my label", "x/a.wav,dog", true},
+      {"file,class,split,fold,group", "x/a.wav,dog,val,3,spk", true},
+      {"Group,Fold,Label,Path", "spk,3,dog,x/a.wav", true},
   }));
   CAPTURE(header);
   write_text(d / "m.csv", "\n" + header + "\r\n" + row + "\n");
@@ -428,6 +430,9 @@ TEST_CASE("manifest: a header row is recognised, by its column names in any case
   CHECK(r.files[0].split == (row.find("val") != std::string::npos ? 1 : -1));
   REQUIRE(r.warnings.size() == (warns ? 1u : 0u));
   if (warns) CHECK_THAT(r.warnings[0], Catch::Contains("m.csv:2: '" + header + "' read as a header row"));
+  const bool grouped = header.find("roup") != std::string::npos;
+  CHECK(r.files[0].fold == (grouped ? 3 : 0));
+  CHECK(r.files[0].group == (grouped ? "spk" : ""));
 }
 
 TEST_CASE("manifest: a first row naming an existing file, or a file name, is data, not a header",

@@ -40,6 +40,11 @@ def build(output, input=None, manifest=None, **options):
         ``config="build.ini"``, ``device="cpu"``, ``threads=4``. A switch (``overwrite``, ``strict``, ``quiet``,
         ``include_hidden``) takes True or False; a true/false flag (``center``, ``shuffle``) takes a bool; a value
         of None leaves the flag at its default. ``help=True`` prints the options and returns None.
+        A dataset's own metadata and protocol, as ``melforge-build`` reads them (docs/FORMAT.md, "Named columns",
+        "Folds, groups and grouped splits"): ``layout="esc50"`` (with ``input`` the dataset's root),
+        ``columns="path=fname,label=labels,split=split"``, ``label_sep=","``, ``audio_root=...``,
+        ``classes="vocabulary.csv"`` (class order), ``group_by="src_file"`` or a regular expression,
+        ``folds=5``.
 
     Returns
     -------

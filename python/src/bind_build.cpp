@@ -114,7 +114,7 @@ std::tuple<std::string, std::string> build(const std::vector<Keyword>& keywords)
   if (help) args.push_back("--help");
   std::ostringstream help_text;
   try {
-    if (!builder::parse_build_args(args, all, help_text)) return {help_text.str(), ""};
+    if (!builder::parse_build_args(args, all, help_text, &config)) return {help_text.str(), ""};
   } catch (const po::error& e) {
     throw InvalidArgument(e.what());
   }

@@ -191,3 +191,39 @@ def test_help_prints_the_options(capsys):
     assert melforge.build(None, help=True) is None
     text = capsys.readouterr().out
     assert "--n-fft" in text and "--mel-norm" in text
+
+
+@pytest.mark.needs_h5py
+def test_columns_classes_and_folds_through_the_same_options(tmp_path):
+    """An ESC-50-like metadata CSV read by its column names, a class order file, folds and groups: the build's
+    datasets and report follow them."""
+    import h5py
+
+    audio = tmp_path / "audio"
+    rows = ["filename,fold,target,category,esc10,src_file,take"]
+    t = np.arange(4000) / 8000
+    for i in range(12):
+        category = ("dog", "rain", "rooster")[i % 3]
+        name = f"{i % 4 + 1}-{100 + i // 2}-A-{i % 3}.wav"
+        write_wav(audio / name, 0.5 * np.sin(2 * np.pi * (200 + 40 * i) * t), 8000)
+        rows.append(f"{name},{i % 4 + 1},{i % 3},{category},True,{100 + i // 2},A")
+    (tmp_path / "esc50.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "classes.txt").write_text("rooster\ndog\nrain\nsiren\n")
+    out = tmp_path / "out"
+    report = melforge.build(out, manifest=tmp_path / "esc50.csv", audio_root=audio, classes=tmp_path / "classes.txt",
+                            columns="path=filename,label=category,fold=fold,group=src_file", **FLAGS)
+    assert report["classes"] == ["rooster", "dog", "rain", "siren"]
+    assert report["protocol"]["folds"] == 4
+    assert report["protocol"]["class_order"] == "classes file"
+    assert report["protocol"]["group_by"] == "column src_file"
+    assert report["files"]["per_split"] == {"train": 6, "val": 3, "test": 3}
+    assert any("siren" in w for w in report["warnings"])
+    for split, folds in (("train", {1, 2}), ("val", {3}), ("test", {4})):
+        with h5py.File(out / f"{split}.h5", "r") as f:
+            assert int(f.attrs["folds"]) == 4
+            assert set(f["fold"][...].tolist()) == folds
+            assert [n.decode() for n in f["class_names"][...]] == ["rooster", "dog", "rain", "siren"]
+            assert all(g.decode().isdigit() for g in f["group"][...])
+    with pytest.raises(melforge.InvalidArgument, match="--columns"):
+        melforge.build(tmp_path / "bad", manifest=tmp_path / "esc50.csv", audio_root=audio,
+                       columns="path=filename,label=class", **FLAGS)
