@@ -449,6 +449,7 @@ ColumnIndex read_header(const std::vector<std::string>& f, const std::string& li
     if (trim(f[i]) == options.group_by) {
       c.group = static_cast<int>(i);
       c.width = f.size();
+      if (c.split == c.group) c.split = -1;
       out.group_by = "column " + options.group_by;
     }
   return c;

@@ -180,8 +180,10 @@ TEST_CASE("classes without a training file and labels differing in case are repo
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("warning: labels 'C0', 'c0' differ only in case"));
   CHECK_THAT(r.output, Catch::Contains("warning: class 'rare' has no training file (1 skipped)"));
+  CHECK_THAT(r.output, Catch::Contains("warning: 1 class has a single file, which cannot be in both train and test: "
+                                       "'rare'"));
   const auto warnings = report(d / "out")["warnings"].get<std::vector<std::string>>();
-  CHECK(warnings.size() == 2);
+  CHECK(warnings.size() == 3);
 }
 
 TEST_CASE("a pre-split layout with another top-level folder fails before any work, naming it", "[scan][presplit][e2e]") {
