@@ -8,7 +8,6 @@
 #include "batch_runner.h"
 #include "build_state.h"
 #include "melforge/common/errors.h"
-#include "melforge/common/fs_util.h"
 #include "melforge/common/timing.h"
 #include "output_folder.h"
 #include "plan.h"
@@ -82,31 +81,6 @@ BuildResult build_result(BuildState& state, const BatchTotals& run, StageTimes& 
   }
   result.timing_table = times.table(total_s);
   return result;
-}
-
-/// With --augment-copies and no --noise, takes the layout's noise bank (ScanResult::noise_bank) as --noise: into
-/// `config` (the state's configuration) and the augmentation stage, with a note on stderr; then checks the
-/// augmentation again (no bank and nothing else to augment with: InvalidArgument). Returns the bank used, or "".
-std::string use_layout_noise_bank(BuildConfig& config, BuildState& state) {
-  augment::AugmentArgs& a = config.augment;
-  if (config.build.layout.empty() || a.copies == 0 || !a.noise.empty()) return "";
-  if (!state.scan.noise_bank.empty()) {
-    a.noise = state.scan.noise_bank;
-    state.augment->use_noise_bank(a.noise);
-    std::fprintf(stderr, "melforge-build: --layout %s: noise bank %s used as --noise for --augment-copies\n",
-                 config.build.layout.c_str(), a.noise.c_str());
-  }
-  a.validate();
-  return a.noise.string();
-}
-
-/// Copies the layout's trial list `trials` (read_regular_file, at most 256 MiB) into `staging` as trials.txt;
-/// returns the staged path.
-fs::path stage_trials(const fs::path& trials, const fs::path& staging) {
-  const std::string text = read_regular_file(trials, "trial list", std::uintmax_t{256} << 20);
-  const fs::path target = staging / kTrialsName;
-  write_file_atomically(target, text);
-  return target;
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "augment_stage.h"
 #include "layouts/layout.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
 #include "melforge/common/fs_walk.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/progress.h"
 #include "mel/filterbank.h"
+#include "output_folder.h"
 #include "split.h"
 #include "stop.h"
 
@@ -462,6 +465,26 @@ void add_scan_notes(nlohmann::json& report, const BuildState& state) {
   report["excluded"] = excluded;
   report["warnings"] = state.scan.warnings;
   report["protocol"] = protocol_json(state);
+}
+
+std::string use_layout_noise_bank(BuildConfig& config, BuildState& state) {
+  augment::AugmentArgs& a = config.augment;
+  if (config.build.layout.empty() || a.copies == 0 || !a.noise.empty()) return "";
+  if (!state.scan.noise_bank.empty()) {
+    a.noise = state.scan.noise_bank;
+    if (state.augment) state.augment->use_noise_bank(a.noise);
+    std::fprintf(stderr, "melforge-build: --layout %s: noise bank %s used as --noise for --augment-copies\n",
+                 config.build.layout.c_str(), a.noise.c_str());
+  }
+  a.validate();
+  return a.noise.string();
+}
+
+std::filesystem::path stage_trials(const std::filesystem::path& trials, const std::filesystem::path& staging) {
+  const std::string text = read_regular_file(trials, "trial list", std::uintmax_t{256} << 20);
+  const std::filesystem::path target = staging / kTrialsName;
+  write_file_atomically(target, text);
+  return target;
 }
 
 nlohmann::json protocol_json(const BuildState& state) {

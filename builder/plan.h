@@ -77,6 +77,16 @@ void check_written_splits(BuildState& state, const std::vector<SkippedFile>& ski
 /// layouts, groups leaking across splits) and "protocol" (protocol_json).
 void add_scan_notes(nlohmann::json& report, const BuildState& state);
 
+/// With --layout, --augment-copies > 0 and no --noise: takes the layout's noise bank (state.scan.noise_bank) as
+/// --noise, in `config` (which must be state.config) and in the augmentation stage, with a note on stderr, then checks
+/// the augmentation again (no bank and nothing else to augment with: InvalidArgument naming --augment-copies).
+/// Returns the bank used, or "" when none was taken.
+std::string use_layout_noise_bank(BuildConfig& config, BuildState& state);
+
+/// Copies the layout's trial list `trials` (read_regular_file, at most 256 MiB) into `staging` as trials.txt
+/// (kTrialsName); returns the staged path. Throws InvalidArgument, FormatError or IoError.
+std::filesystem::path stage_trials(const std::filesystem::path& trials, const std::filesystem::path& staging);
+
 /// The report's `protocol` object (docs/FORMAT.md): {"layout": name or null, "folds": K (0 none), "fold_counts":
 /// {"1": files, ...}, "split_rule": the fold -> split rule or null, "group_by": what the groups were taken from or
 /// null, "groups": distinct groups, "class_order": "sorted" | "classes file" | "layout vocabulary", "noise_bank":

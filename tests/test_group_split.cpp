@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "build_fixture.h"
+#include "augment_stage.h"
 #include "build_state.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
@@ -400,6 +402,56 @@ TEST_CASE("a multi-label file counts for every one of its labels in the training
   for (const auto& w : result.report["warnings"]) {
     CAPTURE(w);
     CHECK(w.get<std::string>().find("has no training file") == std::string::npos);
+  }
+}
+
+TEST_CASE("a layout's noise bank stands in for a missing --noise; its trial list is staged as trials.txt",
+          "[protocol][layout]") {
+  TempDir d;
+  melforge::test::write_tone(d / "_background_noise_/white.wav", 440, 800, 8000);
+  builder::BuildConfig c;
+  c.build.layout = "speechcommands";
+  c.build.input = d.path();
+  c.augment.copies = 2;
+  builder::BuildState state(c);
+  REQUIRE(state.augment);
+  state.scan.noise_bank = d / "_background_noise_";
+  CHECK(builder::use_layout_noise_bank(c, state) == (d / "_background_noise_").string());
+  CHECK(c.augment.noise == d / "_background_noise_");
+  CHECK(state.augment->args().noise == d / "_background_noise_");
+
+  SECTION("no bank and nothing else to augment with is refused as before") {
+    builder::BuildConfig none;
+    none.build.layout = "esc50";
+    none.augment.copies = 1;
+    builder::BuildState bare(none);
+    CHECK_THROWS_AS(builder::use_layout_noise_bank(none, bare), melforge::InvalidArgument);
+    CHECK_THROWS_WITH(builder::use_layout_noise_bank(none, bare), Catch::Contains("--augment-copies"));
+  }
+  SECTION("a given --noise, or no --layout, is left alone") {
+    builder::BuildConfig given;
+    given.build.layout = "speechcommands";
+    given.augment.copies = 1;
+    given.augment.noise = d / "mine";
+    builder::BuildState s(given);
+    s.scan.noise_bank = d / "_background_noise_";
+    CHECK(builder::use_layout_noise_bank(given, s).empty());
+    CHECK(given.augment.noise == d / "mine");
+    given.build.layout.clear();
+    given.augment.noise.clear();
+    CHECK(builder::use_layout_noise_bank(given, s).empty());
+    CHECK(given.augment.noise.empty());
+  }
+  SECTION("the trial list is copied byte for byte") {
+    const std::string trials = "1 id10270/x6uYqmx31kE/00001.wav id10270/8jEAjG6SegY/00008.wav\n"
+                               "0 id10270/x6uYqmx31kE/00001.wav id10300/ize_eiCFEg0/00003.wav\n";
+    write_text(d / "veri_test2.txt", trials);
+    fs::create_directories(d / "staging");
+    const fs::path staged = builder::stage_trials(d / "veri_test2.txt", d / "staging");
+    CHECK(staged == d / "staging/trials.txt");
+    std::ifstream in(staged, std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == trials);
+    CHECK_THROWS_AS(builder::stage_trials(d / "missing.txt", d / "staging"), melforge::Error);
   }
 }
 
