@@ -111,7 +111,8 @@ TEST_CASE("--folds: no group in two folds, folds balanced, stratified, independe
   const int k = GENERATE(2, 5, 10);
   CAPTURE(seed, k);
   auto files = random_corpus(seed, 250, 3, 3);
-  for (std::size_t i = 0; i < files.size(); i += 17) files[i].fold = 1 + static_cast<int>(i % static_cast<std::size_t>(k));
+  for (std::size_t i = 0; i < files.size(); i += 17)
+    files[i].fold = 1 + static_cast<int>(i % static_cast<std::size_t>(k));
   const auto given = by_path(files, &InputFile::fold);
   auto shuffled = files;
   std::reverse(shuffled.begin(), shuffled.end());

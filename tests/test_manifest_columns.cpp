@@ -32,7 +32,8 @@ void write_fsd50k(const fs::path& root) {
   write_text(root / "FSD50K.ground_truth/vocabulary.csv",
              "0,Music,/m/04rlf\n1,Dog,/m/0bt9lr\n2,Bark,/m/05tny_\n3,Guitar,/m/0342h\n4,Electric_guitar,/m/02sgy\n"
              "5,Whale_vocalization,/m/032n05\n");
-  for (const char* f : {"64760", "16399", "3399"}) write_text(root / "FSD50K.dev_audio" / (std::string(f) + ".wav"), "");
+  for (const char* f : {"64760", "16399", "3399"})
+    write_text(root / "FSD50K.dev_audio" / (std::string(f) + ".wav"), "");
 }
 
 /// Scan options for the FSD50K-like tree of write_fsd50k.
