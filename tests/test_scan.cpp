@@ -52,7 +52,7 @@ ScanResult from_text(const std::string& text) {
     std::vector<std::string> f;
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
-    if (f.size() == 4 && f[0] == "F") r.files.push_back({f[1], f[1], f[2], std::stoi(f[3]), {}});
+    if (f.size() == 4 && f[0] == "F") r.files.push_back({f[1], f[1], f[2], std::stoi(f[3]), {}, 0, {}});
     if (f.size() == 3 && f[0] == "S") r.skipped.push_back({f[1], f[2], "scan"});
   }
   return r;

@@ -41,7 +41,7 @@ std::vector<InputFile> corpus(int classes) {
   for (int c = 0; c < classes; ++c)
     for (int i = 0; i < 1 + (c * 7919) % 23; ++i)
       files.push_back({{}, "s" + std::to_string(c) + "/u" + std::to_string(i) + ".wav", "s" + std::to_string(c), -1,
-                       {}});
+                       {}, 0, {}});
   return files;
 }
 
