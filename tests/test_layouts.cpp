@@ -305,7 +305,9 @@ TEST_CASE("broken metadata is refused naming the file, the line and the field", 
       {"esc50", "a target naming two classes", edit("meta/esc50.csv", ",0,dog,", ",0,cat,"), "index 0 names class"},
       {"esc50", "no metadata", [](const fs::path& root) { fs::remove(root / "meta/esc50.csv"); }, "does not exist"},
       {"urbansound8k", "a file in the wrong fold folder",
-       [](const fs::path& root) { fs::rename(root / "audio/fold1/7101-1-0-0.wav", root / "audio/fold2/7101-1-0-0.wav"); },
+       [](const fs::path& root) {
+         fs::rename(root / "audio/fold1/7101-1-0-0.wav", root / "audio/fold2/7101-1-0-0.wav");
+       },
        "UrbanSound8K.csv:2: '7101-1-0-0.wav' has fold 1, but the file is in 'audio/fold2/'"},
       {"urbansound8k", "no classID column", edit("metadata/UrbanSound8K.csv", "classID", "class_id"),
        "no column 'classid'"},
@@ -329,7 +331,8 @@ TEST_CASE("broken metadata is refused naming the file, the line and the field", 
        "veri_test2.txt:1: expected '<1|0>"},
       {"librispeech", "no subset folder",
        [](const fs::path& root) {
-         for (const char* s : {"train-clean-100", "dev-clean", "test-clean"}) fs::rename(root / s, root / (std::string("x") + s));
+         for (const char* s : {"train-clean-100", "dev-clean", "test-clean"})
+           fs::rename(root / s, root / (std::string("x") + s));
        },
        "holds no subset folder"},
   }));

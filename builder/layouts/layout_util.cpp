@@ -195,7 +195,8 @@ AudioFiles DatasetWalk::audio_below(const fs::path& dir, const std::string& what
   AudioFiles files;
   for (const auto& p : result.files) {
     if (is_audio(p)) files.emplace(rel(p), p);
-    else if (metadata_suffix.empty() || !p.filename().string().ends_with(metadata_suffix)) out_.skipped.push_back({rel(p), "not an audio file extension", "scan"});
+    else if (metadata_suffix.empty() || !p.filename().string().ends_with(metadata_suffix))
+      out_.skipped.push_back({rel(p), "not an audio file extension", "scan"});
   }
   return files;
 }

@@ -17,7 +17,8 @@ namespace melforge::builder::layouts {
 namespace librispeech {
 
 bool digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 /// True for a LibriSpeech subset folder name: train-*, dev-* or test-* (train-clean-100, dev-other, ...).
@@ -63,7 +64,8 @@ ScanResult scan(const LayoutContext& context) {
   for (const auto& e : entries) {
     const std::string name = e.path.filename().string();
     if (one_subset || !e.is_folder) {
-      if (!e.is_folder && walk.is_audio(e.path)) out.skipped.push_back({name, "audio file outside a speaker folder", "scan"});
+      if (!e.is_folder && walk.is_audio(e.path))
+        out.skipped.push_back({name, "audio file outside a speaker folder", "scan"});
       continue;
     }
     if (subset_name(name)) {
@@ -77,8 +79,8 @@ ScanResult scan(const LayoutContext& context) {
   }
   if (subsets.empty())
     throw FormatError("--layout librispeech: '" + utf8::for_terminal(ctx.root.string()) +
-                      "' holds no subset folder (train-clean-100, dev-clean, ...) and no speaker folder: --input is the "
-                      "LibriSpeech folder or one of its subsets");
+                      "' holds no subset folder (train-clean-100, dev-clean, ...) and no speaker folder: --input is "
+                      "the LibriSpeech folder or one of its subsets");
   out.group_by = "chapter (<speaker>/<chapter>)";
   out.protocol_notes = {
       "LibriSpeech: subsets read: " + subsets + " (pooled; " + std::to_string(speakers) +

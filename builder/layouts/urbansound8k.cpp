@@ -32,8 +32,9 @@ ScanResult scan(const LayoutContext& context) {
   ScanResult out;
   DatasetWalk walk(ctx, out);
   const MetaTable t = read_table(ctx.root, kMeta,
-                                 "UrbanSound8K's metadata (slice_file_name,fsID,start,end,salience,fold,classID,class); "
-                                 "--input must be the UrbanSound8K root (the folder holding metadata/ and audio/)",
+                                 "UrbanSound8K's metadata (slice_file_name,fsID,start,end,salience,fold,classID,"
+                                 "class); --input must be the UrbanSound8K root (the folder holding metadata/ and "
+                                 "audio/)",
                                  true);
   const std::size_t c_file = column(t, "slice_file_name"), c_fsid = column(t, "fsid"), c_fold = column(t, "fold"),
                     c_id = column(t, "classid"), c_class = column(t, "class");
