@@ -32,20 +32,16 @@ namespace melforge_test_layouts {
 
 namespace {
 
-/// The six stand-ins, generated once per test process.
-struct Standins {
-  test::TempDir dir;
-  Standins() {
-    const std::string cmd = std::string("/usr/bin/python3 ") + MELFORGE_TOOLS_DIR + "/make_standin_datasets.py all '" +
-                            dir.path().string() + "' > '" + (dir / "gen.log").string() + "' 2>&1";
-    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make_standin_datasets.py failed: " + cmd);
-  }
-};
-
+/// Stand-in `name` (tools/make_standin_datasets.py), generated on first use, once per test process.
 const fs::path& standin(const std::string& name) {
-  static const Standins s;
-  static std::map<std::string, fs::path> paths;
-  return paths.emplace(name, s.dir / name).first->second;
+  static const test::TempDir dir;
+  static std::map<std::string, fs::path> made;
+  if (const auto it = made.find(name); it != made.end()) return it->second;
+  const fs::path out = dir / name;
+  const std::string cmd = std::string("/usr/bin/python3 ") + MELFORGE_TOOLS_DIR + "/make_standin_datasets.py " + name +
+                          " '" + out.string() + "' > '" + (dir / (name + ".log")).string() + "' 2>&1";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make_standin_datasets.py failed: " + cmd);
+  return made.emplace(name, out).first->second;
 }
 
 /// A copy of stand-in `name` in `dir`, to break.
@@ -289,16 +285,20 @@ TEST_CASE("a file on disk missing from the metadata and a metadata row whose fil
   CHECK_THAT(r.warnings[0], Catch::Contains("1 file(s) listed in meta/esc50.csv were not found"));
 }
 
-TEST_CASE("broken metadata is refused naming the file, the line and the field", "[layout][protocol]") {
-  struct Case {
-    std::string layout, name;
-    std::function<void(const fs::path&)> damage;
-    std::string message;
-  };
+namespace {
+
+/// A way to break a stand-in and the refusal it must meet.
+struct Refusal {
+  std::string layout, name;
+  std::function<void(const fs::path&)> damage;
+  std::string message;
+};
+
+std::vector<Refusal> refusals() {
   const auto edit = [](std::string file, std::string from, std::string to) {
     return [=](const fs::path& root) { replace_in(root / file, from, to); };
   };
-  const Case c = GENERATE_REF(values<Case>({
+  return {
       {"esc50", "no fold column", edit("meta/esc50.csv", "filename,fold,", "filename,fld,"), "no column 'fold'"},
       {"esc50", "fold out of range", edit("meta/esc50.csv", "A-0.wav,1,0", "A-0.wav,6,0"),
        "meta/esc50.csv:2: field 'fold' is '6', expected an integer in [1, 5]"},
@@ -335,13 +335,49 @@ TEST_CASE("broken metadata is refused naming the file, the line and the field", 
            fs::rename(root / s, root / (std::string("x") + s));
        },
        "holds no subset folder"},
-  }));
-  CAPTURE(c.layout, c.name);
-  test::TempDir d;
-  const fs::path root = copy_of(c.layout, d);
-  c.damage(root);
-  CHECK_THROWS_AS(scan(c.layout, root), FormatError);
-  CHECK_THROWS_WITH(scan(c.layout, root), Catch::Contains(c.message));
+  };
+}
+
+/// Every refusal of `layout`, each on a fresh copy of its stand-in: a FormatError whose message names the place.
+void check_refusals(const std::string& layout) {
+  int n = 0;
+  for (const Refusal& c : refusals()) {
+    if (c.layout != layout) continue;
+    ++n;
+    CAPTURE(c.name);
+    test::TempDir d;
+    const fs::path root = copy_of(c.layout, d);
+    c.damage(root);
+    CHECK_THROWS_AS(scan(c.layout, root), FormatError);
+    CHECK_THROWS_WITH(scan(c.layout, root), Catch::Contains(c.message));
+  }
+  CHECK(n >= 1);
+}
+
+}  // namespace
+
+TEST_CASE("esc50: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
+  check_refusals("esc50");
+}
+
+TEST_CASE("urbansound8k: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
+  check_refusals("urbansound8k");
+}
+
+TEST_CASE("speechcommands: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
+  check_refusals("speechcommands");
+}
+
+TEST_CASE("fsd50k: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
+  check_refusals("fsd50k");
+}
+
+TEST_CASE("voxceleb1: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
+  check_refusals("voxceleb1");
+}
+
+TEST_CASE("librispeech: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
+  check_refusals("librispeech");
 }
 
 }  // namespace melforge_test_layouts

@@ -69,12 +69,24 @@ def crc8(data):
     return crc
 
 
-def crc16(data):
-    crc = 0
-    for b in data:
-        crc ^= b << 8
+def _crc16_table():
+    table = []
+    for i in range(256):
+        crc = i << 8
         for _ in range(8):
             crc = ((crc << 1) ^ 0x8005) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+        table.append(crc)
+    return table
+
+
+CRC16_TABLE = _crc16_table()
+
+
+def crc16(data):
+    """FLAC's frame CRC-16 (polynomial 0x8005, initial 0), table-driven."""
+    crc = 0
+    for b in data:
+        crc = ((crc << 8) & 0xFFFF) ^ CRC16_TABLE[(crc >> 8) ^ b]
     return crc
 
 
