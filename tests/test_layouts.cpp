@@ -222,16 +222,21 @@ TEST_CASE("voxceleb1: the trial list's speakers as test, paths relative to wav/,
   while (trials >> label >> a >> b) CHECK((paths.contains(a) && paths.contains(b)));
 }
 
-TEST_CASE("voxceleb1: vox1_dev_wav/wav and vox1_test_wav/wav as unzipped, and vox1_meta.csv without a trial list",
+TEST_CASE("voxceleb1: the dev and test archives unzipped apart, and vox1_meta.csv without a trial list",
           "[layout][protocol]") {
+  using Parts = std::pair<std::string, std::string>;
+  const Parts parts = GENERATE(Parts{"vox1_dev_wav/wav", "vox1_test_wav/wav"}, Parts{"dev/wav", "test/wav"});
+  const std::string& dev = parts.first;
+  const std::string& test_part = parts.second;
+  CAPTURE(dev);
   test::TempDir d;
   const fs::path root = copy_of("voxceleb1", d);
-  fs::create_directories(root / "vox1_dev_wav/wav");
-  fs::create_directories(root / "vox1_test_wav/wav");
-  for (const auto& e : fs::directory_iterator(root / "wav")) {
-    const std::string spk = e.path().filename().string();
-    fs::rename(e.path(), root / (spk >= "id10270" ? "vox1_test_wav/wav" : "vox1_dev_wav/wav") / spk);
-  }
+  fs::create_directories(root / dev);
+  fs::create_directories(root / test_part);
+  std::vector<fs::path> speakers;
+  for (const auto& e : fs::directory_iterator(root / "wav")) speakers.push_back(e.path());
+  for (const auto& p : speakers)
+    fs::rename(p, root / (p.filename().string() >= "id10270" ? test_part : dev) / p.filename());
   fs::remove(root / "wav");
   const ScanResult split = scan("voxceleb1", root);
   const ScanResult merged = scan("voxceleb1", standin("voxceleb1"));

@@ -9,15 +9,15 @@ folder tree, metadata file names, columns, header or no header, quoting, separat
 dataset (docs/LAYOUTS.md describes each real tree); only the number of classes, files and seconds is small, and the
 class names, speakers and IDs are a subset of the real ones or made up in the real format.
 
-| stand-in       | audio                                              | metadata                                        |
-|----------------|----------------------------------------------------|-------------------------------------------------|
-| esc50          | 40 wav (4 classes x 5 folds x 2 takes), 0.25 s      | meta/esc50.csv                                  |
-| urbansound8k   | 60 wav (3 classes x 10 folds x 2 slices), 0.25 s    | metadata/UrbanSound8K.csv, audio/fold1..10     |
-| speechcommands | 48 wav (4 words x 6 speakers x 2), 0.25 s; 2 noise | validation_list.txt, testing_list.txt           |
-|                | files of 1 s in _background_noise_                 | (8 files each: one speaker each)                |
-| fsd50k         | 48 wav (dev 36: 27 train + 9 val; eval 12), 0.3 s   | FSD50K.ground_truth/{dev,eval,vocabulary}.csv   |
-| voxceleb1      | 60 wav (10 speakers x 3 videos x 2), 0.5 s          | veri_test2.txt (40 trials), vox1_meta.csv       |
-| librispeech    | 72 flac (8 speakers x 3 chapters x 3), 0.3 s        | *.trans.txt, SPEAKERS.TXT, CHAPTERS.TXT, ...    |
+| stand-in       | audio                                          | metadata                                   |
+|----------------|------------------------------------------------|--------------------------------------------|
+| esc50          | 40 wav (4 classes x 5 folds x 2 takes), 0.25 s | meta/esc50.csv                             |
+| urbansound8k   | 60 wav (3 classes x 10 folds x 2), 0.25 s      | metadata/UrbanSound8K.csv, audio/fold1..10 |
+| speechcommands | 48 wav (4 words x 6 speakers x 2), 0.25 s;     | validation_list.txt, testing_list.txt      |
+|                | 2 noise files of 1 s in _background_noise_     | (8 files each: one speaker each)           |
+| fsd50k         | 48 wav (dev 27 train + 9 val; eval 12), 0.3 s  | FSD50K.ground_truth/{dev,eval,vocabulary}  |
+| voxceleb1      | 60 wav (10 speakers x 3 videos x 2), 0.5 s     | veri_test2.txt (40 trials), vox1_meta.csv  |
+| librispeech    | 72 flac (8 speakers x 3 chapters x 3), 0.3 s   | *.trans.txt, SPEAKERS.TXT, CHAPTERS.TXT    |
 
 Every clip is 16 kHz mono 16-bit PCM: a tone at its class's (or speaker's) frequency with two harmonics, plus seeded
 white noise 20 dB below it, so that a model can learn the classes. The output depends only on DATASET and --seed (each

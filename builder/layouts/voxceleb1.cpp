@@ -16,18 +16,19 @@ namespace melforge::builder::layouts {
 
 namespace voxceleb1 {
 
-/// The folders holding `<speaker>/<video>/<utterance>.wav`: `wav/`, or `vox1_dev_wav/wav` and `vox1_test_wav/wav`,
-/// or the root itself when its folders are speakers (`id10270`). Throws FormatError when none is found or both
-/// arrangements are.
+/// The folders holding `<speaker>/<video>/<utterance>.wav`: `wav/`, or the dev and test archives unzipped apart
+/// (`vox1_dev_wav/wav` and `vox1_test_wav/wav`, or `dev/wav` and `test/wav`), or the root itself when its folders are
+/// speakers (`id10270`). Throws FormatError when none is found or two arrangements are.
 std::vector<fs::path> wav_folders(const fs::path& root) {
   std::error_code ec;
   std::vector<fs::path> split_parts;
-  for (const char* part : {"vox1_dev_wav/wav", "vox1_test_wav/wav"})
+  for (const char* part : {"vox1_dev_wav/wav", "vox1_test_wav/wav", "dev/wav", "test/wav"})
     if (fs::is_directory(root / part, ec)) split_parts.push_back(root / part);
   const bool merged = fs::is_directory(root / "wav", ec);
   if (merged && !split_parts.empty())
     throw FormatError("--layout voxceleb1: '" + utf8::for_terminal(root.string()) +
-                      "' holds both wav/ and vox1_dev_wav/wav or vox1_test_wav/wav: keep one arrangement");
+                      "' holds both wav/ and per-archive wav folders (vox1_dev_wav/wav, vox1_test_wav/wav, dev/wav, "
+                      "test/wav): keep one arrangement");
   if (merged) return {root / "wav"};
   if (!split_parts.empty()) return split_parts;
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -36,7 +37,7 @@ std::vector<fs::path> wav_folders(const fs::path& root) {
   }
   throw FormatError("--layout voxceleb1: no wav/ folder in '" + utf8::for_terminal(root.string()) +
                     "': expected ROOT/wav/<speaker>/<video>/<utterance>.wav (or ROOT/vox1_dev_wav/wav and "
-                    "ROOT/vox1_test_wav/wav as unzipped)");
+                    "ROOT/vox1_test_wav/wav, or ROOT/dev/wav and ROOT/test/wav)");
 }
 
 /// The test speakers named by trial list `list` (relative to root); every path of it must be a key of `files`.
