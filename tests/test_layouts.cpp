@@ -288,6 +288,14 @@ TEST_CASE("a file on disk missing from the metadata and a metadata row whose fil
   CHECK_THAT(skipped(r, "audio/2-102000-B-0.wav")->reason, Catch::Contains("line") && Catch::Contains("not found"));
   REQUIRE(r.warnings.size() == 1);
   CHECK_THAT(r.warnings[0], Catch::Contains("1 file(s) listed in meta/esc50.csv were not found"));
+  std::vector<fs::path> fold3;
+  for (const auto& e : fs::directory_iterator(root / "audio"))
+    if (e.path().filename().string().starts_with("3-")) fold3.push_back(e.path());
+  for (const auto& p : fold3) fs::remove(p);
+  const ScanResult partial = scan("esc50", root);
+  CHECK(partial.files.size() == 31);
+  REQUIRE(partial.warnings.size() == 2);
+  CHECK_THAT(partial.warnings[1], Catch::Contains("fold(s) 3 of 5 hold no file"));
 }
 
 namespace {

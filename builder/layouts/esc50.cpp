@@ -52,6 +52,7 @@ ScanResult scan(const LayoutContext& context) {
   warn_groups_across_folds(out, "src_file");
   out.class_order = order_by_index(classes);
   out.folds = kFolds;
+  warn_empty_folds(out);
   out.group_by = "src_file (meta/esc50.csv: the Freesound recording a clip was cut from)";
   out.protocol_notes = {
       "ESC-50: 5-fold cross-validation by meta/esc50.csv's fold column (melforge-train cv; mean accuracy over the "

@@ -277,6 +277,17 @@ void warn_groups_across_folds(ScanResult& out, const std::string& group_name) {
                            named + (count > 5 ? ", ..." : "") + "): the metadata's folds are used as given");
 }
 
+void warn_empty_folds(ScanResult& out) {
+  std::set<int> present;
+  for (const auto& f : out.files) present.insert(f.fold);
+  std::string empty;
+  for (int k = 1; k <= out.folds; ++k)
+    if (!present.contains(k)) empty += (empty.empty() ? "" : ", ") + std::to_string(k);
+  if (!empty.empty())
+    out.warnings.push_back("fold(s) " + empty + " of " + std::to_string(out.folds) +
+                           " hold no file: the dataset is incomplete, cross-validation over them has no test file");
+}
+
 void warn_missing(ScanResult& out, std::size_t missing, const std::string& list) {
   if (missing > 0)
     out.warnings.push_back(std::to_string(missing) + " file(s) listed in " + list +

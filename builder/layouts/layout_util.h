@@ -128,6 +128,10 @@ std::string file_name_field(const MetaTable& table, const MetaRow& row, std::siz
 /// the dataset's folds were meant to keep each `group_name` in one fold.
 void warn_groups_across_folds(ScanResult& out, const std::string& group_name);
 
+/// A warning naming the folds of 1..out.folds that hold no file (a partial copy of the dataset: cross-validation
+/// over those folds has nothing to test on).
+void warn_empty_folds(ScanResult& out);
+
 /// A warning when `missing` files listed in `list` were not found on disk (each is in out.skipped).
 void warn_missing(ScanResult& out, std::size_t missing, const std::string& list);
 

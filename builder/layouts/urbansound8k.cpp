@@ -71,6 +71,7 @@ ScanResult scan(const LayoutContext& context) {
   warn_groups_across_folds(out, "fsID");
   out.class_order = order_by_index(classes);
   out.folds = kFolds;
+  warn_empty_folds(out);
   out.group_by = "fsID (metadata/UrbanSound8K.csv: the Freesound recording a slice was cut from)";
   out.protocol_notes = {
       "UrbanSound8K: 10-fold cross-validation by the predefined folds (metadata/UrbanSound8K.csv's fold column, "
