@@ -37,10 +37,11 @@ const fs::path& standin(const std::string& name) {
   static const test::TempDir dir;
   static std::map<std::string, fs::path> made;
   if (const auto it = made.find(name); it != made.end()) return it->second;
-  const fs::path out = dir / name;
   const std::string cmd = std::string("/usr/bin/python3 ") + MELFORGE_TOOLS_DIR + "/make_standin_datasets.py " + name +
-                          " '" + out.string() + "' > '" + (dir / (name + ".log")).string() + "' 2>&1";
+                          " '" + dir.path().string() + "' > '" + (dir / (name + ".log")).string() + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("make_standin_datasets.py failed: " + cmd);
+  const fs::path out = dir / name;
+  if (!fs::is_directory(out)) throw std::runtime_error("make_standin_datasets.py wrote no " + out.string());
   return made.emplace(name, out).first->second;
 }
 

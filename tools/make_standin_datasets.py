@@ -2,9 +2,10 @@
 """Writes tiny stand-ins of six public audio datasets, laid out EXACTLY like the real ones (issue 30).
 
     make_standin_datasets.py DATASET OUTDIR [--seed N]      DATASET: esc50, urbansound8k, speechcommands, fsd50k,
-                                                            voxceleb1, librispeech, or all (OUTDIR/<name>/ each)
+                                                            voxceleb1, librispeech, or all
 
-OUTDIR becomes the dataset's root as distributed (what `melforge-build --layout NAME --input OUTDIR` reads): the same
+OUTDIR/<DATASET>/ (OUTDIR/<name>/ for each with `all`) becomes the dataset's root as distributed (what
+`melforge-build --layout NAME --input OUTDIR/NAME` reads): the same
 folder tree, metadata file names, columns, header or no header, quoting, separators and file naming as the real
 dataset (docs/LAYOUTS.md describes each real tree); only the number of classes, files and seconds is small, and the
 class names, speakers and IDs are a subset of the real ones or made up in the real format.
@@ -23,7 +24,7 @@ Every clip is 16 kHz mono 16-bit PCM: a tone at its class's (or speaker's) frequ
 white noise 20 dB below it, so that a model can learn the classes. The output depends only on DATASET and --seed (each
 clip's noise comes from a generator seeded with (seed, clip name)). LibriSpeech's FLAC files are written by a
 minimal encoder here (VERBATIM subframes: valid, uncompressed FLAC that libsndfile and sox read). An existing
-OUTDIR/<files> is overwritten; nothing else is removed. Needs only Python 3 and numpy.
+OUTDIR/<files> is overwritten; nothing else is removed. Needs only Python 3 (standard library).
 """
 import argparse
 import csv
@@ -34,7 +35,9 @@ import sys
 import wave
 import zlib
 
-import numpy as np
+import array
+import math
+import random
 
 RATE = 16000
 
@@ -44,11 +47,16 @@ RATE = 16000
 def tone(seed, name, freq_hz, seconds):
     """16-bit samples of a tone at freq_hz (plus harmonics 2 and 3) with seeded white noise 20 dB below it."""
     n = int(round(seconds * RATE))
-    t = np.arange(n) / RATE
-    x = np.sin(2 * np.pi * freq_hz * t) + 0.5 * np.sin(4 * np.pi * freq_hz * t) + 0.25 * np.sin(6 * np.pi * freq_hz * t)
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    x = 0.3 * x / np.max(np.abs(x)) + 0.03 * rng.standard_normal(n)
-    return np.clip(np.round(x * 32767), -32768, 32767).astype(np.int16)
+    w = 2 * math.pi * freq_hz / RATE
+    x = [math.sin(w * i) + 0.5 * math.sin(2 * w * i) + 0.25 * math.sin(3 * w * i) for i in range(n)]
+    peak = max(abs(v) for v in x) or 1.0
+    rng = random.Random(seed * 2 ** 32 + zlib.crc32(name.encode()))
+    return pcm16([0.3 * v / peak + 0.03 * rng.gauss(0.0, 1.0) for v in x])
+
+
+def pcm16(x):
+    """Floats in [-1, 1] as 16-bit samples (rounded, clipped)."""
+    return array.array("h", (max(-32768, min(32767, round(v * 32767))) for v in x))
 
 
 def write_wav(path, samples):
@@ -57,7 +65,10 @@ def write_wav(path, samples):
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(RATE)
-        w.writeframes(samples.astype("<i2").tobytes())
+        data = array.array("h", samples)
+        if sys.byteorder == "big":
+            data.byteswap()
+        w.writeframes(data.tobytes())
 
 
 def crc8(data):
@@ -105,7 +116,10 @@ def write_flac(path, samples, block=4096):
         header = bytes([0xFF, 0xF8, (0b0111 << 4) | 0b0101, (0b0000 << 4) | (0b100 << 1), frame])
         header += struct.pack(">H", len(chunk) - 1)
         header += bytes([crc8(header)])
-        body = header + bytes([0x02]) + chunk.astype(">i2").tobytes()
+        data = array.array("h", chunk)
+        if sys.byteorder == "little":
+            data.byteswap()
+        body = header + bytes([0x02]) + data.tobytes()
         out.write(body + struct.pack(">H", crc16(body)))
     with open(path, "wb") as f:
         f.write(out.getvalue())
@@ -194,14 +208,17 @@ def make_speechcommands(out, seed):
                     test.append(rel)
     write_text(os.path.join(out, "validation_list.txt"), "".join(r + "\n" for r in sorted(val)))
     write_text(os.path.join(out, "testing_list.txt"), "".join(r + "\n" for r in sorted(test)))
-    rng = np.random.default_rng([seed, 1])
+    rng = random.Random(seed * 2 ** 32 + 1)
     for name in ["white_noise.wav", "pink_noise.wav"]:
-        noise = rng.standard_normal(RATE)
+        noise = [rng.gauss(0.0, 1.0) for _ in range(RATE)]
         if name.startswith("pink"):
-            noise = np.cumsum(noise)
-            noise -= np.convolve(noise, np.ones(64) / 64, mode="same")
-        noise = 0.2 * noise / np.max(np.abs(noise))
-        write_wav(os.path.join(out, "_background_noise_", name), np.round(noise * 32767).astype(np.int16))
+            level, smooth = 0.0, []
+            for v in noise:
+                level = 0.97 * level + v
+                smooth.append(level)
+            noise = smooth
+        peak = max(abs(v) for v in noise)
+        write_wav(os.path.join(out, "_background_noise_", name), pcm16([0.2 * v / peak for v in noise]))
     write_text(os.path.join(out, "_background_noise_", "README.md"), "Background noise files (stand-in)\n")
     write_text(os.path.join(out, "LICENSE"), "Creative Commons BY 4.0 (stand-in)\n")
     write_text(os.path.join(out, "README.md"), "Speech Commands Data Set v0.02 (stand-in)\n")
@@ -270,13 +287,13 @@ def make_voxceleb1(out, seed):
                 if spk in VOX_TEST:
                     test_files.setdefault(spk, []).append(rel)
     trials = []
-    rng = np.random.default_rng([seed, 2])
+    rng = random.Random(seed * 2 ** 32 + 2)
     speakers = sorted(test_files)
     for t in range(40):
         a_spk = speakers[t % len(speakers)]
         b_spk = a_spk if t % 2 == 0 else speakers[(t + 1 + t // 8) % len(speakers)]
-        a = test_files[a_spk][rng.integers(len(test_files[a_spk]))]
-        b = [f for f in test_files[b_spk] if f != a][rng.integers(len(test_files[b_spk]) - 1)]
+        a = rng.choice(test_files[a_spk])
+        b = rng.choice([f for f in test_files[b_spk] if f != a])
         trials.append(f"{1 if a_spk == b_spk else 0} {a} {b}\n")
     write_text(os.path.join(out, "veri_test2.txt"), "".join(trials))
     meta = [[spk, f"Celebrity_{i:02d}", "mf"[i % 2], "Ireland", "test" if spk in VOX_TEST else "dev"]
@@ -330,10 +347,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.seed < 0:
         p.error("--seed must be >= 0")
-    names = sorted(MAKERS) if a.dataset == "all" else [a.dataset]
-    for name in names:
-        out = os.path.join(a.outdir, name) if a.dataset == "all" else a.outdir
-        MAKERS[name](out, a.seed)
+    for name in sorted(MAKERS) if a.dataset == "all" else [a.dataset]:
+        MAKERS[name](os.path.join(a.outdir, name), a.seed)
     return 0
 
 
