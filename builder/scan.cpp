@@ -71,7 +71,7 @@ InputFile manifest_row(const std::vector<std::string>& f, const std::string& whe
   }
   fs::path p(f[0]);
   if (p.is_relative()) p = base / p;
-  InputFile row{p, f[0], labels[0], split, {}, 0, {}};
+  InputFile row{p, f[0], labels[0], split, {}};
   if (labels.size() > 1) row.labels = labels;
   return row;
 }
@@ -177,7 +177,7 @@ void absorb(const fs::path& root, const WalkResult& walk, const std::string& lab
     return !ext.empty() && exts.contains(ext.substr(1));
   };
   for (const auto& p : walk.files) {
-    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split, {}, 0, {}});
+    if (audio_ext(p)) out.files.push_back({p, rel(p), label, split, {}});
     else out.skipped.push_back({rel(p), "not an audio file extension", "scan"});
   }
   for (const auto& p : walk.folders)

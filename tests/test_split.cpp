@@ -20,7 +20,8 @@ std::vector<InputFile> corpus(int classes, int per_class) {
   std::vector<InputFile> files;
   for (int c = 0; c < classes; ++c)
     for (int i = 0; i < per_class + c; ++i)
-      files.push_back({{}, "c" + std::to_string(c) + "/f" + std::to_string(i) + ".wav", "c" + std::to_string(c), -1, {}, 0, {}});
+      files.push_back({{}, "c" + std::to_string(c) + "/f" + std::to_string(i) + ".wav", "c" + std::to_string(c), -1, {},
+                       0, {}});
   return files;
 }
 
