@@ -253,17 +253,22 @@ TEST_CASE("voxceleb1: the dev and test archives unzipped apart, and vox1_meta.cs
   CHECK_THAT(meta.warnings.at(0), Catch::Contains("vox1_meta.csv"));
 }
 
-TEST_CASE("librispeech: speakers as classes, chapters as groups, from the root or from one subset folder",
+TEST_CASE("librispeech: speakers as classes, chapters as groups, subsets as splits, or one subset folder",
           "[layout][protocol]") {
   const fs::path root = standin("librispeech");
   const ScanResult r = scan("librispeech", root);
   REQUIRE(r.files.size() == 72);
-  CHECK(count_by(r, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{-1, 72}});
+  CHECK(r.presplit);
+  CHECK(count_by(r, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{0, 36}, {1, 18}, {2, 18}});
   std::set<std::string> speakers, chapters;
+  std::map<std::string, std::set<int>> splits_of;
   for (const auto& f : r.files) {
     speakers.insert(f.label);
     chapters.insert(f.group);
+    splits_of[f.label].insert(f.split);
+    CHECK(f.split == (f.rel_path.starts_with("train-") ? 0 : f.rel_path.starts_with("dev-") ? 1 : 2));
   }
+  for (const auto& [spk, splits] : splits_of) CHECK(splits.size() == 1);
   CHECK(speakers.size() == 8);
   CHECK(chapters.size() == 24);
   CHECK(std::any_of(r.files.begin(), r.files.end(),
@@ -271,6 +276,8 @@ TEST_CASE("librispeech: speakers as classes, chapters as groups, from the root o
   CHECK(r.skipped.empty());
   const ScanResult one = scan("librispeech", root / "train-clean-100");
   REQUIRE(one.files.size() == 36);
+  CHECK_FALSE(one.presplit);
+  CHECK(count_by(one, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{-1, 36}});
   CHECK(one.files[0].rel_path == "19/290/19-290-0000.flac");
   CHECK(one.files[0].group == "19/290");
 }

@@ -1,6 +1,6 @@
 /// LibriSpeech (Panayotov et al. 2015): `<subset>/<speaker>/<chapter>/<speaker>-<chapter>-<utt>.flac` with a
-/// `<speaker>-<chapter>.trans.txt` per chapter; speakers as classes, chapters as groups, the subsets pooled and split
-/// by the build (docs/LAYOUTS.md).
+/// `<speaker>-<chapter>.trans.txt` per chapter; speakers as classes, chapters as groups, the train-*, dev-* and test-*
+/// subsets as train, val and test (speaker-disjoint: open-set verification) (docs/LAYOUTS.md).
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -26,9 +26,37 @@ bool subset_name(const std::string& name) {
   return name.starts_with("train-") || name.starts_with("dev-") || name.starts_with("test-");
 }
 
+/// The split of a subset's role: train-* 0, dev-* 1, test-* 2.
+int subset_split(const std::string& name) { return name.starts_with("train-") ? 0 : name.starts_with("dev-") ? 1 : 2; }
+
+/// The splits of the files: their subset's role when the subsets read have two roles or more (presplit); otherwise
+/// (one subset, or subsets of one role) every file's split is left to the build (-1). Returns the protocol note.
+std::string settle_splits(ScanResult& out) {
+  std::set<int> roles;
+  for (const auto& f : out.files) roles.insert(f.split);
+  if (roles.size() < 2 || roles.contains(-1)) {
+    for (auto& f : out.files) f.split = -1;
+    return "splits assigned by melforge-build (one subset role read): --split-by class gives unseen speakers in "
+           "val and test for --task verification; each chapter stays in one split";
+  }
+  out.presplit = true;
+  std::size_t counts[3] = {0, 0, 0};
+  std::set<std::string> speakers[3];
+  for (const auto& f : out.files) {
+    ++counts[f.split];
+    speakers[f.split].insert(f.label);
+  }
+  std::string note = "splits from the subsets (speaker-disjoint): ";
+  const char* names[3] = {"train-* -> train", "dev-* -> val", "test-* -> test"};
+  for (int s = 0; s < 3; ++s)
+    note += std::string(s ? ", " : "") + names[s] + " (" + std::to_string(counts[s]) + " files, " +
+            std::to_string(speakers[s].size()) + " speakers)";
+  return note + "; open-set speaker verification (--task verification), EER on test";
+}
+
 /// Adds the utterances of subset folder `dir` to out (files not named `<spk>-<chapter>-<utt>` in
-/// `<spk>/<chapter>/` are skipped); returns the speakers found.
-std::set<std::string> add_subset(const fs::path& dir, DatasetWalk& walk, ScanResult& out) {
+/// `<spk>/<chapter>/` are skipped), with split `split` for now; returns the speakers found.
+std::set<std::string> add_subset(const fs::path& dir, int split, DatasetWalk& walk, ScanResult& out) {
   std::set<std::string> speakers;
   for (const auto& [rel, path] : walk.audio_below(dir, "a LibriSpeech subset folder", ".trans.txt")) {
     const fs::path in_subset = path.lexically_relative(dir);
@@ -41,7 +69,7 @@ std::set<std::string> add_subset(const fs::path& dir, DatasetWalk& walk, ScanRes
       continue;
     }
     speakers.insert(spk);
-    out.files.push_back({path, rel, spk, -1, {}, 0, spk + "/" + chapter});
+    out.files.push_back({path, rel, spk, split, {}, 0, spk + "/" + chapter});
   }
   return speakers;
 }
@@ -58,7 +86,7 @@ ScanResult scan(const LayoutContext& context) {
   std::string subsets;
   std::size_t speakers = 0;
   if (one_subset) {
-    speakers = add_subset(ctx.root, walk, out).size();
+    speakers = add_subset(ctx.root, -1, walk, out).size();
     subsets = ctx.root.filename().string();
   }
   for (const auto& e : entries) {
@@ -69,7 +97,7 @@ ScanResult scan(const LayoutContext& context) {
       continue;
     }
     if (subset_name(name)) {
-      speakers += add_subset(e.path, walk, out).size();
+      speakers += add_subset(e.path, subset_split(name), walk, out).size();
       subsets += (subsets.empty() ? "" : ", ") + name;
     } else {
       for (const auto& [rel, path] : walk.audio_below(e.path, "a folder of the dataset", ".trans.txt"))
@@ -82,11 +110,9 @@ ScanResult scan(const LayoutContext& context) {
                       "' holds no subset folder (train-clean-100, dev-clean, ...) and no speaker folder: --input is "
                       "the LibriSpeech folder or one of its subsets");
   out.group_by = "chapter (<speaker>/<chapter>)";
-  out.protocol_notes = {
-      "LibriSpeech: subsets read: " + subsets + " (pooled; " + std::to_string(speakers) +
-          " speaker folders); class = speaker, group = chapter",
-      "splits assigned by melforge-build with each chapter in one split (--split-by file: closed-set speaker "
-      "identification, accuracy; --split-by class: unseen speakers in val and test, for --task verification)"};
+  out.protocol_notes = {"LibriSpeech: subsets read: " + subsets + " (" + std::to_string(speakers) +
+                            " speaker folders); class = speaker, group = chapter",
+                        settle_splits(out)};
   finish(out, "librispeech", ctx.root);
   return out;
 }
@@ -96,8 +122,8 @@ ScanResult scan(const LayoutContext& context) {
 /// The LibriSpeech layout (layout_list.cpp).
 Layout librispeech_layout() {
   return {"librispeech",
-          "LibriSpeech: <subset>/<speaker>/<chapter>/*.flac (the root or one subset), speakers as classes, chapters "
-          "as groups",
+          "LibriSpeech: <subset>/<speaker>/<chapter>/*.flac, speakers as classes, train-*/dev-*/test-* subsets as "
+          "train/val/test (speaker-disjoint: verification), chapters as groups",
           &librispeech::scan};
 }
 
