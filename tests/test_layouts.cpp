@@ -278,6 +278,14 @@ TEST_CASE("librispeech: speakers as classes, chapters as groups, subsets as spli
   REQUIRE(one.files.size() == 36);
   CHECK_FALSE(one.presplit);
   CHECK(count_by(one, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{-1, 36}});
+  test::TempDir d;
+  const fs::path train_only = copy_of("librispeech", d);
+  fs::remove_all(train_only / "dev-clean");
+  fs::remove_all(train_only / "test-clean");
+  const ScanResult role = scan("librispeech", train_only);
+  CHECK_FALSE(role.presplit);
+  CHECK(count_by(role, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{-1, 36}});
+  CHECK(role.files[0].rel_path == "train-clean-100/19/290/19-290-0000.flac");
   CHECK(one.files[0].rel_path == "19/290/19-290-0000.flac");
   CHECK(one.files[0].group == "19/290");
 }
