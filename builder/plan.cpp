@@ -234,7 +234,7 @@ void check_splits(BuildState& state, const SplitTally& t, const std::string& ver
                         "; nothing was installed");
   const BuildOptions& bo = state.config.build;
   const std::vector<double> ratios = bo.split_ratios();
-  const bool by_class = bo.split_by == SplitBy::class_;
+  const bool by_class = bo.split_by == SplitBy::class_ || state.scan.open_set;
   for (std::size_t s = 0; s < 3; ++s)
     if (t.kept[s] == 0 && t.skipped[s].empty() && !state.scan.presplit && ratios[s] > 0)
       warn(state, kSplitNames[s] + " is empty: " +

@@ -75,6 +75,10 @@ struct ScanResult {
   /// The dataset's own trial list (VoxCeleb1's `veri_test2.txt`), checked against the scanned paths and copied to
   /// OUT/trials.txt by the build; empty for none.
   std::filesystem::path trials;
+  /// True when the layout's splits hold disjoint classes on purpose (VoxCeleb1's test speakers, LibriSpeech's
+  /// subsets): open-set, so a val or test class without a training file is the protocol, not a warning (the check
+  /// of `--split-by class`).
+  bool open_set = false;
   /// Notes on the protocol the layout applied (which list gave which split, ...), for stderr and the report's
   /// `protocol.notes`.
   std::vector<std::string> protocol_notes;

@@ -121,6 +121,7 @@ TEST_CASE("every layout is found by its name in any case, an unknown one is refu
 TEST_CASE("esc50: 5 folds from the fold column, classes in target order, groups by src_file", "[layout][protocol]") {
   const ScanResult r = scan("esc50", standin("esc50"));
   CHECK(r.layout == "esc50");
+  CHECK_FALSE(r.open_set);
   REQUIRE(r.files.size() == 40);
   CHECK(r.folds == 5);
   CHECK(count_by(r, [](const InputFile& f) { return f.fold; }) == std::map<int, int>{{1, 8}, {2, 8}, {3, 8}, {4, 8},
@@ -205,6 +206,7 @@ TEST_CASE("voxceleb1: the trial list's speakers as test, paths relative to wav/,
   const ScanResult r = scan("voxceleb1", root);
   REQUIRE(r.files.size() == 60);
   CHECK(r.trials == root / "veri_test2.txt");
+  CHECK(r.open_set);
   CHECK(count_by(r, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{0, 24}, {1, 12}, {2, 24}});
   std::map<int, std::set<std::string>> speakers;
   for (const auto& f : r.files) {
@@ -259,6 +261,7 @@ TEST_CASE("librispeech: speakers as classes, chapters as groups, subsets as spli
   const ScanResult r = scan("librispeech", root);
   REQUIRE(r.files.size() == 72);
   CHECK(r.presplit);
+  CHECK(r.open_set);
   CHECK(count_by(r, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{0, 36}, {1, 18}, {2, 18}});
   std::set<std::string> speakers, chapters;
   std::map<std::string, std::set<int>> splits_of;
@@ -277,6 +280,7 @@ TEST_CASE("librispeech: speakers as classes, chapters as groups, subsets as spli
   const ScanResult one = scan("librispeech", root / "train-clean-100");
   REQUIRE(one.files.size() == 36);
   CHECK_FALSE(one.presplit);
+  CHECK_FALSE(one.open_set);
   CHECK(count_by(one, [](const InputFile& f) { return f.split; }) == std::map<int, int>{{-1, 36}});
   test::TempDir d;
   const fs::path train_only = copy_of("librispeech", d);

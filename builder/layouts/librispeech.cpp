@@ -40,6 +40,7 @@ std::string settle_splits(ScanResult& out) {
            "val and test for --task verification; each chapter stays in one split";
   }
   out.presplit = true;
+  out.open_set = true;
   std::size_t counts[3] = {0, 0, 0};
   std::set<std::string> speakers[3];
   for (const auto& f : out.files) {

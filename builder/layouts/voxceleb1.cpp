@@ -144,6 +144,7 @@ ScanResult scan(const LayoutContext& context) {
   else
     out.trials = ctx.root / list;
   out.presplit = true;
+  out.open_set = true;
   out.group_by = "video (<speaker>/<video>)";
   out.protocol_notes = {
       "VoxCeleb1 verification: test = the " + std::to_string(speakers[2].size()) + " speakers of " +
