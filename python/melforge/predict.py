@@ -97,6 +97,8 @@ def _tiles(config, mel, hop: float):
     if isinstance(train_config, (str, bytes)):
         train_config = json.loads(train_config)
     view = train_config.get("view") if isinstance(train_config, dict) else None
+    if view is None and isinstance(config, dict):
+        view = config.get("view")  # an export's metadata: the run's view options
     if float(mel.get("long_seconds", 0)) <= 0 and isinstance(view, dict) and view.get("view") == "tiles":
         if _frames(view.get("tile_seconds", 0), mel) == tile:
             tile_hop = float(view.get("tile_hop", 0))

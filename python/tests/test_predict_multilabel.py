@@ -96,6 +96,7 @@ def test_export_equals_melforge_train_predict(trained):
     meta = json.loads((trained["tmp"] / "weights.pt.json").read_text())
     assert (meta["task"], meta["scores"], meta["aggregate"]) == ("multilabel", "sigmoid", "mean")
     assert meta["threshold"] == trained["tuned"]
+    assert meta["view"]["tile_hop"] == 0.125  # the export's files are tiled with the trained hop, as the CLI's
     want, windows, _ = cli(trained, trained["checkpoint"])
     check_same(melforge.predict(weights, trained["inputs"], windows=True), want, windows)
     model = melforge.models.build_model(meta)

@@ -115,6 +115,7 @@ void run_export(const ExportOptions& opts, std::ostream& out) {
                                {"epoch", ck.epoch},
                                {"checkpoint", opts.checkpoint.string()}};
   meta.update(task_meta(ck, task, "checkpoint '" + utf8::for_terminal(opts.checkpoint.string()) + "'"));
+  if (ck.config.is_object() && ck.config.contains("view")) meta["view"] = ck.config["view"];
   const std::filesystem::path json_path = opts.out.string() + ".json";
   const std::string json_text = utf8::dump(meta, 2) + "\n";
   write_files_together({{json_path, json_text}, {opts.out, std::string_view(bytes.data(), bytes.size())}});

@@ -3,7 +3,8 @@
 /// (torch.load(path) returns a dict of name -> tensor, loadable with load_state_dict into the matching module of
 /// python/melforge/models.py, melforge.models), with the model configuration, class names and mel parameters beside
 /// it as JSON, and what the class outputs mean: "task", "scores" (softmax, sigmoid for --task multilabel, cosine for
-/// verification) and, for multilabel, "aggregate" and the val-tuned "threshold" (null when the checkpoint has none).
+/// verification) and, for multilabel, "aggregate" and the val-tuned "threshold" (null when the checkpoint has none);
+/// "view": the run's view options (the tile and tile hop melforge.predict reads an export's files with).
 #include <filesystem>
 #include <ostream>
 
