@@ -178,6 +178,7 @@ def _score_file(forward, featurize, path, tile, hop, mel, rule, class_names, wan
 
 
 def _task_of(config) -> str:
+    """The task a checkpoint's or export's model configuration records ("multiclass" when absent)."""
     from .models import model_config_of
 
     return model_config_of(config).get("task", "multiclass")
@@ -284,6 +285,7 @@ def _module_forward(model, dev, multilabel, pass_lengths, detection):
 
 
 def _tile_frames(seconds, mel) -> int:
+    """A tile of `seconds` in frames (at least one: InvalidArgument otherwise)."""
     tile = _frames(seconds, mel)
     if tile < 1:
         raise _core.InvalidArgument(f"tile {seconds} s is less than one frame")

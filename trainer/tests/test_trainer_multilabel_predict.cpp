@@ -102,7 +102,7 @@ TEST_CASE("multilabel_clips (predict's aggregate) equals eval's aggregate_multil
   CHECK_THROWS_WITH(vote::parse_aggregate("median"), Catch::Contains("--aggregate"));
 }
 
-TEST_CASE("a multilabel run prints mAP, stores its val-tuned threshold; predict and export use them",
+TEST_CASE("a multilabel run prints mAP and stores its val-tuned threshold, which predict and export use",
           "[trainer][multilabel][predict][export]") {
   TempDir d;
   const fs::path data = test::build_mix_dataset(d.path(), 5);
