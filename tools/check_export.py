@@ -9,7 +9,10 @@ tools/setup_torch.sh). Used by trainer/tests/test_trainer_checkpoint.cpp and tes
       python/melforge/models.py (loaded by path: this venv does not have melforge installed), load_state_dict(strict=True), eval mode, runs INPUT (a tensor saved with
       torch::pickle_save, or a dict of the input "x" and its "lengths", int64 [B]) and compares its two outputs, named by the model's `output_names` ((logits, detection)
       for the classifiers, (logits, embedding) for the speaker models), with EXPECTED (a dict holding both names)
-      within TOL (default 1e-5, max absolute difference).
+      within TOL (default 1e-5, max absolute difference). When EXPECTED also holds "scores", the model's class
+      scores (`class_scores` of melforge.models: the function WEIGHTS.json's "scores" names, softmax or sigmoid)
+      are compared with it too. WEIGHTS.json's "task" and "scores" must agree with the model configuration
+      (multilabel: sigmoid, with "aggregate" and "threshold": null or a number in [0, 1]).
 
 Exit code 0 when every check passes, 1 with a message on stderr otherwise.
 """
@@ -76,6 +79,7 @@ def check_export(weights: str, input_path: str, expected_path: str, tol: float) 
     for key in ("model_config", "class_names", "positive_class", "mel"):
         if key not in meta:
             fail(f"{weights}.json: missing {key!r}")
+    check_task_meta(weights, meta, melforge_models)
     model = melforge_models.build_model(meta)
     model.load_state_dict(state, strict=True)
     model.eval()
@@ -95,8 +99,36 @@ def check_export(weights: str, input_path: str, expected_path: str, tol: float) 
         diff = (got - want).abs().max().item()
         if not diff <= tol:
             fail(f"{name}: max abs difference {diff:.3g} > {tol:g}")
+    scores = ""
+    if "scores" in expected:
+        got = model.class_scores(outputs[0])
+        want = expected["scores"]
+        if got.shape != want.shape:
+            fail(f"scores: shape {list(got.shape)} != {list(want.shape)}")
+        diff = (got - want).abs().max().item()
+        if not diff <= tol:
+            fail(f"scores ({meta['scores']}): max abs difference {diff:.3g} > {tol:g}")
+        scores = f", scores ({meta['scores']})"
     with_lengths = "" if lengths is None else " (with lengths)"
-    print(f"ok: {len(state)} tensors, logits {list(outputs[0].shape)}{with_lengths}, max diff within {tol:g}")
+    print(f"ok: {len(state)} tensors, logits {list(outputs[0].shape)}{with_lengths}{scores}, max diff within {tol:g}")
+
+
+def check_task_meta(weights: str, meta: dict, melforge_models) -> None:
+    """WEIGHTS.json's "task" and "scores" agree with the model configuration's task (exports written before they
+    existed have neither); a multilabel export names its aggregate and its threshold (null or in [0, 1])."""
+    if "task" not in meta and "scores" not in meta:
+        return
+    task = melforge_models.model_config_of(meta).get("task", "multiclass")
+    want = {"multiclass": "softmax", "multilabel": "sigmoid", "verification": "cosine"}.get(task)
+    if meta.get("task") != task or meta.get("scores") != want:
+        fail(f"{weights}.json: task {meta.get('task')!r} with scores {meta.get('scores')!r}, but the model "
+             f"configuration's task is {task!r} (scores {want!r})")
+    if task == "multilabel":
+        if meta.get("aggregate") not in ("mean", "max"):
+            fail(f"{weights}.json: aggregate {meta.get('aggregate')!r}, not mean or max")
+        t = meta.get("threshold", "missing")
+        if t is not None and not (isinstance(t, (int, float)) and 0 <= t <= 1):
+            fail(f"{weights}.json: threshold {t!r}, not null or a number in [0, 1]")
 
 
 def main(argv) -> None:

@@ -1,14 +1,19 @@
 #!/usr/bin/python3
 """Plots a melforge-train run folder: RUN_DIR/loss.png (train and val loss per epoch, learning rate on a second
-axis), RUN_DIR/accuracy.png (train and val accuracy, val macro-F1), RUN_DIR/steps.png (the training loss and learning
+axis), the task's metrics per epoch: RUN_DIR/accuracy.png (--task multiclass: train and val accuracy, val
+macro-F1), RUN_DIR/map.png (--task multilabel: val mAP macro and micro, ROC-AUC, micro- and macro-F1) or
+RUN_DIR/eer.png (--task verification: val EER in percent and minDCF(0.01)), RUN_DIR/steps.png (the training loss and learning
 rate of metrics.jsonl's step lines against the optimizer step; only when the run wrote step lines) and
 RUN_DIR/confusion_<split>.png for every RUN_DIR/confusion_<split>.csv (as Metrics::confusion_csv writes: a header
 "true\\pred,<names...>", one row per true class; counts, rows normalised to colour). Prints the paths it wrote, one
 per line.
 
 metrics.jsonl holds one JSON object per line: epoch lines ("type": "epoch", or no "type" in runs written before
-step lines existed) with at least epoch, train_loss, val_loss, train_accuracy, val_accuracy, val_macro_f1, lr; step
-lines ("type": "step") with step and loss (lr when present); lines of any other type are ignored.
+step lines existed) with at least epoch, train_loss and lr, and the task's fields: val_loss, train_accuracy,
+val_accuracy, val_macro_f1 (multiclass); val_loss, val_map (multilabel, told by val_map; val_map_micro, val_auc,
+val_f1_micro, val_f1_macro plotted when present); val_eer (verification, told by val_eer; val_min_dcf_0.01 when
+present). Every epoch line of a run has the same task. Step lines ("type": "step") hold step and loss (lr when
+present); lines of any other type are ignored.
 
 Needs matplotlib: Debian's /usr/bin/python3 with python3-matplotlib, or the torch venv of tools/setup_torch.sh
 (which installs it), or any Python after `python -m pip install matplotlib`. Exit code 1 with a message when
@@ -22,7 +27,25 @@ import math
 import os
 import sys
 
-REQUIRED = ("epoch", "train_loss", "val_loss", "train_accuracy", "val_accuracy", "val_macro_f1", "lr")
+REQUIRED = ("epoch", "train_loss", "lr")
+# Per task: the fields its epoch lines must have, and its metric plot: file name, title, y limits (None: automatic),
+# (field, label, marker) per curve (curves whose field no line has are left out).
+TASKS = {
+    "multiclass": (("val_loss", "train_accuracy", "val_accuracy", "val_macro_f1"),
+                   ("accuracy.png", "accuracy", (0, 1.02),
+                    (("train_accuracy", "train accuracy", "o"), ("val_accuracy", "val accuracy", "o"),
+                     ("val_macro_f1", "val macro-F1", "s")))),
+    "multilabel": (("val_loss", "val_map"),
+                   ("map.png", "mean average precision (val)", (0, 1.02),
+                    (("val_map", "val mAP (macro)", "o"), ("val_map_micro", "val mAP (micro)", "o"),
+                     ("val_auc", "val ROC-AUC (macro)", "^"), ("val_f1_micro", "val micro-F1", "s"),
+                     ("val_f1_macro", "val macro-F1", "s")))),
+    "verification": (("val_eer",),
+                     ("eer.png", "verification (val)", None,
+                      (("val_eer", "val EER (%)", "o"), ("val_min_dcf_0.01", "val minDCF(0.01) x 100", "s")))),
+}
+# Curves shown x 100 (minDCF beside the EER in percent).
+PERCENT = ("val_min_dcf_0.01",)
 REQUIRED_STEP = ("step", "loss")
 plt = None
 
@@ -31,7 +54,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="plot_run.py",
         description="Plots a melforge-train run folder (metrics.jsonl and the confusion CSVs) into PNG files "
-                    "next to them: loss.png, accuracy.png, steps.png (when the run wrote step lines) and "
+                    "next to them: loss.png, accuracy.png (multilabel runs: map.png; verification: eer.png), "
+                    "steps.png (when the run wrote step lines) and "
                     "confusion_<split>.png. Needs matplotlib (Debian: /usr/bin/python3 with python3-matplotlib; "
                     "the torch venv of tools/setup_torch.sh has it; else `python -m pip install matplotlib`).")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run folder of melforge-train (holds metrics.jsonl)")
@@ -52,9 +76,14 @@ def import_matplotlib():
     plt = pyplot
 
 
+def task_of(row):
+    """The task an epoch line was written by: multilabel (val_map), verification (val_eer) or multiclass."""
+    return "multilabel" if "val_map" in row else "verification" if "val_eer" in row else "multiclass"
+
+
 def read_metrics(path):
-    """The epoch lines and the step lines of metrics.jsonl; other line types are skipped."""
-    rows, steps = [], []
+    """The epoch lines, the step lines of metrics.jsonl and the run's task; other line types are skipped."""
+    rows, steps, tasks = [], [], set()
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -67,14 +96,18 @@ def read_metrics(path):
             kind = row.get("type", "epoch")
             if kind not in ("epoch", "step"):
                 continue
-            required = REQUIRED if kind == "epoch" else REQUIRED_STEP
+            required = REQUIRED + TASKS[task_of(row)][0] if kind == "epoch" else REQUIRED_STEP
             missing = [k for k in required if k not in row]
             if missing:
                 raise SystemExit(f"plot_run.py: {path}:{n}: {kind} line misses {', '.join(missing)}")
             (rows if kind == "epoch" else steps).append(row)
+            if kind == "epoch":
+                tasks.add(task_of(row))
     if not rows:
         raise SystemExit(f"plot_run.py: {path} holds no epoch")
-    return rows, steps
+    if len(tasks) > 1:
+        raise SystemExit(f"plot_run.py: {path} mixes the epoch lines of tasks {', '.join(sorted(tasks))}")
+    return rows, steps, tasks.pop()
 
 
 def value(row, key):
@@ -86,7 +119,8 @@ def plot_loss(rows, out):
     epochs = [r["epoch"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(epochs, [value(r, "train_loss") for r in rows], marker="o", label="train loss")
-    ax.plot(epochs, [value(r, "val_loss") for r in rows], marker="o", label="val loss")
+    if any("val_loss" in r for r in rows):
+        ax.plot(epochs, [value(r, "val_loss") for r in rows], marker="o", label="val loss")
     ax.set_xlabel("epoch")
     finish_loss_plot(fig, ax, epochs, [value(r, "lr") for r in rows], "loss", out)
 
@@ -106,17 +140,21 @@ def finish_loss_plot(fig, ax, x, lr, title, out):
     plt.close(fig)
 
 
-def plot_accuracy(rows, out):
+def plot_task_metrics(rows, task, out):
+    """The task's metric curves per epoch (TASKS): accuracy, mAP or EER."""
+    _, title, ylim, curves = TASKS[task][1]
     epochs = [r["epoch"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(epochs, [value(r, "train_accuracy") for r in rows], marker="o", label="train accuracy")
-    ax.plot(epochs, [value(r, "val_accuracy") for r in rows], marker="o", label="val accuracy")
-    ax.plot(epochs, [value(r, "val_macro_f1") for r in rows], marker="s", label="val macro-F1")
+    for key, label, marker in curves:
+        if any(key in r for r in rows):
+            scale = 100.0 if key in PERCENT else 1.0
+            ax.plot(epochs, [scale * value(r, key) for r in rows], marker=marker, label=label)
     ax.set_xlabel("epoch")
-    ax.set_ylim(0, 1.02)
+    if ylim:
+        ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    ax.set_title("accuracy")
+    ax.legend(loc="upper right" if task == "verification" else "lower right")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -175,14 +213,14 @@ def main(argv):
     metrics = os.path.join(run, "metrics.jsonl")
     if not os.path.isfile(metrics):
         raise SystemExit(f"plot_run.py: {metrics} does not exist")
-    rows, steps = read_metrics(metrics)
+    rows, steps, task = read_metrics(metrics)
     import_matplotlib()
     written = []
     out = os.path.join(run, "loss.png")
     plot_loss(rows, out)
     written.append(out)
-    out = os.path.join(run, "accuracy.png")
-    plot_accuracy(rows, out)
+    out = os.path.join(run, TASKS[task][1][0])
+    plot_task_metrics(rows, task, out)
     written.append(out)
     if steps:
         out = os.path.join(run, "steps.png")

@@ -19,6 +19,7 @@
 #include "data/dataset.h"
 #include "embed/embed_command.h"
 #include "eval/evaluate.h"
+#include "eval/multilabel.h"
 #include "export/export.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/flags.h"
@@ -190,7 +191,9 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
                    "'melforge-train train --resume " + r.run_dir.string() + "'");
   out << "best epoch: " << r.best_epoch << " of " << r.epochs_done << (r.early_stopped ? " (early stop)" : "")
       << "\n";
-  if (r.test)
+  if (r.test && r.test->is_multilabel)
+    out << "test: " << multilabel_summary(r.test->multilabel) << "\n";
+  else if (r.test)
     out << fmt("test: accuracy %.4f, macro-F1 %.4f; file accuracy %.4f, file macro-F1 %.4f\n",
                r.test->segment.accuracy, r.test->segment.macro_f1, r.test->file.accuracy, r.test->file.macro_f1);
   out << "report: " << (r.run_dir / "report.json").string() << "\n";

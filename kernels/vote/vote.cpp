@@ -183,4 +183,39 @@ FileVotes vote_clips(std::span<const float> probs, std::span<const float> det_pr
   return out;
 }
 
+std::string to_string(Aggregate a) { return a == Aggregate::mean ? "mean" : "max"; }
+
+Aggregate parse_aggregate(const std::string& s) {
+  if (s == "mean") return Aggregate::mean;
+  if (s == "max") return Aggregate::max;
+  throw InvalidArgument("--aggregate: '" + s + "' is not one of mean, max");
+}
+
+ClipLabels multilabel_clips(std::span<const float> probs, std::span<const int64_t> clip, int64_t clips,
+                            int64_t num_classes, Aggregate how, double threshold) {
+  check_clip_inputs(probs, {}, clip, clips, num_classes, threshold);
+  const auto C = static_cast<std::size_t>(num_classes), F = static_cast<std::size_t>(clips);
+  std::vector<double> acc(F * C, how == Aggregate::max ? -1.0 : 0.0);
+  std::vector<int64_t> units(F, 0);
+  for (std::size_t e = 0; e < clip.size(); ++e) {
+    const auto f = static_cast<std::size_t>(clip[e]);
+    ++units[f];
+    for (std::size_t c = 0; c < C; ++c) {
+      const double p = probs[e * C + c];
+      acc[f * C + c] = how == Aggregate::max ? std::max(acc[f * C + c], p) : acc[f * C + c] + p;
+    }
+  }
+  ClipLabels out{std::vector<float>(F * C), std::vector<uint8_t>(F * C)};
+  for (std::size_t f = 0; f < F; ++f) {
+    if (units[f] == 0)
+      throw InvalidArgument("multilabel_clips: clip " + std::to_string(f) + " has no example, so it cannot be scored");
+    for (std::size_t c = 0; c < C; ++c) {
+      const double v = how == Aggregate::max ? acc[f * C + c] : acc[f * C + c] / static_cast<double>(units[f]);
+      out.scores[f * C + c] = static_cast<float>(v);
+      out.labels[f * C + c] = static_cast<double>(out.scores[f * C + c]) >= threshold ? 1 : 0;
+    }
+  }
+  return out;
+}
+
 }  // namespace melforge::vote

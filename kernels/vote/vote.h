@@ -68,4 +68,33 @@ FileVotes aggregate_files(std::span<const float> probs, std::span<const float> d
 FileVotes vote_clips(std::span<const float> probs, std::span<const float> det_probs, std::span<const int64_t> clip,
                      int64_t clips, int64_t num_classes, Vote vote, double threshold);
 
+/// How a multi-label clip's tiles are combined into its class scores (`--aggregate`, `--task multilabel`).
+enum class Aggregate {
+  /// Mean of the tiles' sigmoid probabilities, per class.
+  mean,
+  /// Maximum of the tiles' sigmoid probabilities, per class.
+  max,
+};
+/// "mean" or "max".
+std::string to_string(Aggregate a);
+/// Parses "mean" or "max"; throws InvalidArgument ("--aggregate: 'x' is not one of mean, max") otherwise.
+Aggregate parse_aggregate(const std::string& s);
+
+/// Per-clip multi-label scores and label sets, row-major.
+struct ClipLabels {
+  /// Class scores, float32 [clips, C]: the mean or max of the examples' probabilities (double accumulation).
+  std::vector<float> scores;
+  /// Label decisions, [clips, C] (0 or 1): score >= threshold (compared in double, as the multi-label metrics compare).
+  std::vector<uint8_t> labels;
+};
+
+/// Per-clip multi-label decisions from the sigmoid probabilities `probs` [E, C] of E examples and `clip` [E] (the
+/// clip of each example, in [0, clips), any order): each class's score is the mean or the max (`how`) over the
+/// clip's examples, and a clip carries a label when its score is >= `threshold`. What `melforge-train predict` and
+/// melforge.predict run for a --task multilabel checkpoint (eval's aggregate_multilabel_clips on the host). Throws
+/// InvalidArgument as vote_clips does (sizes, a clip index out of range, a clip without an example, a threshold
+/// that is not finite).
+ClipLabels multilabel_clips(std::span<const float> probs, std::span<const int64_t> clip, int64_t clips,
+                            int64_t num_classes, Aggregate how, double threshold);
+
 }  // namespace melforge::vote

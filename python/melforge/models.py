@@ -31,11 +31,24 @@ class _Classifier(nn.Module):
     `input_mean` (0) and `input_std` (1), float32 scalars in the state dict, applied first as (x - mean) / std."""
 
     output_names = ("logits", "detection")
+    #: The task the model was trained for (its configuration's "task"; build_model sets it): "multiclass",
+    #: "multilabel" or "verification".
+    task = "multiclass"
 
     def __init__(self):
         super().__init__()
         self.register_buffer("input_mean", torch.zeros((), dtype=torch.float32))
         self.register_buffer("input_std", torch.ones((), dtype=torch.float32))
+
+    def class_scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """Class scores from the first output, as melforge-train predict computes them: softmax over the classes
+        (multiclass: they sum to 1), or the sigmoid of each logit (multilabel: one independent probability per
+        class). Raises ValueError for a verification model (its outputs are cosines, not class scores)."""
+        if self.task == "multilabel":
+            return torch.sigmoid(logits.float())
+        if self.task == "verification":
+            raise ValueError("class_scores: a --task verification model has no class scores (use its embedding)")
+        return torch.softmax(logits.float(), -1)
 
     def normalize_input(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
@@ -513,11 +526,23 @@ def build_model(config) -> nn.Module:
     torch.nn.Module
         `Cnn`, `Crnn`, `ResNetSE` or `Ecapa` with freshly initialised parameters (a "cnn" configuration without
         "time_pool" is the "flatten" Cnn of older checkpoints). `forward(x [B, n_mels, T], lengths=None)` returns `(logits [B, num_classes], detection logits [B])` for Cnn and Crnn, and `(cosine logits
-        [B, num_classes], embedding [B, embedding_dim])` for the speaker models (their `output_names`).
+        [B, num_classes], embedding [B, embedding_dim])` for the speaker models (their `output_names`). Its
+        `task` is the configuration's "task" (default "multiclass"); `class_scores(logits)` turns the logits into
+        the class scores of that task (softmax, or sigmoid for multilabel).
 
     Raises ValueError for an unknown model and KeyError for a missing field.
     """
     config = model_config_of(config)
+    model = _build_module(config)
+    task = config.get("task", "multiclass")
+    if task not in ("multiclass", "multilabel", "verification"):
+        raise ValueError(f"unknown task '{task}'")
+    model.task = task
+    return model
+
+
+def _build_module(config: dict) -> nn.Module:
+    """The module of a model configuration (build_model without the task)."""
     kind = config.get("model")
     shape = dict(n_mels=config.get("n_mels"), n_frames=config.get("n_frames"), num_classes=config.get("num_classes"))
     if kind == "resnet-se":

@@ -92,6 +92,20 @@ nb::tuple vote_clips(nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::dev
                         to_numpy(std::move(out.detection_score), {F}), to_numpy(std::move(out.detected), {F}));
 }
 
+/// vote::multilabel_clips: (scores float32 [clips, C], labels uint8 [clips, C]).
+nb::tuple multilabel_clips(nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> probs, LongIn clip,
+                           int64_t clips, const std::string& aggregate, double threshold) {
+  const vote::Aggregate how = vote::parse_aggregate(aggregate);
+  const auto C = static_cast<int64_t>(probs.shape(1));
+  vote::ClipLabels out;
+  {
+    nb::gil_scoped_release release;
+    out = vote::multilabel_clips({probs.data(), probs.size()}, {clip.data(), clip.size()}, clips, C, how, threshold);
+  }
+  const auto F = static_cast<std::size_t>(clips), Cs = static_cast<std::size_t>(C);
+  return nb::make_tuple(to_numpy(std::move(out.scores), {F, Cs}), to_numpy(std::move(out.labels), {F, Cs}));
+}
+
 /// featurize::ClipFeaturizer for Python: built from the "mel" JSON text (a checkpoint's or an export's), returns
 /// NumPy arrays.
 class PyClipFeaturizer {
@@ -173,6 +187,11 @@ void bind_eval(nb::module_& m) {
         "Clip vote of melforge-train eval over any number of examples per clip (kernels/vote vote_clips): probs "
         "float32 [E, C], det_probs float32 [E] (or empty), clip int64 [E] in [0, clips) -> (class_probs float32 "
         "[clips, C], predicted int64, detection_score float32, detected uint8 [clips]); every clip needs an example.");
+  m.def("multilabel_clips", &multilabel_clips, nb::arg("probs"), nb::arg("clip"), nb::arg("clips"),
+        nb::arg("aggregate"), nb::arg("threshold"),
+        "Multi-label clip scores of melforge-train predict (kernels/vote multilabel_clips): probs float32 [E, C] "
+        "(sigmoid), clip int64 [E] in [0, clips), aggregate mean|max -> (scores float32 [clips, C], labels uint8 "
+        "[clips, C]: score >= threshold); every clip needs an example.");
   m.def("tile_examples", &tile_examples, nb::arg("clip_frames"), nb::arg("tile"), nb::arg("hop"),
         "(start, real) int64 [W] of the tiles (tile frames every hop, min_real 0: every frame) over one clip.");
   nb::class_<PyClipFeaturizer>(m, "ClipFeaturizer",

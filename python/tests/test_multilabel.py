@@ -143,7 +143,19 @@ def test_committed_fixtures_agree_with_sklearn(repo):
 
 
 @pytest.mark.needs_torch
-def test_python_predict_refuses_a_multilabel_checkpoint(multilabel_run):
+def test_python_predict_gives_the_runs_test_scores(multilabel_run):
+    """melforge.predict on the test split's audio: each file's class scores are the ones the run's final evaluation
+    wrote (scores_test.csv), its labels those at the val-tuned threshold of report.json, stored in best.pt."""
     pytest.importorskip("torch", reason="torch comes with the test venv (tools/setup_python.sh)")
-    with pytest.raises(melforge.FormatError, match="--task multilabel"):
-        melforge.predict(multilabel_run["run"] / "checkpoints" / "best.pt", [multilabel_run["data"]])
+    root, run_dir = multilabel_run["data"].parent, multilabel_run["run"]
+    with open(run_dir / "scores_test.csv", newline="") as f:
+        table = list(csv.reader(f))
+    classes, want = table[0][1:], {row[0]: [float(v) for v in row[1:]] for row in table[1:]}
+    tuned = json.loads((run_dir / "report.json").read_text())["tuned_threshold"]
+    rows = melforge.predict(run_dir / "checkpoints" / "best.pt", [root / p for p in want], threads=2)
+    assert len(rows) == len(want) > 0
+    for row, (path, scores) in zip(rows, want.items()):
+        assert row["path"] == str(root / path)
+        assert [row["probabilities"][c] for c in classes] == pytest.approx(scores, abs=1e-5), path
+        assert row["threshold"] == tuned
+        assert row["labels"] == [c for c in classes if row["probabilities"][c] >= tuned]

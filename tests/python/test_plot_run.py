@@ -1,5 +1,6 @@
 """tools/plot_run.py: --help without matplotlib, the message naming what to install when matplotlib is missing, and
-the plots of a metrics.jsonl with epoch lines (with and without "type"), step lines and an unknown line type."""
+the plots of a metrics.jsonl with epoch lines (with and without "type"), step lines and an unknown line type, of a
+--task multilabel run (map.png with the mAP curves) and of a verification run (eer.png)."""
 import json
 import pathlib
 import subprocess
@@ -76,11 +77,40 @@ def test_old_runs_without_type_plot_without_steps(tmp_path, mpl_python):
     assert r.stdout.split() == [str(run / "loss.png"), str(run / "accuracy.png")]
 
 
+def multilabel_epoch(e):
+    """An epoch line as --task multilabel writes it (run_task.cpp task_fields: no accuracy fields)."""
+    return {"type": "epoch", "epoch": e, "step": 5 * e, "lr": 1e-3, "train_loss": 0.7 / e, "val_loss": 0.6 / e,
+            "val_map": 0.5 + 0.1 * e, "val_map_micro": 0.55, "val_auc": 0.8, "val_f1_micro": 0.4, "val_f1_macro": 0.35,
+            "val_tuned_threshold": 0.42, "samples_per_s": 100.0}
+
+
+def test_multilabel_runs_plot_map_curves(tmp_path, mpl_python):
+    run = tmp_path / "run"
+    write_run(run, [multilabel_epoch(1), multilabel_epoch(2)], confusion=False)
+    r = subprocess.run([mpl_python, PLOT, str(run)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(run / "loss.png"), str(run / "map.png")]
+    assert (run / "map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (run / "accuracy.png").exists()
+
+
+def test_verification_runs_plot_eer(tmp_path, mpl_python):
+    run = tmp_path / "run"
+    lines = [{"type": "epoch", "epoch": e, "lr": 1e-3, "train_loss": 3.0 / e, "train_accuracy": 0.2, "val_eer": 20.0 / e,
+              "val_min_dcf_0.01": 0.9, "margin": 0.2} for e in (1, 2)]
+    write_run(run, lines, confusion=False)
+    r = subprocess.run([mpl_python, PLOT, str(run)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(run / "loss.png"), str(run / "eer.png")]
+
+
 @pytest.mark.parametrize("lines, message", [
     ([], "holds no epoch"),
     ([{"type": "step", "step": 2, "loss": 1.0}], "holds no epoch"),
     ([{"type": "epoch", "epoch": 1}], "epoch line misses train_loss"),
     ([epoch(1), {"type": "step", "step": 2}], "step line misses loss"),
+    ([{"type": "epoch", "epoch": 1, "lr": 1e-3, "train_loss": 1.0, "val_map": 0.5}], "epoch line misses val_loss"),
+    ([epoch(1), multilabel_epoch(2)], "mixes the epoch lines of tasks multiclass, multilabel"),
 ])
 def test_bad_metrics_are_refused_with_the_line(tmp_path, mpl_python, lines, message):
     write_run(tmp_path / "run", lines, confusion=False)

@@ -16,6 +16,7 @@
 #include "eval/batching.h"
 #include "eval/metrics.h"
 #include "melforge/common/errors.h"
+#include "melforge/common/utf8.h"
 #include "models/model.h"
 #include "util.h"
 
@@ -100,6 +101,30 @@ EvalResult evaluate_multilabel(Classifier& model, const Split& split, const Eval
 
 double tuned_threshold(const EvalResult& result, const Split& split) {
   return metrics::tune_threshold(to_doubles(result.file_scores), to_bytes(split.targets));
+}
+
+double stored_threshold(const nlohmann::json& state, const std::string& what) {
+  if (!state.is_object() || !state.contains(kTunedThresholdKey)) return -1;
+  const nlohmann::json& t = state[kTunedThresholdKey];
+  if (!t.is_number() || !(t.get<double>() >= 0.0 && t.get<double>() <= 1.0))
+    throw FormatError(what + ": entry 'state': '" + std::string(kTunedThresholdKey) + "' is " +
+                      utf8::for_terminal(t.dump(), 40) + ", not a threshold in [0, 1]");
+  return t.get<double>();
+}
+
+std::string trained_aggregate(const nlohmann::json& train_config) {
+  if (train_config.is_object() && train_config.contains("eval") && train_config["eval"].is_object()) {
+    const nlohmann::json& e = train_config["eval"];
+    if (e.contains("aggregate") && e["aggregate"].is_string()) return e["aggregate"].get<std::string>();
+  }
+  return "mean";
+}
+
+std::string multilabel_summary(const metrics::MultilabelMetrics& m) {
+  const metrics::F1Scores& f1 = m.has_tuned ? m.f1_tuned : m.f1;
+  return fmt("mAP %.4f (micro %.4f), ROC-AUC %.4f; micro-F1 %.4f, macro-F1 %.4f at %s (%.4g)", m.map_macro,
+             m.map_micro, m.auc_macro, f1.micro, f1.macro,
+             m.has_tuned ? "the threshold tuned on val" : "the threshold", f1.threshold);
 }
 
 }  // namespace melforge::trainer

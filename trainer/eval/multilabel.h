@@ -47,4 +47,22 @@ EvalResult evaluate_multilabel(Classifier& model, const Split& split, const Eval
 /// The tuned threshold of a multi-label evaluation (metrics::tune_threshold over its file scores and targets).
 double tuned_threshold(const EvalResult& result, const Split& split);
 
+/// Key of a checkpoint's `state` (and of metrics.jsonl's epoch lines, as `val_tuned_threshold`) under which a
+/// --task multilabel run stores the global threshold tuned on val for that epoch's weights (best.pt: the one the
+/// final evaluation reports as `tuned_threshold`).
+inline constexpr const char* kTunedThresholdKey = "tuned_threshold";
+
+/// The val-tuned threshold a checkpoint's `state` stores (kTunedThresholdKey), or -1 when it stores none (a
+/// multiclass checkpoint, or one written before the threshold was stored). Throws FormatError naming `what` when
+/// the entry is not a number in [0, 1].
+double stored_threshold(const nlohmann::json& state, const std::string& what);
+
+/// The --aggregate a run was trained with (its config's eval.aggregate: "mean" or "max"; "mean" when absent).
+std::string trained_aggregate(const nlohmann::json& train_config);
+
+/// The test line `melforge-train train` prints at the end of a multilabel run: "mAP 0.8123 (micro 0.8011), ROC-AUC
+/// 0.9312; micro-F1 0.7012, macro-F1 0.6900 at the threshold tuned on val (0.412)" (at `m.f1.threshold` when no
+/// tuned threshold was applied).
+std::string multilabel_summary(const metrics::MultilabelMetrics& m);
+
 }  // namespace melforge::trainer

@@ -73,14 +73,30 @@ void write_files_together(const std::vector<std::pair<std::filesystem::path, std
   }
 }
 
+/// What the export's class outputs mean: {"task", "scores": "softmax" | "sigmoid" | "cosine" (the function that turns
+/// the model's first output into class scores)}; for --task multilabel also "aggregate" (the run's --aggregate) and
+/// "threshold" (the threshold tuned on val that the checkpoint stores; null when it stores none). Throws FormatError
+/// naming `what` for a task this build does not know or a stored threshold outside [0, 1].
+nlohmann::json task_meta(const Checkpoint& ck, const std::string& task, const std::string& what) {
+  if (task == kTaskMulticlass) return {{"task", task}, {"scores", "softmax"}};
+  if (task == kTaskVerification) return {{"task", task}, {"scores", "cosine"}};
+  if (task != kTaskMultilabel)
+    throw FormatError(what + ": entry 'model_config': unknown task '" + utf8::for_terminal(task, 40) + "'");
+  const double threshold = stored_threshold(ck.state, what);
+  return {{"task", task},
+          {"scores", "sigmoid"},
+          {"aggregate", trained_aggregate(ck.config)},
+          {"threshold", threshold >= 0 ? nlohmann::json(threshold) : nlohmann::json(nullptr)}};
+}
+
 }  // namespace
 
 void run_export(const ExportOptions& opts, std::ostream& out) {
   opts.validate();
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
   check_checkpoint_model(ck, opts.checkpoint.string(), "export", 0, "", available_memory_bytes());
-  const std::shared_ptr<Classifier> model =
-      make_model_from_json(ck.model_config, /*any_task=*/model_task(ck.model_config) == kTaskVerification);
+  const std::string task = model_task(ck.model_config);
+  const std::shared_ptr<Classifier> model = make_model_from_json(ck.model_config, /*any_task=*/true);
   load_state_dict(*model, ck.model, "checkpoint '" + opts.checkpoint.string() + "'");
   const TensorMap state = state_dict(*model);
 
@@ -91,18 +107,20 @@ void run_export(const ExportOptions& opts, std::ostream& out) {
     numel += t.numel();
   }
   const std::vector<char> bytes = torch_save_bytes(c10::IValue(dict));
-  const nlohmann::json meta = {{"model_config", ck.model_config},
+  nlohmann::json meta = {{"model_config", ck.model_config},
                                {"class_names", ck.class_names},
                                {"positive_class", ck.positive_class},
                                {"positive_index", ck.positive_index},
                                {"mel", ck.mel},
                                {"epoch", ck.epoch},
                                {"checkpoint", opts.checkpoint.string()}};
+  meta.update(task_meta(ck, task, "checkpoint '" + utf8::for_terminal(opts.checkpoint.string()) + "'"));
+  if (ck.config.is_object() && ck.config.contains("view")) meta["view"] = ck.config["view"];
   const std::filesystem::path json_path = opts.out.string() + ".json";
   const std::string json_text = utf8::dump(meta, 2) + "\n";
   write_files_together({{json_path, json_text}, {opts.out, std::string_view(bytes.data(), bytes.size())}});
   out << "wrote " << opts.out.string() << " (" << state.size() << " tensors, " << numel << " values, model "
-      << model->kind() << ", epoch " << ck.epoch << ")\n"
+      << model->kind() << ", epoch " << ck.epoch << ", --task " << task << ")\n"
       << "wrote " << json_path.string() << '\n';
 }
 

@@ -2,7 +2,9 @@
 /// `melforge-train export`: writes a checkpoint's model weights as a state dict that Python's torch.load reads
 /// (torch.load(path) returns a dict of name -> tensor, loadable with load_state_dict into the matching module of
 /// python/melforge/models.py, melforge.models), with the model configuration, class names and mel parameters beside
-/// it as JSON.
+/// it as JSON, and what the class outputs mean: "task", "scores" (softmax, sigmoid for --task multilabel, cosine for
+/// verification) and, for multilabel, "aggregate" and the val-tuned "threshold" (null when the checkpoint has none);
+/// "view": the run's view options (the tile and tile hop melforge.predict reads an export's files with).
 #include <filesystem>
 #include <ostream>
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -41,10 +42,14 @@ struct PredictOptions {
   std::vector<std::filesystem::path> inputs;
   /// Output format: csv or json.
   std::string format = "csv";
-  /// mean or majority over a file's tiles (as EvalOptions::vote).
+  /// mean or majority over a file's tiles (as EvalOptions::vote; a --task multiclass checkpoint).
   std::string vote = "mean";
-  /// Detection threshold in (0, 1).
-  double threshold = 0.5;
+  /// A --task multilabel checkpoint: mean or max of a file's tiles' class probabilities; empty: the --aggregate the
+  /// run was trained with (its config's eval.aggregate).
+  std::string aggregate;
+  /// Decision threshold in (0, 1). Multiclass: the detection head's (unset: 0.5). Multilabel: a class is in a file's
+  /// label set when its score is >= it (unset: the threshold tuned on val that the checkpoint stores, else 0.5).
+  std::optional<double> threshold;
   /// CPU threads for decoding and spectrograms (0: all cores).
   int threads = 0;
   /// cpu, cuda or auto.
@@ -67,7 +72,7 @@ struct PredictOptions {
   void validate() const;
 };
 
-/// Registers --checkpoint --format --vote --threshold --threads --device --include-hidden --hop --windows
+/// Registers --checkpoint --format --vote --aggregate --threshold --threads --device --include-hidden --hop --windows
 /// --windows-format --strict and the positional inputs.
 void add_options(boost::program_options::options_description& desc, PredictOptions& opts);
 /// The positional-argument name add_options uses for the inputs ("input"), for the command-line parser.
@@ -107,7 +112,8 @@ struct PredictSummary {
 
 /// Runs predict: one line (CSV, with a header) or object (JSON array) per input file with its path, predicted
 /// class, class probabilities, detection score and decision from the vote over all its tiles ("num_windows": the
-/// tiles). Files that cannot
+/// tiles); for a --task multilabel checkpoint its label set, each class's sigmoid score (mean or max over the tiles)
+/// and the threshold applied (trainer/README.md, "Predicting"). Files that cannot
 /// be read are reported as such with the reason and counted in `failed` (the other files are still scored); with
 /// opts.strict the first one throws AudioError naming it instead, after the rows of the files before it. Throws
 /// AudioError when no file could be scored, IoError when the --windows file cannot be written.

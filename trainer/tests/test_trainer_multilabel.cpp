@@ -24,6 +24,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "multilabel_fixture.h"
 #include "trainer_fixture.h"
 
 // This file's own names: the unity build compiles it with other test files (docs/ARCHITECTURE.md).
@@ -36,57 +37,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The tones of the corpus: class name and frequency in Hz.
-const std::vector<std::pair<std::string, double>> kTones = {{"high", 2400}, {"low", 350}, {"mid", 1100}};
-
-/// Writes a 16-bit mono WAV at 8 kHz of `frames` frames: the sum of the tones whose bit is set in `mask` (bit k:
-/// kTones[k]), with a little deterministic noise.
-void write_mix(const fs::path& path, unsigned mask, int64_t frames, uint32_t seed) {
-  fs::create_directories(path.parent_path());
-  SF_INFO info{};
-  info.samplerate = 8000;
-  info.channels = 1;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
-  REQUIRE(f != nullptr);
-  std::vector<float> buf(static_cast<std::size_t>(frames));
-  uint32_t lcg = seed;
-  for (int64_t i = 0; i < frames; ++i) {
-    lcg = lcg * 1664525u + 1013904223u;
-    float v = (static_cast<float>(lcg >> 8) / 16777216.0f - 0.5f) * 0.04f;
-    for (std::size_t k = 0; k < kTones.size(); ++k)
-      if (mask & (1u << k)) v += 0.25f * static_cast<float>(std::sin(2.0 * M_PI * kTones[k].second * i / 8000.0));
-    buf[static_cast<std::size_t>(i)] = v;
-  }
-  sf_writef_float(f, buf.data(), frames);
-  sf_close(f);
-}
-
-/// A multi-label corpus (every non-empty subset of the tones, `per_set` files each, splits 3:1:1 by file number)
-/// built into `root`/data through a manifest; the first label of a row rotates so that stratification sees every
-/// class.
-fs::path build_mix_dataset(const fs::path& root, int per_set) {
-  std::string manifest = "path,label,split\n";
-  int n = 0;
-  for (unsigned mask = 1; mask < 8; ++mask) {
-    for (int i = 0; i < per_set; ++i, ++n) {
-      const std::string name = "m" + std::to_string(mask) + "_" + std::to_string(i) + ".wav";
-      write_mix(root / "in" / name, mask, 6000 + (n * 977) % 9000, 7u + static_cast<uint32_t>(n));
-      std::vector<std::string> labels;
-      for (std::size_t k = 0; k < kTones.size(); ++k)
-        if (mask & (1u << ((k + static_cast<std::size_t>(i)) % kTones.size())))
-          labels.push_back(kTones[(k + static_cast<std::size_t>(i)) % kTones.size()].first);
-      std::string field;
-      for (const auto& l : labels) field += (field.empty() ? "" : ";") + l;
-      manifest += "in/" + name + "," + field + "," + (i % 5 == 3 ? "val" : i % 5 == 4 ? "test" : "train") + "\n";
-    }
-  }
-  test::write_text(root / "m.csv", manifest);
-  builder::BuildConfig c = test::tiny_build_config({}, root / "data");
-  c.build.manifest = root / "m.csv";
-  builder::run_build(c);
-  return root / "data";
-}
+using test::build_mix_dataset;
 
 /// The mean prevalence of the classes in `split`'s targets: the mAP of scores that carry no information.
 double chance_map(const trainer::Split& split) { return split.targets.mean(0).mean().item<double>(); }
@@ -180,16 +131,6 @@ TEST_CASE("multilabel training on tone mixtures ends well above chance, and eval
   CHECK(ev["multilabel"]["f1_tuned"]["micro"].get<double>() == m.f1_tuned.micro);
   CHECK(ev["tuned_threshold"] == report["tuned_threshold"]);
   CHECK_THAT(out.str(), Catch::Contains("mAP macro") && Catch::Contains("tuned on val") && Catch::Contains("low"));
-
-  for (const std::string cmd : {"predict", "export"}) {
-    CAPTURE(cmd);
-    std::vector<std::string> args = {"melforge-train", cmd, "--checkpoint", e.checkpoint.string()};
-    if (cmd == "predict") args = test::with(args, {(d / "in" / "m1_0.wav").string()});
-    else args = test::with(args, {"--out", (d / "exported").string()});
-    const auto [code, output] = test::run_in_process(args);
-    CHECK(code != 0);
-    CHECK_THAT(output, Catch::Contains("--task multilabel"));
-  }
 }
 
 TEST_CASE("multilabel training refuses a single-label dataset and multiclass flags before any work",

@@ -17,6 +17,7 @@
 #include "train/profiling.h"
 #include "train/run_folder.h"
 #include "train/spec_augment.h"
+#include "eval/multilabel.h"
 #include "util.h"
 
 namespace fs = std::filesystem;
@@ -218,6 +219,8 @@ void Run::save_epoch(const nlohmann::json& line, bool improved) {
   append_line(run_dir_ / "metrics.jsonl", utf8::dump(line));
   Checkpoint c = make_checkpoint();
   if (group_) c.state["rank_rng"] = rank_rng;
+  if (const std::string key = std::string("val_") + kTunedThresholdKey; line.contains(key))
+    c.state[kTunedThresholdKey] = line[key];
   if (improved) {
     save_checkpoint(c, run_dir_ / "checkpoints" / "best.pt");
     checkpointed_ = true;

@@ -110,7 +110,8 @@ void Run::task_fields(nlohmann::json& line, const EvalResult& val) const {
                {"val_map_micro", num(m.map_micro)},
                {"val_auc", num(m.auc_macro)},
                {"val_f1_micro", m.f1.micro},
-               {"val_f1_macro", m.f1.macro}});
+               {"val_f1_macro", m.f1.macro},
+               {std::string("val_") + kTunedThresholdKey, tuned_threshold(val, data_.val)}});
 }
 
 nlohmann::json Run::report_json(const EvalResult& val, const EvalResult& test) const {
