@@ -193,6 +193,11 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
       << "\n";
   if (r.test && r.test->is_multilabel)
     out << "test: " << multilabel_summary(r.test->multilabel) << "\n";
+  else if (r.test && r.test->is_verification)
+    out << fmt("test: EER %.3f %%, minDCF(0.01) %.4f, minDCF(0.05) %.4f over %lld target and %lld non-target trials\n",
+               100.0 * r.test->verification.eer, r.test->verification.min_dcf_01, r.test->verification.min_dcf_05,
+               static_cast<long long>(r.test->verification.targets),
+               static_cast<long long>(r.test->verification.nontargets));
   else if (r.test)
     out << fmt("test: accuracy %.4f, macro-F1 %.4f; file accuracy %.4f, file macro-F1 %.4f\n",
                r.test->segment.accuracy, r.test->segment.macro_f1, r.test->file.accuracy, r.test->file.macro_f1);
