@@ -8,6 +8,7 @@
 #include "batch_runner.h"
 #include "build_fixture.h"
 #include "build_state.h"
+#include "mel/mel_math.h"
 
 namespace melforge_test_memory_budget {
 
