@@ -199,8 +199,16 @@ TEST_CASE("--folds and --val are checked before any work", "[cv]") {
   data::CvOptions o;
   for (const std::string bad : {"ratio:0.7", "ratio:0", "ratio:x", "fold", "ratio:0.1x"})
     CHECK_THROWS_AS(data::parse_val_option(bad, o), InvalidArgument);
-  data::FoldPool pool = random_pool(3, 30, 5, 2, 10);
+  data::FoldPool pool;
   pool.dir = "DS";
+  pool.num_folds = 5;
+  for (int64_t i = 0; i < 30; ++i) {
+    pool.split.push_back(0);
+    pool.row.push_back(i);
+    pool.fold.push_back(static_cast<int32_t>(i % 5) + 1);
+    pool.label.push_back(i % 2);
+    pool.group.emplace_back();
+  }
   o = {};
   o.folds = {6};
   CHECK_THROWS_WITH(data::cv_splits(pool, o), Catch::Contains("--folds: fold 6 is not a fold of DS"));
