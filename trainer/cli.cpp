@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cv/cv_command.h"
 #include "data/dataset.h"
 #include "embed/embed_command.h"
 #include "eval/evaluate.h"
@@ -206,6 +207,35 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
   return kExitOk;
 }
 
+/// `cv`: the summary line on `out`, the log on `err`; SIGINT or SIGTERM stops the fold being trained as `train` does,
+/// and the same command continues it (complete folds are skipped).
+int run_cv_command(const TrainConfig& config, const CvCommandOptions& options, std::ostream& out, std::ostream& err) {
+  const StopSignals signals;
+  TrainHooks hooks;
+  hooks.on_batch = [](int64_t epoch, Batch&) {
+    if (g_stop_signal.load() != 0) throw StopRequested{epoch};
+  };
+  hooks.on_epoch_end = [](int64_t) { return g_stop_signal.load() == 0; };
+  hooks.on_load = [] {
+    if (g_stop_signal.load() != 0) throw StopRequested{-1};
+  };
+  const auto stopped = [&] {
+    const int sig = g_stop_signal.load();
+    err << "melforge-train: cv interrupted by " << signal_name(sig) << "; continue with the same melforge-train cv "
+        << "command (complete folds are skipped, the interrupted fold resumes from its last checkpoint)\n";
+    return 128 + sig;
+  };
+  CvResult r;
+  try {
+    r = run_cv(config, options, err, hooks);
+  } catch (const StopRequested&) {
+    return stopped();
+  }
+  if (r.interrupted) return stopped();
+  out << cv_summary_line(r) << "\n";
+  return kExitOk;
+}
+
 /// `bench` registers the groups of `train` that matter to one step, without the run-folder flags.
 void add_bench_options(po::options_description& d, TrainConfig& c, BenchOptions& b) {
   add_options(d, c.data);
@@ -251,6 +281,7 @@ struct CommandOptions {
   ExportOptions export_opts;
   EmbedOptions embed;
   BenchOptions bench;
+  CvCommandOptions cv;
   /// Exit code of the command that ran (train and predict set it; the others return kExitOk or throw).
   int exit_code = kExitOk;
 };
@@ -274,6 +305,16 @@ std::map<std::string, Command> make_commands(CommandOptions& opts) {
           opts.train_config = with_config_file(opts.train_config);
           opts.train_config.validate();
           opts.exit_code = run_train(opts.train_config, o, e);
+        }}},
+      {"cv",
+       {"cross-validate on a dataset with folds: one run per test fold into DIR/fold-<f>, and DIR/cv_report.json",
+        [&opts](po::options_description& d, po::positional_options_description&) {
+          add_options(d, opts.train_config);
+          add_options(d, opts.cv);
+        },
+        [&opts](std::ostream& o, std::ostream& e) {
+          opts.train_config = with_config_file(opts.train_config);
+          opts.exit_code = run_cv_command(opts.train_config, opts.cv, o, e);
         }}},
       {"eval",
        {"evaluate a checkpoint on a split of a dataset folder",
@@ -352,7 +393,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
     out << desc << "\n";
     return kExitOk;
   }
-  if (first == "train") read_train_config_file(vm, desc, opts.train_config);
+  if (first == "train" || first == "cv") read_train_config_file(vm, desc, opts.train_config);
   po::notify(vm);
   command.run(out, err);
   return opts.exit_code;
@@ -360,7 +401,7 @@ int run_command(int argc, const char* const* argv, std::ostream& out, std::ostre
 
 /// What to change after an out-of-memory error in `command`: only flags that command has.
 std::string memory_advice(const std::string& command) {
-  if (command == "train") return "lower --hidden, --batch-size or --eval-batch-size, or free memory";
+  if (command == "train" || command == "cv") return "lower --hidden, --batch-size or --eval-batch-size, or free memory";
   if (command == "eval" || command == "embed") return "lower --eval-batch-size, or free memory";
   return "free memory (or check that the checkpoint is the one meant: a crafted or corrupt file can describe a "
          "model larger than this machine)";

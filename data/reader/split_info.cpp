@@ -270,6 +270,41 @@ void read_clip_table(const h5::File& file, const std::string& where, SplitInfo& 
   }
 }
 
+/// Reads the optional cross-validation fields into `s` (paths already read): the root attribute `folds` (K) with
+/// the `fold` dataset [F] in [1, K], and the `group` dataset [F]. Throws FormatError naming `where` and the field.
+void read_folds_and_groups(const h5::File& file, const std::string& where, const std::string& whose, SplitInfo& s) {
+  const bool attribute = h5::has_attribute(file, "folds"), dataset = h5::exists(file, "fold");
+  if (dataset && !attribute)
+    throw FormatError(where + ": holds a fold dataset but no root attribute folds (the number of folds)");
+  if (attribute && !dataset && s.files() > 0)
+    throw FormatError(where + ": has the root attribute folds but no fold dataset for its " +
+                      std::to_string(s.files()) + " files");
+  if (attribute) {
+    s.num_folds = h5::read_attribute_int64(file, "folds");
+    if (s.num_folds < kMinFolds || s.num_folds > kMaxFolds)
+      throw FormatError(where + ": attribute folds = " + std::to_string(s.num_folds) + " is outside [" +
+                        std::to_string(kMinFolds) + ", " + std::to_string(kMaxFolds) + "]");
+  }
+  if (dataset) {
+    check_length(file, where, "fold", s.files(), whose);
+    const auto folds = read_int64(file, where, "fold", s.files());
+    for (std::size_t f = 0; f < folds.size(); ++f) {
+      if (folds[f] < 1 || folds[f] > s.num_folds)
+        throw FormatError(where + ": fold[" + std::to_string(f) + "] = " + std::to_string(folds[f]) +
+                          " is outside [1, folds = " + std::to_string(s.num_folds) + "] (file " +
+                          utf8::for_terminal(s.paths[f]) + ")");
+      s.folds.push_back(static_cast<int32_t>(folds[f]));
+    }
+  }
+  if (h5::exists(file, "group")) {
+    check_length(file, where, "group", s.files(), whose);
+    s.groups = h5::read_strings(file, "group");
+    if (s.groups.size() != s.paths.size())
+      throw FormatError(where + ": group has " + std::to_string(s.groups.size()) + " entries but the split has " +
+                        std::to_string(s.files()) + " files");
+  }
+}
+
 /// The checked schema_version of `file`.
 int64_t read_schema_version(const h5::File& file, const std::string& where) {
   if (!h5::has_attribute(file, "schema_version"))
@@ -333,6 +368,7 @@ SplitInfo read_one_split(const fs::path& path, const std::string& expected_split
   if (clips) read_clip_table(file, where, s);
   else read_grid_clips(file, where, s);
   if (h5::exists(file, "targets")) read_targets(file, where, s);
+  read_folds_and_groups(file, where, whose, s);
   return s;
 }
 

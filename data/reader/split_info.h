@@ -32,6 +32,10 @@ enum ClipFlag : uint8_t {
 /// Every bit a clip_flags value may hold.
 inline constexpr uint8_t kClipFlagsKnown = kClipPadded | kClipCapped;
 
+/// Fewest and most cross-validation folds a dataset may declare (its root attribute `folds`).
+inline constexpr int64_t kMinFolds = 2;
+inline constexpr int64_t kMaxFolds = 1000;
+
 /// One split's metadata (no spectrograms).
 struct SplitInfo {
   /// Split name: train, val or test.
@@ -69,6 +73,19 @@ struct SplitInfo {
 
   /// True when the file holds a `targets` dataset (also for a split with no files).
   bool has_targets_dataset = false;
+
+  /// The root attribute `folds`: the number K of cross-validation folds of the build, in [kMinFolds, kMaxFolds]; 0
+  /// when the file has none (a build without folds).
+  int64_t num_folds = 0;
+  /// Cross-validation fold of each file, [files], each in [1, num_folds] (the `fold` dataset); empty when the build
+  /// has no folds.
+  std::vector<int32_t> folds;
+  /// Group of each file (a speaker, a source recording: files of one group belong together), [files] (the `group`
+  /// dataset, "" for a file without one); empty when the file has no `group` dataset.
+  std::vector<std::string> groups;
+
+  /// True when the split carries folds (num_folds > 0).
+  bool has_folds() const { return num_folds > 0; }
 
   /// True when the split has a multi-label `targets` matrix.
   bool multilabel() const { return has_targets_dataset; }
@@ -115,7 +132,10 @@ SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, in
 /// of length F in [1, num_long]. Schema 3: `frames` of shape [N, n_mels] (float16 or float32), integer
 /// `frame_offset` [F + 1], `num_samples` [F], `clip_flags` [F], with F <= N checked from the shapes before anything
 /// is read, then frame_offset[0] = 0, strictly increasing, last = N; num_samples >= 1; clip_flags within
-/// kClipFlagsKnown. Every error names the file and the dataset or attribute. Throws IoError when the file cannot be
+/// kClipFlagsKnown. Optional folds (issue 30): the root attribute `folds` (K in [kMinFolds, kMaxFolds]) with the
+/// integer dataset `fold` [F] in [1, K] (either one without the other is refused, except the attribute on a split
+/// with no files), and the string dataset `group` [F] (bounded as `path`). Every error names the file and the
+/// dataset or attribute. Throws IoError when the file cannot be
 /// opened or read, FormatError when it is not a valid melforge dataset of a supported schema. Every dataset is opened
 /// through h5::open_dataset (no external storage, virtual sources only inside the file's folder, chunks and strings
 /// bounded, declared sizes backed by stored data), and the `targets` matrix must fit in MemAvailable.

@@ -14,11 +14,12 @@ from ._core import (  # noqa: F401
     StrictError,
 )
 
-# Each area's public names (one line each; keep the order: mel, audio, build, data, evaluate, predict, models).
+# Each area's public names (one line each; keep the order: mel, audio, build, data, cv, evaluate, predict, models).
 from .mel import MelSpectrogram  # noqa: F401,E402
 from .audio import load, info  # noqa: F401,E402
 from .build import build  # noqa: F401,E402
 from .data import Batch, Dataset, Example, Loader  # noqa: F401,E402
+from .cv import cv_splits  # noqa: F401,E402
 from .evaluate import FileEvaluation, evaluate_files  # noqa: F401,E402
 from .predict import predict  # noqa: F401,E402
 

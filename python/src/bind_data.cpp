@@ -1,5 +1,5 @@
 /// Dataset reading and the batch loader (data/): melforge._core._Split (one split's metadata and its examples through
-/// a view) and melforge._core._Loader (ExampleLoader). The public classes are melforge.Dataset and melforge.Loader
+/// a view), melforge._core._Loader (ExampleLoader) and melforge._core._cv_splits (data/protocol/cv_splits). The public classes are melforge.Dataset and melforge.Loader
 /// (python/melforge/data.py), which open these lazily per process.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 
 #include "bindings.h"
 #include "loader/example_loader.h"
+#include "protocol/cv_splits.h"
 #include "reader/clip_reader.h"
 #include "reader/split_info.h"
 #include "views/gather.h"
@@ -209,10 +211,42 @@ void make_loader(void* where, const std::string& folder, const std::string& spli
   new (where) data::ExampleLoader(std::move(info), std::move(view), args.seed, o, pad);
 }
 
+/// Per test fold of `folder` (data::cv_splits with `val` parsed as --val, `seed`, `folds` as --folds, empty: every
+/// fold): {"fold", "val_fold" (None with ratio), "train", "val", "test"}, each a list of (split name, row) tuples.
+nb::list cv_splits(const std::string& folder, const std::string& val, uint64_t seed, const std::vector<int64_t>& folds) {
+  data::CvOptions o;
+  data::parse_val_option(val, o);
+  o.seed = seed;
+  o.folds = folds;
+  std::sort(o.folds.begin(), o.folds.end());
+  const data::FoldPool pool = data::read_fold_pool(folder);
+  nb::list out;
+  for (const data::CvFold& f : data::cv_splits(pool, o)) {
+    const auto members = [&](const std::vector<int64_t>& indices) {
+      nb::list list;
+      for (const int64_t i : indices) {
+        const auto u = static_cast<std::size_t>(i);
+        list.append(nb::make_tuple(data::kSplitNames[static_cast<std::size_t>(pool.split[u])], pool.row[u]));
+      }
+      return list;
+    };
+    nb::dict d;
+    d["fold"] = f.fold;
+    d["val_fold"] = f.val_fold > 0 ? nb::cast(f.val_fold) : nb::none();
+    d["train"] = members(f.train);
+    d["val"] = members(f.val);
+    d["test"] = members(f.test);
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_data(nb::module_& m) {
   bind_split(m);
+  m.def("_cv_splits", &cv_splits, nb::arg("folder"), nb::arg("val"), nb::arg("seed"), nb::arg("folds"),
+        "Cross-validation membership of a dataset with folds (internal: use melforge.cv_splits).");
   nb::class_<data::ExampleLoader>(m, "_Loader", "ExampleLoader (internal: use melforge.Loader).")
       .def(
           "__init__",

@@ -242,6 +242,70 @@ Split load_split(const fs::path& path, const std::string& expected_split, const 
   return s;
 }
 
+namespace {
+
+/// Appends row `row` of `from` to the per-clip fields of `to` (frame_offset grows by the clip's frames); groups when
+/// `groups` ("" for a source without them).
+void append_row(const data::SplitInfo& from, int64_t row, int64_t frames, bool groups, data::SplitInfo& to) {
+  const auto u = static_cast<std::size_t>(row);
+  to.labels.push_back(from.labels[u]);
+  to.paths.push_back(from.paths[u]);
+  if (!from.num_valid_long.empty()) to.num_valid_long.push_back(from.num_valid_long[u]);
+  to.num_samples.push_back(from.num_samples[u]);
+  to.clip_flags.push_back(from.clip_flags[u]);
+  to.frame_offset.push_back(to.frame_offset.back() + frames);
+  const std::size_t classes = from.class_names.size();
+  if (from.has_targets_dataset)
+    to.targets.insert(to.targets.end(), from.targets.begin() + static_cast<std::ptrdiff_t>(u * classes),
+                      from.targets.begin() + static_cast<std::ptrdiff_t>((u + 1) * classes));
+  if (!from.folds.empty()) to.folds.push_back(from.folds[u]);
+  if (groups) to.groups.push_back(from.groups.empty() ? std::string() : from.groups[u]);
+}
+
+}  // namespace
+
+Split subset_split(const std::vector<const Split*>& sources, const std::vector<std::pair<int, int64_t>>& rows,
+                   const std::string& name, const fs::path& path) {
+  if (sources.empty()) throw InvalidArgument("subset_split: no source split");
+  const data::SplitInfo& first = sources[0]->meta;
+  bool groups = false;
+  for (const Split* src : sources) groups |= !src->meta.groups.empty();
+  Split s;
+  data::SplitInfo& m = s.meta;
+  m.name = name;
+  m.path = path;
+  m.schema_version = first.schema_version;
+  m.info = first.info;
+  m.class_names = first.class_names;
+  m.build_id = first.build_id;
+  m.has_targets_dataset = first.has_targets_dataset;
+  m.num_folds = first.num_folds;
+  m.frame_offset.assign(1, 0);
+  for (const auto& [source, row] : rows) {
+    if (source < 0 || static_cast<std::size_t>(source) >= sources.size())
+      throw InvalidArgument("subset_split: source " + std::to_string(source) + " is outside the " +
+                            std::to_string(sources.size()) + " splits");
+    const Split& from = *sources[static_cast<std::size_t>(source)];
+    append_row(from.meta, row, from.clip_frames(row), groups, m);
+  }
+  s.name = name;
+  s.path = path;
+  s.info = m.info;
+  s.class_names = m.class_names;
+  s.paths = m.paths;
+  s.label = int64_tensor(m.labels);
+  if (m.has_targets_dataset)
+    s.targets = at::from_blob(m.targets.data(), {s.files(), static_cast<int64_t>(m.class_names.size())}, at::kByte)
+                    .to(at::kFloat);
+  s.frames = at::empty({s.total_frames(), s.info.n_mels}, at::kFloat);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto [source, row] = rows[i];
+    const int64_t begin = m.frame_offset[i], count = m.frame_offset[i + 1] - begin;
+    s.frames.narrow(0, begin, count).copy_(sources[static_cast<std::size_t>(source)]->read_clips(row, 1));
+  }
+  return s;
+}
+
 const Split& Dataset::split(const std::string& name) const {
   if (name == "train") return train;
   if (name == "val") return val;

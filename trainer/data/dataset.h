@@ -15,6 +15,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "options.h"
@@ -145,6 +146,14 @@ Split open_split_streamed(const std::filesystem::path& path, const std::string& 
 /// it).
 Split load_split(const std::filesystem::path& path, const std::string& expected_split, const StreamOptions& stream,
                  int64_t ram_budget_bytes = -1);
+
+/// A split of the rows `rows` of `sources` ((index into sources, row) pairs, in that order) named `name`, `path`
+/// naming it in messages only (no file is read through it): the clip table, labels, paths, targets, folds and groups
+/// of those rows (parameters, class names and schema of sources[0]), and their frames copied into RAM, float32
+/// [frames of the rows, n_mels] (read through read_clips: from RAM or streamed). melforge-train cv cuts each fold's
+/// train, val and test from the pooled splits with it. Throws InvalidArgument for a source index or row out of range.
+Split subset_split(const std::vector<const Split*>& sources, const std::vector<std::pair<int, int64_t>>& rows,
+                   const std::string& name, const std::filesystem::path& path);
 
 /// The three splits of a melforge-build output folder, checked to agree with each other.
 struct Dataset {

@@ -101,7 +101,7 @@ void Run::set_up_job() {
 }
 
 void Run::check_dataset() {
-  const Dataset meta = load_dataset(cfg_.data.data, /*load_mel=*/false);
+  const Dataset meta = hooks_.dataset ? hooks_.dataset() : load_dataset(cfg_.data.data, /*load_mel=*/false);
   for (const auto& name : kSplitNames) meta.require_files(name);
   check_task(meta);
   resolve_view(meta);
@@ -172,7 +172,7 @@ void Run::prepare_run_dir() {
 void Run::load_data() {
   {
     ScopedStage stage(times_, "load data");
-    data_ = load_dataset(cfg_.data.data, cfg_.data.stream, -1, hooks_.on_load);
+    data_ = hooks_.dataset ? hooks_.dataset() : load_dataset(cfg_.data.data, cfg_.data.stream, -1, hooks_.on_load);
   }
   stream_requested_ = cfg_.data.stream.stream;
   cfg_.data.stream.stream = data_.train.streamed() ? "on" : "off";

@@ -17,6 +17,7 @@
 #include <optional>
 #include <ostream>
 
+#include "data/dataset.h"
 #include "data/loader.h"
 #include "eval/eval_command.h"
 #include "eval/evaluate.h"
@@ -35,6 +36,9 @@ struct TrainHooks {
   /// Called before each block of spectrograms `train` reads into RAM (load_dataset's poll); may throw to abandon the
   /// run before its first epoch.
   std::function<void()> on_load;
+  /// The dataset to train on in place of reading config.data.data (melforge-train cv: one fold's splits, cut from
+  /// the pooled clips with their frames in RAM); called for the checks and again for the data. Empty: read the folder.
+  std::function<Dataset()> dataset;
 };
 
 /// What a run did.
