@@ -107,6 +107,7 @@ void OutputFolder::install(const std::vector<fs::path>& staged, const nlohmann::
   sync_path(folder_);
   fs::remove_all(staging(), ec);
   remove_stale_sources(names);
+  remove_stale_trials(names);
 }
 
 void OutputFolder::remove_stale_sources(const std::vector<std::string>& installed) const {
@@ -120,6 +121,12 @@ void OutputFolder::remove_stale_sources(const std::vector<std::string>& installe
   }
   for (const auto& p : stale) fs::remove(p, ec);
   fs::remove(sources, ec);
+}
+
+void OutputFolder::remove_stale_trials(const std::vector<std::string>& installed) const {
+  if (std::find(installed.begin(), installed.end(), kTrialsName) != installed.end()) return;
+  std::error_code ec;
+  fs::remove(folder_ / kTrialsName, ec);
 }
 
 std::vector<std::string> OutputFolder::keep_previous(const std::vector<std::string>& names) const {

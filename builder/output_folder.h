@@ -46,7 +46,8 @@ class OutputFolder {
   /// step fails, the files already moved are replaced by the old ones again (or removed where there was none) and
   /// the old report is put back, so OUT is as before. Throws IoError naming the file and the cause (and, when the
   /// old files could not all be put back, where they are). Once installed, files of OUT/sources/ that were not
-  /// installed now (left by an earlier merge into OUT) are removed, and the folder when it is left empty.
+  /// installed now (left by an earlier merge into OUT) are removed, and the folder when it is left empty; so is an
+  /// OUT/trials.txt this build did not write (an earlier layout build's).
   void install(const std::vector<std::filesystem::path>& staged, const nlohmann::json& report);
 
  private:
@@ -65,6 +66,9 @@ class OutputFolder {
   std::string restore(const std::vector<std::string>& moved, const std::vector<std::string>& unkept);
   /// Removes the files of OUT/sources/ not among `installed` (names relative to OUT), then the folder if empty.
   void remove_stale_sources(const std::vector<std::string>& installed) const;
+  /// Removes OUT/trials.txt when `installed` does not name it: an earlier layout build's trial list, which would
+  /// otherwise outlive the dataset it was checked against.
+  void remove_stale_trials(const std::vector<std::string>& installed) const;
 
   std::filesystem::path folder_;
   std::filesystem::path lock_path_;

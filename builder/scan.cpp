@@ -132,7 +132,6 @@ InputFile manifest_row(const std::vector<std::string>& f, const ColumnIndex& c, 
 }
 
 /// The UTF-8 byte order mark some editors write at the start of a text file.
-constexpr std::string_view kUtf8Bom = "\xef\xbb\xbf";
 
 /// The encoding `text` is in when it is UTF-16 or UTF-32 (by its byte order mark, or by NUL bytes in every other
 /// position of its first characters), or "" when it is neither.
@@ -399,6 +398,22 @@ ScanResult scan_folder(const fs::path& input_root, const ScanOptions& options) {
   return out;
 }
 
+std::vector<TextLine> text_lines(const std::string& text) {
+  constexpr std::string_view kUtf8Bom = "\xef\xbb\xbf";
+  std::vector<TextLine> lines;
+  int64_t number = 0;
+  for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back({number, std::move(line)});
+  }
+  return lines;
+}
+
 std::vector<std::string> parse_csv_line(const std::string& line) {
   std::vector<std::string> fields;
   std::string cur;
@@ -474,18 +489,10 @@ ScanResult scan_manifest(const fs::path& manifest, const ManifestOptions& option
   const fs::path cwd = fs::current_path();
   const std::set<std::string> classes(options.classes.begin(), options.classes.end());
   ScanResult out;
-  int64_t line_no = 0;
   bool first_row = true;
   ColumnIndex columns;
   std::map<fs::path, std::pair<int64_t, std::string>> seen;
-  for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for (auto& [line_no, line] : text_lines(text)) {
     const std::string where = manifest.string() + ":" + std::to_string(line_no) + ": ";
     if (const std::size_t nul = line.find('\0'); nul != std::string::npos)
       throw FormatError(where + "NUL byte in the row (byte " + std::to_string(nul + 1) +
@@ -565,15 +572,7 @@ std::vector<std::string> read_class_list(const fs::path& file) {
   std::vector<std::string> names;
   std::map<std::string, int64_t> line_of;
   int vocabulary = -1;
-  int64_t line_no = 0;
-  for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (trim(line).empty()) continue;
+  for (auto& [line_no, line] : text_lines(text)) {
     const std::string where = utf8::for_terminal(file.string()) + ":" + std::to_string(line_no) + ": ";
     if (line.find('\0') != std::string::npos) throw FormatError(where + "NUL byte in the line");
     std::vector<std::string> f;

@@ -1,5 +1,6 @@
 #pragma once
 /// Finds the input files of a build: a class-per-folder tree, a tree already split, or a CSV manifest.
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -201,6 +202,19 @@ ScanResult scan_folder(const std::filesystem::path& root, const std::vector<std:
 /// an unknown split name, or a file listed twice: two paths that are equal once made absolute and normalised
 /// lexically (`c/a/f0.wav`, `./c/a/f0.wav`, `c//a/../a/f0.wav`, `/data/c/a/f0.wav`), naming both lines.
 ScanResult scan_manifest(const std::filesystem::path& manifest, const ManifestOptions& options = {});
+
+/// One non-blank line of a text file.
+struct TextLine {
+  /// 1-based line number in the file.
+  int64_t number = 0;
+  /// The line without its '\n' and a trailing '\r' (CRLF files).
+  std::string text;
+};
+
+/// The lines of `text` that hold more than spaces and tabs, numbered as in the file; a UTF-8 byte order mark
+/// (exactly EF BB BF) at its start is skipped. Manifests, class lists and the layouts' metadata files are read
+/// through it.
+std::vector<TextLine> text_lines(const std::string& text);
 
 /// Parses one CSV line into fields (RFC 4180: quotes, doubled quotes inside quotes). Throws FormatError on an
 /// unterminated quote.

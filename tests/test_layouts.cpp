@@ -2,6 +2,7 @@
 // (tools/make_standin_datasets.py) and returns its protocol: files, splits, folds, groups, class order, noise bank,
 // trial list; broken metadata is refused naming the file, line and field, and nothing is dropped silently.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "build_fixture.h"
 #include "layouts/layout.h"
+#include "pipeline.h"
 #include "melforge/common/errors.h"
 #include "melforge_test_paths.h"
 #include "test_util.h"
@@ -411,6 +414,30 @@ TEST_CASE("voxceleb1: broken metadata is refused naming the file, line and field
 
 TEST_CASE("librispeech: broken metadata is refused naming the file, line and field", "[layout][protocol]") {
   check_refusals("librispeech");
+}
+
+TEST_CASE("a voxceleb1 build installs its trial list as trials.txt, and a later build without one removes it",
+          "[layout][protocol][e2e]") {
+  test::TempDir d;
+  const fs::path root = standin("voxceleb1");
+  builder::BuildConfig c = test::tone_build_config(root, d / "out");
+  c.mel.sample_rate = 16000;
+  c.mel.n_fft = 512;
+  c.mel.win_length = 512;
+  c.mel.hop_length = 256;
+  c.build.layout = "voxceleb1";
+  c.build.extensions = "wav";
+  const nlohmann::json report = builder::run_build(c).report;
+  CHECK(report["protocol"]["trials"] == "trials.txt");
+  CHECK(read(d / "out" / "trials.txt") == read(root / "veri_test2.txt"));
+  for (const auto& w : report["warnings"]) CHECK_THAT(w.get<std::string>(), !Catch::Contains("no training file"));
+  c.build.layout = "esc50";
+  c.build.input = standin("esc50");
+  c.build.overwrite = true;
+  const nlohmann::json again = builder::run_build(c).report;
+  CHECK(again["protocol"]["trials"].is_null());
+  CHECK_FALSE(fs::exists(d / "out" / "trials.txt"));
+  CHECK(fs::exists(d / "out" / "test.h5"));
 }
 
 }  // namespace melforge_test_layouts

@@ -152,11 +152,9 @@ struct StopRequested {
 
 std::string signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : std::to_string(sig); }
 
-/// `train`: the result's paths and figures on `out`, the log on `err`. SIGINT or SIGTERM stops the run at the next
-/// training batch (the unfinished epoch is dropped; the last completed one is checkpointed already) or, during
-/// validation and the checkpoint writes, after the epoch is checkpointed; the exit code is then 128 + signal.
-int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
-  const StopSignals signals;
+/// Hooks that stop a run at SIGINT or SIGTERM (g_stop_signal): at the next training batch, after the epoch that is
+/// being validated and checkpointed, or while the dataset loads.
+TrainHooks stop_hooks() {
   TrainHooks hooks;
   hooks.on_batch = [](int64_t epoch, Batch&) {
     if (g_stop_signal.load() != 0) throw StopRequested{epoch};
@@ -165,6 +163,15 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
   hooks.on_load = [] {
     if (g_stop_signal.load() != 0) throw StopRequested{-1};
   };
+  return hooks;
+}
+
+/// `train`: the result's paths and figures on `out`, the log on `err`. SIGINT or SIGTERM stops the run at the next
+/// training batch (the unfinished epoch is dropped; the last completed one is checkpointed already) or, during
+/// validation and the checkpoint writes, after the epoch is checkpointed; the exit code is then 128 + signal.
+int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
+  const StopSignals signals;
+  TrainHooks hooks = stop_hooks();
   const std::filesystem::path run = config.train.resume.empty() ? config.train.out : config.train.resume;
   const auto stopped = [&](const std::string& where) {
     const int sig = g_stop_signal.load();
@@ -211,14 +218,7 @@ int run_train(const TrainConfig& config, std::ostream& out, std::ostream& err) {
 /// and the same command continues it (complete folds are skipped).
 int run_cv_command(const TrainConfig& config, const CvCommandOptions& options, std::ostream& out, std::ostream& err) {
   const StopSignals signals;
-  TrainHooks hooks;
-  hooks.on_batch = [](int64_t epoch, Batch&) {
-    if (g_stop_signal.load() != 0) throw StopRequested{epoch};
-  };
-  hooks.on_epoch_end = [](int64_t) { return g_stop_signal.load() == 0; };
-  hooks.on_load = [] {
-    if (g_stop_signal.load() != 0) throw StopRequested{-1};
-  };
+  TrainHooks hooks = stop_hooks();
   const auto stopped = [&] {
     const int sig = g_stop_signal.load();
     err << "melforge-train: cv interrupted by " << signal_name(sig) << "; continue with the same melforge-train cv "

@@ -15,7 +15,6 @@ namespace melforge::builder::layouts {
 
 namespace {
 
-constexpr std::string_view kUtf8Bom = "\xef\xbb\xbf";
 
 /// The lines of `root / rel` read as a metadata file, each with its 1-based number, CR of CRLF removed, blank lines
 /// left out. Throws FormatError for a missing file (naming `what`) and for a NUL byte (naming the line).
@@ -26,15 +25,7 @@ std::vector<MetaRow> raw_lines(const fs::path& root, const std::string& rel, con
     throw FormatError("'" + utf8::for_terminal(path.string()) + "' does not exist: it is " + what);
   const std::string text = read_regular_file(path, rel, kMaxMetadataBytes);
   std::vector<MetaRow> lines;
-  int64_t line_no = 0;
-  for (std::size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0; start < text.size();) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for (auto& [line_no, line] : text_lines(text)) {
     if (line.find('\0') != std::string::npos)
       throw FormatError(where(rel, line_no) + "NUL byte in the line: " + rel + " is a text file");
     lines.push_back({line_no, {std::move(line)}});
