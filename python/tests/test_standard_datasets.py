@@ -92,7 +92,7 @@ def test_speechcommands_lists_and_noise_bank_from_the_dataset_root(repo, tmp_pat
     lines, outputs = run_dataset(repo, tmp_path, "speechcommands")
     report = read_json(tmp_path / "sc" / "build_report.json")
     assert report["protocol"]["noise_bank"], report["protocol"]
-    noise = [s for s in report["skipped"] if "_background_noise_" in s["path"]]
+    noise = [s for s in report["skipped"] if s["path"].startswith("_background_noise_/") and s["path"].endswith(".wav")]
     assert len(noise) == 2 and all("noise bank" in s["reason"] for s in noise), report["skipped"]
     assert "_background_noise_" not in report["classes"], report["classes"]
     assert re.search(r"accuracy \d\.\d+", outputs[-1]), outputs[-1]
