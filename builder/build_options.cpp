@@ -222,7 +222,7 @@ void add_options(po::options_description& desc, BuildOptions& o) {
      "CUDA engine: frames per cuFFT launch, in tiles of --short-seconds")
     ("layout", po::value<std::string>(&o.layout),
      "read --input as a public dataset's own tree, with its protocol (splits, folds, groups, class order): one of "
-     "esc50, urbansound8k, speechcommands, fsd50k, voxceleb1, librispeech (docs/FORMAT.md, Layouts)")
+     "esc50, urbansound8k, speechcommands, fsd50k, voxceleb1, librispeech (docs/LAYOUTS.md)")
     ("columns", po::value<std::string>(&o.columns),
      "--manifest columns by header name: path=COL,label=COL[,split=COL][,fold=COL][,group=COL]")
     ("label-sep", po::value<std::string>(&o.label_sep),

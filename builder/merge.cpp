@@ -539,6 +539,25 @@ void add_options(po::options_description& desc, MergeOptions& o) {
      "shard output folders (positional: SHARD_DIR...)");
 }
 
+/// The trial list the shards carry (OUT/trials.txt of a layout build such as voxceleb1), staged as the merge's own
+/// when every shard has the same one; nothing when none has one. FormatError naming the shard when only some have one
+/// or two differ.
+std::vector<fs::path> stage_shard_trials(const std::vector<Shard>& shards, const fs::path& staging) {
+  std::vector<std::string> texts;
+  for (const Shard& s : shards) {
+    const fs::path list = s.dir / kTrialsName;
+    std::error_code ec;
+    texts.push_back(fs::exists(list, ec) ? read_regular_file(list, "trial list", std::uintmax_t{256} << 20) : "");
+    if (texts.back() != texts.front())
+      throw FormatError("shard " + s.dir.string() + ": its " + kTrialsName + " differs from that of shard " +
+                        shards.front().dir.string() + " (or only one of them has one): shards of one build carry "
+                        "the same trial list");
+  }
+  if (texts.front().empty()) return {};
+  write_file_atomically(staging / kTrialsName, texts.front());
+  return {staging / kTrialsName};
+}
+
 json run_merge(const MergeOptions& options) {
   options.validate();
   const Stopwatch watch;
@@ -577,6 +596,8 @@ json run_merge(const MergeOptions& options) {
   }
   splits.clear();
   staged.insert(staged.begin(), sources.begin(), sources.end());
+  const std::vector<fs::path> trials = stage_shard_trials(shards, staging);
+  staged.insert(staged.end(), trials.begin(), trials.end());
   json report = merged_report(shards, options, mel_bytes, watch.seconds(), build_id);
   output.install(staged, report);
   return report;

@@ -191,7 +191,7 @@ TEST_CASE("a dataset without folds is refused, naming melforge-build --folds K a
   }
 }
 
-TEST_CASE("--folds and --val are checked before any work", "[cv]") {
+TEST_CASE("cv's --folds and --val are checked before any work", "[cv]") {
   const std::string bad_list = GENERATE(std::string(""), std::string("1,x"), std::string("0"), std::string("2,2"),
                                         std::string("1001"), std::string("1,,2"));
   INFO(bad_list);

@@ -106,7 +106,8 @@ TEST_CASE("grouped splits: no group in two splits, counts near the ratios, indep
   CHECK(builder::group_leaks(files).empty());
 }
 
-TEST_CASE("--folds: no group in two folds, folds balanced, stratified, independent of order", "[protocol][split]") {
+TEST_CASE("melforge-build --folds: no group in two folds, folds balanced, stratified, independent of "
+          "order", "[protocol][split]") {
   const uint64_t seed = GENERATE(range(1, 9));
   const int k = GENERATE(2, 5, 10);
   CAPTURE(seed, k);
@@ -145,7 +146,7 @@ TEST_CASE("--folds: no group in two folds, folds balanced, stratified, independe
   CHECK_THROWS_WITH(builder::assign_folds(files, k - 1, seed), Catch::Contains("--folds " + std::to_string(k - 1)));
 }
 
-TEST_CASE("the fold -> split rule: fold K test, fold K-1 val, the others train, given splits kept; K 2 has no val",
+TEST_CASE("the fold -> split rule: fold K test, fold K-1 val, the others train, given splits kept, K 2 has no val",
           "[protocol][split]") {
   std::vector<InputFile> files;
   for (int fold = 1; fold <= 5; ++fold)
@@ -173,7 +174,7 @@ TEST_CASE("a group given two splits or two folds is a leakage warning naming it"
   CHECK(files[1].split == 0);
 }
 
-TEST_CASE("--group-by REGEX: Speech Commands' speaker before _nohash_; a path it misses is an error",
+TEST_CASE("melforge-build --group-by REGEX: Speech Commands' speaker before _nohash_, a path it misses is an error",
           "[protocol][scan]") {
   builder::ScanResult scan;
   for (const char* p : {"yes/0a7c2a8d_nohash_0.wav", "yes/0a7c2a8d_nohash_1.wav", "no/0a7c2a8d_nohash_0.wav",
@@ -256,7 +257,7 @@ TEST_CASE("an ordinary corpus gets none of the suspicious-layout warnings", "[pr
   CHECK(has(m, "1 class has a single file"));
 }
 
-TEST_CASE("class order from a classes file; listed classes without files are kept with a warning",
+TEST_CASE("class order from a classes file, listed classes without files are kept with a warning",
           "[protocol][warn]") {
   builder::BuildConfig c;
   c.build.manifest = "m.csv";
@@ -289,7 +290,7 @@ fs::path fold_corpus(const TempDir& d, int per_class) {
 
 }  // namespace
 
-TEST_CASE("a build with folds and groups writes fold, group and the folds attribute; merge carries them",
+TEST_CASE("a build with folds and groups writes fold, group and the folds attribute, merge carries them",
           "[protocol][e2e]") {
   TempDir d;
   auto c = melforge::test::tone_build_config({}, d / "out");
@@ -339,7 +340,7 @@ TEST_CASE("a build with folds and groups writes fold, group and the folds attrib
   CHECK(h5::read_attribute_int64(merged, "folds") == 5);
 }
 
-TEST_CASE("--folds K assigns grouped folds in a build; a corpus without folds writes no fold dataset",
+TEST_CASE("melforge-build --folds K assigns grouped folds in a build, a corpus without folds writes no fold dataset",
           "[protocol][e2e]") {
   TempDir d;
   std::string csv;
@@ -406,7 +407,7 @@ TEST_CASE("a multi-label file counts for every one of its labels in the training
   }
 }
 
-TEST_CASE("a layout's noise bank stands in for a missing --noise; its trial list is staged as trials.txt",
+TEST_CASE("a layout's noise bank stands in for a missing --noise, its trial list is staged as trials.txt",
           "[protocol][layout]") {
   TempDir d;
   melforge::test::write_tone(d / "_background_noise_/white.wav", 440, 800, 8000);

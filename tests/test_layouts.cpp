@@ -416,7 +416,8 @@ TEST_CASE("librispeech: broken metadata is refused naming the file, line and fie
   check_refusals("librispeech");
 }
 
-TEST_CASE("a voxceleb1 build installs its trial list as trials.txt, and a later build without one removes it",
+TEST_CASE("a voxceleb1 build installs its trial list as trials.txt, so does a merge of its shards, and a later build "
+          "without one removes it",
           "[layout][protocol][e2e]") {
   test::TempDir d;
   const fs::path root = standin("voxceleb1");
@@ -431,6 +432,19 @@ TEST_CASE("a voxceleb1 build installs its trial list as trials.txt, and a later 
   CHECK(report["protocol"]["trials"] == "trials.txt");
   CHECK(read(d / "out" / "trials.txt") == read(root / "veri_test2.txt"));
   for (const auto& w : report["warnings"]) CHECK_THAT(w.get<std::string>(), !Catch::Contains("no training file"));
+  std::vector<fs::path> shards;
+  for (const std::string shard : {"1/2", "2/2"}) {
+    builder::BuildConfig part = c;
+    part.build.shard = shard;
+    part.build.output = d / ("shard" + shard.substr(0, 1));
+    builder::run_build(part);
+    shards.push_back(part.build.output);
+  }
+  const nlohmann::json merged = test::merge_shards(shards, d / "merged", false);
+  CHECK(merged["protocol"]["trials"] == "trials.txt");
+  CHECK(read(d / "merged" / "trials.txt") == read(root / "veri_test2.txt"));
+  fs::remove(shards[1] / "trials.txt");
+  CHECK_THROWS_WITH(test::merge_shards(shards, d / "merged2", false), Catch::Contains("trials.txt differs"));
   c.build.layout = "esc50";
   c.build.input = standin("esc50");
   c.build.overwrite = true;

@@ -49,7 +49,8 @@ builder::ManifestOptions fsd50k_options(const fs::path& root) {
 
 }  // namespace
 
-TEST_CASE("--columns reads FSD50K's dev.csv: quoted comma labels, fname without extension, vocabulary order",
+TEST_CASE("melforge-build --columns reads FSD50K's dev.csv: quoted comma labels, fname without extension, "
+          "vocabulary order",
           "[protocol][scan][csv]") {
   TempDir d;
   write_fsd50k(d.path());
@@ -74,7 +75,7 @@ TEST_CASE("--columns reads FSD50K's dev.csv: quoted comma labels, fname without 
   CHECK(r.folds == 0);
 }
 
-TEST_CASE("--columns reads ESC-50's esc50.csv: fold and src_file columns", "[protocol][scan][csv]") {
+TEST_CASE("melforge-build --columns reads ESC-50's esc50.csv: fold and src_file columns", "[protocol][scan][csv]") {
   TempDir d;
   std::string csv = "filename,fold,target,category,esc10,src_file,take\n";
   for (int i = 0; i < 10; ++i) {
@@ -103,7 +104,8 @@ TEST_CASE("--columns reads ESC-50's esc50.csv: fold and src_file columns", "[pro
   }
 }
 
-TEST_CASE("--group-by naming a header column of UrbanSound8K's CSV groups by fsID; known names fold and group",
+TEST_CASE("melforge-build --group-by naming a header column of UrbanSound8K's CSV groups by fsID, known names "
+          "fold and group",
           "[protocol][scan][csv]") {
   TempDir d;
   write_text(d / "metadata/UrbanSound8K.csv",
@@ -133,7 +135,8 @@ TEST_CASE("--group-by naming a header column of UrbanSound8K's CSV groups by fsI
   CHECK(k.folds == 2);
 }
 
-TEST_CASE("--classes: one name a line or a vocabulary CSV; errors name the file and line", "[protocol][scan]") {
+TEST_CASE("melforge-build --classes: one name a line or a vocabulary CSV, errors name the file and "
+          "line", "[protocol][scan]") {
   TempDir d;
   write_text(d / "plain.txt", "\xef\xbb\xbf" "zebra\n  apple \n\nmango\r\n");
   CHECK(builder::read_class_list(d / "plain.txt") == std::vector<std::string>{"zebra", "apple", "mango"});
@@ -191,7 +194,7 @@ TEST_CASE("manifest column errors: a missing column, a label not in the classes,
   }
 }
 
-TEST_CASE("--columns spec errors name --columns", "[protocol][scan]") {
+TEST_CASE("melforge-build --columns spec errors name --columns", "[protocol][scan]") {
   const auto [spec, message] = GENERATE(table<std::string, std::string>({
       {"path=a,label=b,speaker=c", "unknown key 'speaker'"},
       {"path=a,path=b,label=c", "key 'path' is given twice"},

@@ -107,7 +107,7 @@ TEST_CASE("cv trains one run per fold from frames read once, reports mean and st
   }
 }
 
-TEST_CASE("cv on the command line: one summary line; refusals before any work", "[cv]") {
+TEST_CASE("cv on the command line: one summary line, refusals before any work", "[cv]") {
   TempDir tmp;
   const fs::path data = folded_dataset(tmp);
   const std::vector<std::string> base = {"melforge-train", "cv", "--data", data.string(), "--epochs", "1",
