@@ -224,6 +224,19 @@ struct SplitTally {
   }
 };
 
+/// Why the --split ratios left a split without a file: too few classes (--split-by class), too few groups per class
+/// (grouped splits keep each group whole), or too few files per class.
+std::string empty_split_reason(const BuildState& state, bool by_class) {
+  const std::string split = state.config.build.split;
+  if (by_class) return "too few classes for --split " + split + " --split-by class";
+  const bool grouped = std::any_of(state.scan.files.begin(), state.scan.files.end(),
+                                   [](const InputFile& f) { return !f.group.empty(); });
+  if (!grouped) return "too few files per class for --split " + split;
+  return "too few groups per class for --split " + split + " (each group of " +
+         (state.scan.group_by.empty() ? std::string("--group-by") : state.scan.group_by) +
+         " stays in one split); --split-by class puts whole classes in each split (open-set)";
+}
+
 /// Throws FormatError naming the split and why when a split that was given files kept none ("<split> <verb>: all
 /// 12 files were skipped (12 'channel 5 requested ...')"); warns when a split the ratios ask for got no file
 /// (too few files per class) and when a class has no training file.
@@ -237,9 +250,7 @@ void check_splits(BuildState& state, const SplitTally& t, const std::string& ver
   const bool by_class = bo.split_by == SplitBy::class_ || state.scan.open_set;
   for (std::size_t s = 0; s < 3; ++s)
     if (t.kept[s] == 0 && t.skipped[s].empty() && !state.scan.presplit && ratios[s] > 0)
-      warn(state, kSplitNames[s] + " is empty: " +
-                      (by_class ? "too few classes for --split " + bo.split + " --split-by class"
-                                : "too few files per class for --split " + bo.split));
+      warn(state, kSplitNames[s] + " is empty: " + empty_split_reason(state, by_class));
   for (const auto& name : state.class_names)
     if (t.kept[0] > 0 && t.train_kept.count(name) == 0 && (!by_class || t.train_skipped.count(name) != 0))
       warn(state, "class '" + name + "' has no training file" +

@@ -454,4 +454,30 @@ TEST_CASE("a voxceleb1 build installs its trial list as trials.txt, so does a me
   CHECK(fs::exists(d / "out" / "test.h5"));
 }
 
+TEST_CASE("one librispeech subset: chapters too few for the ratios say so and name --split-by class, which fills "
+          "every split",
+          "[layout][protocol][e2e]") {
+  test::TempDir d;
+  builder::BuildConfig c = test::tone_build_config(standin("librispeech") / "train-clean-100", d / "grouped");
+  c.mel.sample_rate = 16000;
+  c.mel.n_fft = 512;
+  c.mel.win_length = 512;
+  c.mel.hop_length = 256;
+  c.build.layout = "librispeech";
+  c.build.extensions = "flac";
+  c.build.split = "0.8,0.1,0.1";
+  const nlohmann::json grouped = builder::run_build(c).report;
+  CHECK(grouped["files"]["per_split"]["val"] == 0);
+  bool said = false;
+  for (const auto& w : grouped["warnings"])
+    said = said || (w.get<std::string>().find("val is empty: too few groups per class") != std::string::npos &&
+                    w.get<std::string>().find("--split-by class") != std::string::npos);
+  CHECK(said);
+  c.build.output = d / "by_class";
+  c.build.split_by = builder::SplitBy::class_;
+  c.build.split = "0.5,0.25,0.25";
+  const nlohmann::json by_class = builder::run_build(c).report;
+  for (const char* split : {"train", "val", "test"}) CHECK(by_class["files"]["per_split"][split].get<int>() > 0);
+}
+
 }  // namespace melforge_test_layouts
