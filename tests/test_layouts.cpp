@@ -416,18 +416,29 @@ TEST_CASE("librispeech: broken metadata is refused naming the file, line and fie
   check_refusals("librispeech");
 }
 
+namespace {
+
+/// A quiet CPU build of stand-in `root` with `layout`, at the stand-ins' 16 kHz (tone_build_config otherwise).
+builder::BuildConfig layout_build_config(const std::string& layout, const fs::path& root, const fs::path& out,
+                                         const std::string& extensions) {
+  builder::BuildConfig c = test::tone_build_config(root, out);
+  c.mel.sample_rate = 16000;
+  c.mel.n_fft = 512;
+  c.mel.win_length = 512;
+  c.mel.hop_length = 256;
+  c.build.layout = layout;
+  c.build.extensions = extensions;
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("a voxceleb1 build installs its trial list as trials.txt, so does a merge of its shards, and a later build "
           "without one removes it",
           "[layout][protocol][e2e]") {
   test::TempDir d;
   const fs::path root = standin("voxceleb1");
-  builder::BuildConfig c = test::tone_build_config(root, d / "out");
-  c.mel.sample_rate = 16000;
-  c.mel.n_fft = 512;
-  c.mel.win_length = 512;
-  c.mel.hop_length = 256;
-  c.build.layout = "voxceleb1";
-  c.build.extensions = "wav";
+  builder::BuildConfig c = layout_build_config("voxceleb1", root, d / "out", "wav");
   const nlohmann::json report = builder::run_build(c).report;
   CHECK(report["protocol"]["trials"] == "trials.txt");
   CHECK(read(d / "out" / "trials.txt") == read(root / "veri_test2.txt"));
@@ -458,13 +469,8 @@ TEST_CASE("one librispeech subset: chapters too few for the ratios say so and na
           "every split",
           "[layout][protocol][e2e]") {
   test::TempDir d;
-  builder::BuildConfig c = test::tone_build_config(standin("librispeech") / "train-clean-100", d / "grouped");
-  c.mel.sample_rate = 16000;
-  c.mel.n_fft = 512;
-  c.mel.win_length = 512;
-  c.mel.hop_length = 256;
-  c.build.layout = "librispeech";
-  c.build.extensions = "flac";
+  builder::BuildConfig c =
+      layout_build_config("librispeech", standin("librispeech") / "train-clean-100", d / "grouped", "flac");
   c.build.split = "0.8,0.1,0.1";
   const nlohmann::json grouped = builder::run_build(c).report;
   CHECK(grouped["files"]["per_split"]["val"] == 0);
