@@ -1,5 +1,6 @@
 #include "mel/mel_args.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -31,6 +32,7 @@ constexpr Spellings<MelScale, 2> kMelScale{{{MelScale::htk, "htk"}, {MelScale::s
 constexpr Spellings<MelNorm, 2> kMelNorm{{{MelNorm::none, "none"}, {MelNorm::slaney, "slaney"}}};
 constexpr Spellings<LogMode, 3> kLogMode{{{LogMode::db, "db"}, {LogMode::ln, "ln"}, {LogMode::none, "none"}}};
 constexpr Spellings<DType, 2> kDType{{{DType::float16, "float16"}, {DType::float32, "float32"}}};
+constexpr Spellings<Features, 2> kFeatures{{{Features::mel, "mel"}, {Features::fbank, "fbank"}}};
 
 /// Spelling of `v` in `table`.
 template <class E, std::size_t N>
@@ -84,6 +86,7 @@ std::string to_string(MelScale v) { return spell(kMelScale, v); }
 std::string to_string(MelNorm v) { return spell(kMelNorm, v); }
 std::string to_string(LogMode v) { return spell(kLogMode, v); }
 std::string to_string(DType v) { return spell(kDType, v); }
+std::string to_string(Features v) { return spell(kFeatures, v); }
 
 Window parse_window(const std::string& s) { return parse(kWindow, s, "window"); }
 PadMode parse_pad_mode(const std::string& s) { return parse(kPadMode, s, "pad mode"); }
@@ -91,6 +94,7 @@ MelScale parse_mel_scale(const std::string& s) { return parse(kMelScale, s, "mel
 MelNorm parse_mel_norm(const std::string& s) { return parse(kMelNorm, s, "mel norm"); }
 LogMode parse_log_mode(const std::string& s) { return parse(kLogMode, s, "log mode"); }
 DType parse_dtype(const std::string& s) { return parse(kDType, s, "dtype"); }
+Features parse_features(const std::string& s) { return parse(kFeatures, s, "features"); }
 
 std::istream& operator>>(std::istream& in, Window& v) { return read_enum(in, v, parse_window); }
 std::istream& operator>>(std::istream& in, PadMode& v) { return read_enum(in, v, parse_pad_mode); }
@@ -98,19 +102,42 @@ std::istream& operator>>(std::istream& in, MelScale& v) { return read_enum(in, v
 std::istream& operator>>(std::istream& in, MelNorm& v) { return read_enum(in, v, parse_mel_norm); }
 std::istream& operator>>(std::istream& in, LogMode& v) { return read_enum(in, v, parse_log_mode); }
 std::istream& operator>>(std::istream& in, DType& v) { return read_enum(in, v, parse_dtype); }
+std::istream& operator>>(std::istream& in, Features& v) { return read_enum(in, v, parse_features); }
 std::ostream& operator<<(std::ostream& out, Window v) { return out << to_string(v); }
 std::ostream& operator<<(std::ostream& out, PadMode v) { return out << to_string(v); }
 std::ostream& operator<<(std::ostream& out, MelScale v) { return out << to_string(v); }
 std::ostream& operator<<(std::ostream& out, MelNorm v) { return out << to_string(v); }
 std::ostream& operator<<(std::ostream& out, LogMode v) { return out << to_string(v); }
 std::ostream& operator<<(std::ostream& out, DType v) { return out << to_string(v); }
+std::ostream& operator<<(std::ostream& out, Features v) { return out << to_string(v); }
 
 int MelArgs::n_frames(int64_t samples) const {
   if (n_fft < 1 || hop() < 1 || samples < 0) return 0;
+  if (is_fbank()) return static_cast<int>(fbank.n_frames(samples, sample_rate));
   return frame_count(samples, n_fft, hop(), pad());
 }
 
+int64_t MelArgs::clip_frames(int64_t samples) const {
+  if (is_fbank()) return std::max<int64_t>(fbank.n_frames(samples, sample_rate), 1);
+  return mel::clip_frames(samples, n_fft, hop(), pad());
+}
+
+void MelArgs::use_fbank(const fbank::FbankArgs& f) {
+  f.validate(sample_rate);
+  features = Features::fbank;
+  fbank = f;
+  n_fft = f.padded_window_size(sample_rate);
+  win_length = f.window_size(sample_rate);
+  hop_length = f.window_shift(sample_rate);
+  n_mels = f.bins();
+  center = false;
+}
+
 void MelArgs::validate(int64_t segment_samples) const {
+  if (is_fbank()) {
+    validate_fbank(segment_samples);
+    return;
+  }
   require(sample_rate > 0, "sample_rate must be > 0, got " + std::to_string(sample_rate));
   require(n_fft >= 2 && n_fft <= kMaxNfft,
           "n_fft must be in [2, " + std::to_string(kMaxNfft) + "], got " + std::to_string(n_fft));
@@ -158,7 +185,23 @@ void MelArgs::validate(int64_t segment_samples) const {
   }
 }
 
+void MelArgs::validate_fbank(int64_t segment_samples) const {
+  require(sample_rate > 0, "sample_rate must be > 0, got " + std::to_string(sample_rate));
+  fbank.validate(sample_rate);
+  require(n_fft == fbank.padded_window_size(sample_rate) && win_length == fbank.window_size(sample_rate) &&
+              hop_length == fbank.window_shift(sample_rate) && n_mels == fbank.bins() && !center,
+          "fbank: n_fft, win_length, hop_length, n_mels and center must be those the fbank parameters give "
+          "(MelArgs::use_fbank sets them)");
+  if (segment_samples > 0) {
+    require(n_frames(segment_samples) >= 1,
+            "a short segment of " + std::to_string(segment_samples) + " samples gives no fbank frame of " +
+                std::to_string(win_length) + " samples (--frame-length " + format_float(float(fbank.frame_length)) +
+                " ms): raise --short-seconds or lower --frame-length");
+  }
+}
+
 std::string MelArgs::to_string() const {
+  if (is_fbank()) return "features=fbank sample_rate=" + std::to_string(sample_rate) + " " + fbank.to_string();
   std::ostringstream s;
   s << "sample_rate=" << sample_rate << " n_fft=" << n_fft << " win_length=" << win() << " hop_length=" << hop()
     << " window=" << window << " center=" << (center ? "true" : "false") << " pad_mode=" << pad_mode

@@ -4,6 +4,8 @@
 #include <iosfwd>
 #include <string>
 
+#include "fbank/fbank_args.h"
+
 namespace boost::program_options {
 class options_description;
 }
@@ -24,6 +26,9 @@ enum class MelNorm { none, slaney };
 enum class LogMode { db, ln, none };
 /// Element type of the stored spectrograms.
 enum class DType { float16, float32 };
+/// Feature front-end: torchaudio's MelSpectrogram followed by `log` (mel), or Kaldi's filterbank as
+/// torchaudio.compliance.kaldi.fbank computes it (fbank; MelArgs::fbank holds its parameters).
+enum class Features { mel, fbank };
 
 /// Spelling of each enum value as used on the command line, in HDF5 attributes and in JSON.
 std::string to_string(Window v);
@@ -32,6 +37,7 @@ std::string to_string(MelScale v);
 std::string to_string(MelNorm v);
 std::string to_string(LogMode v);
 std::string to_string(DType v);
+std::string to_string(Features v);
 /// Parsers for the spellings above, in any letter case (`Slaney`, `HTK`, `Hann`; torchaudio itself is
 /// case-sensitive, so every spelling it takes is accepted); throw InvalidArgument naming the accepted values.
 Window parse_window(const std::string& s);
@@ -40,6 +46,7 @@ MelScale parse_mel_scale(const std::string& s);
 MelNorm parse_mel_norm(const std::string& s);
 LogMode parse_log_mode(const std::string& s);
 DType parse_dtype(const std::string& s);
+Features parse_features(const std::string& s);
 /// Stream operators so that Boost.Program_options reads and prints the enums.
 std::istream& operator>>(std::istream& in, Window& v);
 std::istream& operator>>(std::istream& in, PadMode& v);
@@ -47,12 +54,14 @@ std::istream& operator>>(std::istream& in, MelScale& v);
 std::istream& operator>>(std::istream& in, MelNorm& v);
 std::istream& operator>>(std::istream& in, LogMode& v);
 std::istream& operator>>(std::istream& in, DType& v);
+std::istream& operator>>(std::istream& in, Features& v);
 std::ostream& operator<<(std::ostream& out, Window v);
 std::ostream& operator<<(std::ostream& out, PadMode v);
 std::ostream& operator<<(std::ostream& out, MelScale v);
 std::ostream& operator<<(std::ostream& out, MelNorm v);
 std::ostream& operator<<(std::ostream& out, LogMode v);
 std::ostream& operator<<(std::ostream& out, DType v);
+std::ostream& operator<<(std::ostream& out, Features v);
 
 /// Log-mel spectrogram parameters. Field names equal the flag names with underscores, and the HDF5 attribute names.
 struct MelArgs {
@@ -89,6 +98,19 @@ struct MelArgs {
   float amin = 1e-10f;
   /// Offset for `log ln`: log(x + log_eps).
   float log_eps = 1e-6f;
+  /// Front-end. With fbank, `fbank` holds the parameters and the fields above that the engines size buffers with
+  /// are derived from it by use_fbank (n_fft = padded window, win_length = window, hop_length = shift, n_mels =
+  /// fbank.bins() output columns, center false); the mel-only fields (window, pad_mode, power, f_min, f_max,
+  /// mel_scale, mel_norm, log, amin, log_eps) are not used.
+  Features features = Features::mel;
+  /// Kaldi filterbank parameters; used when features is fbank.
+  fbank::FbankArgs fbank;
+
+  /// Selects Kaldi's filterbank with `f` at this sample_rate and derives n_fft, win_length, hop_length, n_mels and
+  /// center from it. Throws InvalidArgument when `f` is invalid at sample_rate (FbankArgs::validate).
+  void use_fbank(const fbank::FbankArgs& f);
+  /// Whether the front-end is Kaldi's filterbank.
+  bool is_fbank() const { return features == Features::fbank; }
 
   /// Effective window length, samples.
   int win() const { return win_length > 0 ? win_length : n_fft; }
@@ -100,8 +122,11 @@ struct MelArgs {
   int n_freqs() const { return n_fft / 2 + 1; }
   /// Padding added on each side of a segment: n_fft/2 when centred, else 0.
   int pad() const { return center ? n_fft / 2 : 0; }
-  /// Number of frames for a segment of `samples` samples (torch.stft's count); 0 if too short.
+  /// Number of frames for a segment of `samples` samples (torch.stft's count, or fbank.n_frames); 0 if too short.
   int n_frames(int64_t samples) const;
+  /// Frames a whole clip of `samples` samples gets from MelEngine::compute_clips: the count above (as int64), or 1
+  /// when that is 0 (the clip is zero-padded to one frame and flagged kClipPaddedToFrame).
+  int64_t clip_frames(int64_t samples) const;
   /// Largest n_fft accepted (validate). Bounds the filterbank's size and build time for any accepted n_mels.
   static constexpr int kMaxNfft = 1 << 16;
   /// Throws InvalidArgument when a parameter is out of range (n_fft above kMaxNfft, n_mels above n_fft/2+1, f_max
@@ -111,6 +136,10 @@ struct MelArgs {
   void validate(int64_t segment_samples = 0) const;
   /// One line with every effective parameter, for logs.
   std::string to_string() const;
+
+ private:
+  /// validate() for features fbank.
+  void validate_fbank(int64_t segment_samples) const;
 };
 
 /// Registers the mel flags (--sample-rate, --n-fft, ... --log-eps), bound to the fields of `args`, whose current

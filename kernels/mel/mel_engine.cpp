@@ -67,6 +67,18 @@ ClipBatch ClipBatch::slice(int64_t first, int64_t last) const {
   return sub;
 }
 
+namespace {
+/// Whether a clip of `samples` samples reads zeros beyond the signal under Kaldi framing: snip_edges false and a
+/// frame reaching past one mirror image (fbank::kaldi_mirror_index), or a clip padded to its one frame.
+bool fbank_zero_edges(const MelArgs& args, int64_t samples) {
+  if (args.fbank.snip_edges || samples == 0) return false;
+  const int64_t frames = args.clip_frames(samples);
+  const int64_t first = args.fbank.frame_start(0, args.sample_rate);
+  const int64_t last = args.fbank.frame_start(frames - 1, args.sample_rate) + args.win() - 1;
+  return first < -samples || last >= 2 * samples;
+}
+}  // namespace
+
 ClipBatch plan_clips(const MelArgs& args, DType dtype, std::span<const int64_t> sample_offsets) {
   args.validate();
   if (sample_offsets.empty()) throw InvalidArgument("a clip batch needs C + 1 sample offsets, got none");
@@ -80,7 +92,7 @@ ClipBatch plan_clips(const MelArgs& args, DType dtype, std::span<const int64_t> 
   const size_t clips = sample_offsets.size() - 1;
   batch.frame_offsets.resize(clips + 1, 0);
   batch.flags.resize(clips, 0);
-  const int n_fft = args.n_fft, hop = args.hop(), pad = args.pad();
+  const int pad = args.pad();
   const bool reflect = args.center && args.pad_mode == PadMode::reflect;
   for (size_t c = 0; c < clips; ++c) {
     const int64_t samples = sample_offsets[c + 1] - sample_offsets[c];
@@ -88,10 +100,11 @@ ClipBatch plan_clips(const MelArgs& args, DType dtype, std::span<const int64_t> 
       throw InvalidArgument("clip sample offsets must not decrease: clip " + std::to_string(c) + " is [" +
                             std::to_string(sample_offsets[c]) + ", " + std::to_string(sample_offsets[c + 1]) + ")");
     }
-    batch.frame_offsets[c + 1] = batch.frame_offsets[c] + clip_frames(samples, n_fft, hop, pad);
+    batch.frame_offsets[c + 1] = batch.frame_offsets[c] + args.clip_frames(samples);
     uint8_t flags = 0;
-    if (samples == 0 || stft_frames(samples, n_fft, hop, pad) == 0) flags |= kClipPaddedToFrame;
-    if (reflect && !clip_reflects(samples, pad, reflect)) flags |= kClipZeroEdges;
+    if (samples == 0 || args.n_frames(samples) == 0) flags |= kClipPaddedToFrame;
+    if (args.is_fbank() ? fbank_zero_edges(args, samples) : reflect && !clip_reflects(samples, pad, reflect))
+      flags |= kClipZeroEdges;
     batch.flags[c] = flags;
   }
   return batch;
