@@ -15,7 +15,9 @@ from ._core import (  # noqa: F401
 )
 
 # Each area's public names (one line each; keep the order: mel, audio, build, data, cv, evaluate, predict, models).
-from .mel import MelSpectrogram  # noqa: F401,E402
+# MelSpectrogram and Fbank are resolved by __getattr__ below (torch.nn.Modules when torch is importable).
+from .mel import clear_cache, cache_info, set_cache_limit  # noqa: F401,E402
+from . import compliance  # noqa: F401,E402
 from .audio import load, info  # noqa: F401,E402
 from .build import build  # noqa: F401,E402
 from .data import Batch, Dataset, Example, Loader  # noqa: F401,E402
@@ -26,9 +28,14 @@ from .predict import predict  # noqa: F401,E402
 
 def __getattr__(name):
     """`melforge.models` (python/melforge/models.py) imports torch, so it is loaded on first use, not by
-    `import melforge`."""
-    if name == "models":
-        import importlib
+    `import melforge`; so are `MelSpectrogram` and `Fbank`, torch.nn.Modules when torch is importable (plain callables
+    on NumPy arrays otherwise)."""
+    import importlib
 
+    if name == "models":
         return importlib.import_module(".models", __name__)
+    if name == "MelSpectrogram":
+        return importlib.import_module(".mel", __name__).__getattr__(name)
+    if name == "Fbank":
+        return importlib.import_module(".fbank", __name__).__getattr__(name)
     raise AttributeError(f"module 'melforge' has no attribute '{name}'")
