@@ -112,8 +112,9 @@ def engine_on_tensor(compute, x):
     """compute (NumPy float32 [..., time] -> float32 array) on a detached CPU float32 copy of tensor x; the result as a
     tensor of x's dtype on x's device."""
     import torch
-    out = torch.from_numpy(compute(x.detach().to("cpu", torch.float32).numpy()))
-    return out.to(device=x.device, dtype=x.dtype)
+    cpu32 = x.device.type == "cpu" and x.dtype == torch.float32
+    out = torch.from_numpy(compute(x.detach().numpy() if cpu32 else x.detach().to("cpu", torch.float32).numpy()))
+    return out if cpu32 else out.to(device=x.device, dtype=x.dtype)
 
 
 def _window_name(window_fn):

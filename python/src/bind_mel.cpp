@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <map>
 #include <memory>
@@ -247,11 +248,13 @@ class MelCompute {
     return 1.0 / std::sqrt(sum);
   }
 
-  /// The cached engine for rows of `samples` samples (0 for fbank: any length) on `threads` threads, built (after
-  /// validating the parameters for that length) on first use.
+  /// The cached engine for rows of `samples` samples (0 for fbank: any length, through compute_clips) on `threads`
+  /// threads, built (after validating the parameters for that length) on first use. A fbank engine is sized for a
+  /// segment of one full FFT block (cpu_block_frames), so that compute_clips batches that many frames per FFT call.
   EngineCache::Entry engine(int64_t samples, int threads) {
     return EngineCache::instance().get({id_, samples, threads}, [&] {
-      const int64_t segment = samples > 0 ? samples : args_.win();
+      const int block = mel::cpu_block_frames(std::numeric_limits<int>::max(), args_.n_fft);
+      const int64_t segment = samples > 0 ? samples : args_.win() + static_cast<int64_t>(block) * args_.hop();
       args_.validate(segment);
       mel::EngineConfig config;
       config.mel = engine_args_;

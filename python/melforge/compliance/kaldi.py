@@ -30,20 +30,6 @@ def _clear():
 _mel._clear_hooks.append(_clear)
 
 
-def _core_for(p, threads):
-    """The engine object for parameters `p` (cached for the last _MAX_CORES sets)."""
-    key = (tuple(sorted(p.items())), threads)
-    core = _cores.get(key)
-    if core is None:
-        kwargs = {k: v for k, v in p.items()}
-        core = _PlainFbank(threads=threads, backend="engine", **kwargs)
-        _cores[key] = core
-        while len(_cores) > _MAX_CORES:
-            _cores.popitem(last=False)
-    _cores.move_to_end(key)
-    return core
-
-
 def _row(waveform, channel):
     """The channel torchaudio takes: waveform[max(channel, 0)] of [channels, time] ([time] is taken as one channel)."""
     shape = tuple(waveform.shape)
@@ -80,6 +66,29 @@ def fbank(waveform, blackman_coeff=0.42, channel=-1, dither=0.0, energy_floor=1.
     torchaudio asserts (a waveform shorter than one window, a bad channel), melforge.InvalidArgument for other bad
     parameters, NotImplementedError for vtln_warp != 1.
     """
+    key = tuple((type(v), v) for v in (
+        blackman_coeff, dither, energy_floor, frame_length, frame_shift, high_freq, htk_compat, low_freq,
+        num_mel_bins, preemphasis_coefficient, raw_energy, remove_dc_offset, round_to_power_of_two, sample_frequency,
+        snip_edges, subtract_mean, use_energy, use_log_fbank, use_power, vtln_high, vtln_low, vtln_warp, window_type,
+        dither_seed, threads))
+    try:
+        core = _cores.get(key)
+    except TypeError:  # an unhashable value: _make_core's checks name it
+        core = None
+    if core is None:
+        core = _make_core(key)
+    else:
+        _cores.move_to_end(key)
+    return _compute(core, waveform, channel, min_duration, backend)
+
+
+def _make_core(key):
+    """Checks the parameters of a fbank call (`key`: its (type, value) pairs in fbank's order, then threads) and caches
+    the engine object for them under `key` (the last _MAX_CORES parameter sets are kept)."""
+    (blackman_coeff, dither, energy_floor, frame_length, frame_shift, high_freq, htk_compat, low_freq, num_mel_bins,
+     preemphasis_coefficient, raw_energy, remove_dc_offset, round_to_power_of_two, sample_frequency, snip_edges,
+     subtract_mean, use_energy, use_log_fbank, use_power, vtln_high, vtln_low, vtln_warp, window_type, dither_seed,
+     threads) = (v for _, v in key)
     p, rate = fbank_params(dict(
         blackman_coeff=blackman_coeff, dither=dither, energy_floor=energy_floor, frame_length=frame_length,
         frame_shift=frame_shift, high_freq=high_freq, htk_compat=htk_compat, low_freq=low_freq,
@@ -88,21 +97,31 @@ def fbank(waveform, blackman_coeff=0.42, channel=-1, dither=0.0, energy_floor=1.
         sample_frequency=sample_frequency, snip_edges=snip_edges, subtract_mean=subtract_mean, use_energy=use_energy,
         use_log_fbank=use_log_fbank, use_power=use_power, vtln_high=vtln_high, vtln_low=vtln_low,
         vtln_warp=vtln_warp, window_type=window_type, dither_seed=dither_seed))
-    threads, backend = check_threads(threads), check_backend(backend)
+    core = _PlainFbank(threads=check_threads(threads), backend="engine", **p)
+    _cores[key] = core
+    while len(_cores) > _MAX_CORES:
+        _cores.popitem(last=False)
+    return core
+
+
+def _compute(core, waveform, channel, min_duration, backend):
+    """kaldi.fbank's work once its engine object `core` is known: channel, sizes, min_duration, then the path."""
+    check_backend(backend)
     tensor = is_tensor(waveform)
     if tensor and waveform.is_complex():
         raise InvalidArgument("kaldi.fbank: the waveform must be real, got a complex tensor")
     if not tensor:
         waveform = np.asarray(waveform)
-    core = _core_for(p, threads)
     row = _row(waveform, channel)
     samples = row.shape[-1]
     if not 2 <= core.window_size <= samples:
         raise FbankAssertionError(short_signal_message("kaldi.fbank", samples, core.window_size))
-    if samples < min_duration * p["sample_frequency"]:
+    if not isinstance(min_duration, (int, float, np.integer, np.floating)) or isinstance(min_duration, bool):
+        raise InvalidArgument(f"min_duration must be a number of seconds, got {min_duration!r}")
+    if samples < min_duration * core.sample_frequency:
         return waveform.new_empty(0) if tensor else np.empty(0, np.float32)
     if not tensor:
         return core.forward(row)[0]
     if choose_path(waveform, backend, "melforge.compliance.kaldi.fbank") == "torch":
-        return torch_fbank(row, p, rate, core.banks())[0]
+        return torch_fbank(row, core.params, core.sample_rate, core.banks())[0]
     return core.engine_tensor(row)[0]
