@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kMelBlock) mel_frames_kernel(MelParams p) {
 
 /// Sum over the block's kFbankBlock threads of `v` (tree_level's order), returned to every thread. `partial` is the
 /// block's shared [kFbankBlock] array; every thread of the block must call it.
-__device__ float fbank_block_sum(float* partial, float v) {
+__device__ double fbank_block_sum(double* partial, double v) {
   const int tid = static_cast<int>(threadIdx.x);
   partial[tid] = v;
   __syncthreads();
@@ -131,7 +131,7 @@ __device__ float fbank_block_sum(float* partial, float v) {
     if (tid < h) tree_level(partial, tid, h);
     __syncthreads();
   }
-  const float total = partial[0];
+  const double total = partial[0];
   __syncthreads();
   return total;
 }
@@ -140,20 +140,21 @@ __device__ float fbank_block_sum(float* partial, float v) {
 /// the written frame and its energy after the window (raw_energy false), as the phases of mel_cuda_kernels.h. Every
 /// branch around a block sum depends only on the parameters, so all threads of a block reach each __syncthreads.
 __global__ void __launch_bounds__(kFbankBlock) fbank_gather_kernel(FbankFrameParams p) {
-  __shared__ float partial[kFbankBlock];
+  __shared__ double partial[kFbankBlock];
   const int64_t row = blockIdx.x;
   if (row >= p.rows) return;
   const int tid = static_cast<int>(threadIdx.x);
   const FbankFrameSource src = fbank_frame_source(p, row);
   float mean = 0.0f;
   if (p.remove_dc_offset) {
-    mean = fbank_block_sum(partial, fbank_partial_sum(p, src, tid, kFbankBlock)) / static_cast<float>(p.win);
+    const double sum = fbank_block_sum(partial, fbank_partial_sum(p, src, tid, kFbankBlock));
+    mean = static_cast<float>(sum) / static_cast<float>(p.win);
   }
-  float energy = 0.0f;
+  double energy = 0.0;
   if (p.energy != nullptr && p.raw_energy) {
     energy = fbank_block_sum(partial, fbank_partial_raw_energy(p, src, mean, tid, kFbankBlock));
   }
-  const float written = fbank_write_frame(p, src, mean, row, tid, kFbankBlock);
+  const double written = fbank_write_frame(p, src, mean, row, tid, kFbankBlock);
   if (p.energy == nullptr) return;
   if (!p.raw_energy) energy = fbank_block_sum(partial, written);
   if (tid == 0) p.energy[row] = src.valid ? fbank_frame_log_energy(p, energy) : 0.0f;

@@ -325,23 +325,25 @@ MELFORGE_HD float fbank_raw_sample(const FbankFrameParams& p, const FbankFrameSo
 }
 
 /// Phase 1 of the fbank gather for thread `thread` of `block_dim`: its part of the frame's sum of raw samples (j =
-/// thread, thread + block_dim, ... < win). The block's sum over threads (tree_sum order) divided by win is the
-/// frame's mean.
-MELFORGE_HD float fbank_partial_sum(const FbankFrameParams& p, const FbankFrameSource& s, int thread, int block_dim) {
-  float acc = 0.0f;
+/// thread, thread + block_dim, ... < win), in double as the CPU engine sums. The block's sum over threads
+/// (tree_level's order), rounded to float and divided by win, is the frame's mean.
+MELFORGE_HD double fbank_partial_sum(const FbankFrameParams& p, const FbankFrameSource& s, int thread,
+                                     int block_dim) {
+  double acc = 0.0;
   if (!s.valid) return acc;
-  for (int j = thread; j < p.win; j += block_dim) acc += fbank_raw_sample(p, s, j);
+  for (int j = thread; j < p.win; j += block_dim) acc += static_cast<double>(fbank_raw_sample(p, s, j));
   return acc;
 }
 
-/// Phase 2 (raw_energy): this thread's part of the sum of squares of the frame after DC removal (raw sample - mean).
-MELFORGE_HD float fbank_partial_raw_energy(const FbankFrameParams& p, const FbankFrameSource& s, float mean, int thread,
-                                           int block_dim) {
-  float acc = 0.0f;
+/// Phase 2 (raw_energy): this thread's part of the sum of squares of the frame after DC removal (raw sample - mean),
+/// each square rounded to float, summed in double.
+MELFORGE_HD double fbank_partial_raw_energy(const FbankFrameParams& p, const FbankFrameSource& s, float mean,
+                                            int thread, int block_dim) {
+  double acc = 0.0;
   if (!s.valid) return acc;
   for (int j = thread; j < p.win; j += block_dim) {
     const float u = fbank_raw_sample(p, s, j) - mean;
-    acc += u * u;
+    acc += static_cast<double>(u * u);
   }
   return acc;
 }
@@ -349,11 +351,11 @@ MELFORGE_HD float fbank_partial_raw_energy(const FbankFrameParams& p, const Fban
 /// Phase 3: writes this thread's samples n = thread, thread + block_dim, ... < n_fft of row `row`'s frame: for n < win
 /// window[n] * (u[n] - preemphasis * u[n - 1]) with u = raw sample - mean and u[-1] = u[0] (each value recomputed
 /// from the input, so no thread reads another's output); zeros for n >= win and for a padding row. Returns this
-/// thread's part of the sum of squares of what it wrote (the energy when raw_energy is false).
-MELFORGE_HD float fbank_write_frame(const FbankFrameParams& p, const FbankFrameSource& s, float mean, int64_t row,
-                                    int thread, int block_dim) {
+/// thread's part of the sum of squares of what it wrote, in double (the energy when raw_energy is false).
+MELFORGE_HD double fbank_write_frame(const FbankFrameParams& p, const FbankFrameSource& s, float mean, int64_t row,
+                                     int thread, int block_dim) {
   float* frame = p.frames + row * p.n_fft;
-  float acc = 0.0f;
+  double acc = 0.0;
   for (int n = thread; n < p.n_fft; n += block_dim) {
     float y = 0.0f;
     if (s.valid && n < p.win) {
@@ -362,18 +364,19 @@ MELFORGE_HD float fbank_write_frame(const FbankFrameParams& p, const FbankFrameS
       y = p.window[n] * (u - p.preemphasis * prev);
     }
     frame[n] = y;
-    acc += y * y;
+    acc += static_cast<double>(y * y);
   }
   return acc;
 }
 
 /// Sums a[0, n) in place by halving (n a power of two): a[i] += a[i + h] for h = n/2, n/4, ..., 1, i < h; the sum is
 /// a[0]. The device does the same additions in the same order, one level per __syncthreads (mel_cuda.cu).
-MELFORGE_HD void tree_level(float* a, int i, int h) { a[i] = a[i] + a[i + h]; }
+MELFORGE_HD void tree_level(double* a, int i, int h) { a[i] = a[i] + a[i + h]; }
 
-/// The frame's log energy from the sum of squares `energy` (kaldi_log_energy with the params' floor).
-MELFORGE_HD float fbank_frame_log_energy(const FbankFrameParams& p, float energy) {
-  return fbank::kaldi_log_energy(energy, p.log_energy_floor, p.floored);
+/// The frame's log energy from the sum of squares `energy` (rounded to float, then kaldi_log_energy with the params'
+/// floor).
+MELFORGE_HD float fbank_frame_log_energy(const FbankFrameParams& p, double energy) {
+  return fbank::kaldi_log_energy(static_cast<float>(energy), p.log_energy_floor, p.floored);
 }
 
 /// Host: the FbankFrameParams fields that come from `args` (features fbank): sizes, edges, dither, DC removal,
