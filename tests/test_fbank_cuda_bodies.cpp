@@ -208,6 +208,27 @@ double tolerance(double want, double scale, const FbankCase& c, DType dtype) {
   return rel * std::abs(want) + (c.fbank.use_log_fbank ? 2e-3 : 1e-5 * scale) + underflow;
 }
 
+/// The engine's first subtract_mean pass on the host: adds the launch's piece sums stats[pieces][cols] to the sums of
+/// their clips (piece i holds clip first_clip + i).
+void add_piece_sums(const std::vector<double>& stats, int64_t pieces, int cols, int64_t first_clip,
+                    std::vector<double>& clip_sums) {
+  for (int64_t i = 0; i < pieces * cols; ++i) {
+    clip_sums[static_cast<size_t>(first_clip * cols + i)] += stats[static_cast<size_t>(i)];
+  }
+}
+
+/// The engine's second pass on the host: stats[i][col] = the float mean of column col of piece i's clip.
+void set_piece_means(const std::vector<double>& clip_sums, const ClipBatch& batch, int64_t pieces, int cols,
+                     int64_t first_clip, std::vector<double>& stats) {
+  for (int64_t i = 0; i < pieces; ++i) {
+    const auto n = static_cast<double>(batch.frames(first_clip + i));
+    for (int col = 0; col < cols; ++col) {
+      const double sum = clip_sums[static_cast<size_t>((first_clip + i) * cols + col)];
+      stats[static_cast<size_t>(i * cols + col)] = static_cast<double>(static_cast<float>(sum / n));
+    }
+  }
+}
+
 /// The engine's compute_clips on the CPU through the bodies: fill_clip_launch, gather, DFT, frame-major fbank mel,
 /// and for subtract_mean the sum pass (piece sums added per clip) then the subtract pass. Returns [F][bins].
 std::vector<unsigned char> emulate_clips(const EngineConfig& config, const Filterbank& fb, const float* samples,
@@ -274,18 +295,10 @@ std::vector<unsigned char> emulate_clips(const EngineConfig& config, const Filte
       if (pass == 1) {
         s.total = clip.pieces * cols;
         over_grid(s, s.total, fbank_piece_sum_element);
-        for (int64_t i = 0; i < fill.pieces * cols; ++i) {
-          clip_sums[static_cast<size_t>(first_clip * cols + i)] += stats[static_cast<size_t>(i)];
-        }
+        add_piece_sums(stats, fill.pieces, cols, first_clip, clip_sums);
       }
       if (pass == 2) {
-        for (int64_t i = 0; i < fill.pieces; ++i) {
-          const auto n = static_cast<double>(batch.frames(first_clip + i));
-          for (int col = 0; col < cols; ++col) {
-            const double sum = clip_sums[static_cast<size_t>((first_clip + i) * cols + col)];
-            stats[static_cast<size_t>(i * cols + col)] = static_cast<double>(static_cast<float>(sum / n));
-          }
-        }
+        set_piece_means(clip_sums, batch, fill.pieces, cols, first_clip, stats);
         s.total = clip.rows * cols;
         over_grid(s, s.total, fbank_piece_subtract_element);
       }
