@@ -3,7 +3,8 @@
 // clip launches as fill_clip_launch fills them (with NaN after each launch's input, so a read outside it shows) and
 // the engine's two subtract_mean passes over clip launches. Compared with a naive Kaldi fbank written from
 // torchaudio.compliance.kaldi.fbank's steps in double. This is what checks the CUDA fbank math on machines
-// without a device; the [cuda] test (test_fbank_cuda.cpp) runs the real kernels.
+// without a device; the [cuda] test (test_fbank_cuda.cpp) runs the real kernels. The bodies need the CUDA headers
+// (cuda_fp16.h): a build without CUDA has only the framing test.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -17,8 +18,10 @@
 #include "fbank_cuda_cases.h"
 #include "mel/filterbank.h"
 #include "mel/mel_cuda.h"
-#include "mel/mel_cuda_kernels.h"
 #include "mel/mel_engine.h"
+#if defined(MELFORGE_HAVE_CUDA)
+#include "mel/mel_cuda_kernels.h"
+#endif
 #include "mel_clips.h"
 #include "mel_reference.h"
 
@@ -28,6 +31,8 @@ using namespace melforge;
 using namespace melforge::mel;
 using namespace melforge::mel::cuda;
 using melforge::test::FbankCase;
+
+#if defined(MELFORGE_HAVE_CUDA)
 
 namespace {
 
@@ -429,6 +434,8 @@ TEST_CASE("CUDA fbank kernel bodies on the CPU match a naive Kaldi fbank, clips 
     }
   }
 }
+
+#endif
 
 TEST_CASE("fbank clip framing: every sample a clip launch's frames read lies in the piece's uploaded range",
           "[fbank][cuda_host]") {
