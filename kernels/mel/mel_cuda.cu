@@ -3,6 +3,12 @@
 // compute_clips has a second graph per slot on the same plan and buffers: clip gather kernel -> the same cuFFT plan ->
 // frame-major mel kernel. Its launches carry variable amounts (pieces, samples, rows), so its copies are issued on the
 // slot's stream around the graph, each of exactly the bytes the launch holds.
+// Kaldi fbank (MelArgs::features fbank) runs on the same slots, plans and graphs with its own kernels: the fbank
+// gather (one block per FFT row: dither, DC removal, raw energy, pre-emphasis, window and zero padding, with block sums
+// in shared memory) -> the same cuFFT plan -> the fbank mel kernel (Kaldi bank, log, energy column). With
+// subtract_mean, segments get a column-mean kernel inside their graph; clips take two passes over the batch (a clip may
+// span launches): the first graph sums each piece's columns (the host adds them up per clip), the second subtracts
+// each clip's means uploaded with its launch.
 // The library links libcudart and libcufft dynamically: machines without the CUDA toolkit need a build configured
 // with -DMELFORGE_CUDA=OFF (mel_cuda_stub.cpp), where cuda_available() is false.
 // Compiled with --fmad=false (kernels/CMakeLists.txt): no a * b + c is contracted into an FMA, so the window, power,
@@ -115,6 +121,65 @@ __global__ void __launch_bounds__(kMelBlock) mel_frames_kernel(MelParams p) {
   mel_frame_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
+/// Sum over the block's kFbankBlock threads of `v` (tree_level's order), returned to every thread. `partial` is the
+/// block's shared [kFbankBlock] array; every thread of the block must call it.
+__device__ double fbank_block_sum(double* partial, double v) {
+  const int tid = static_cast<int>(threadIdx.x);
+  partial[tid] = v;
+  __syncthreads();
+  for (int h = kFbankBlock / 2; h > 0; h /= 2) {
+    if (tid < h) tree_level(partial, tid, h);
+    __syncthreads();
+  }
+  const double total = partial[0];
+  __syncthreads();
+  return total;
+}
+
+/// One block of kFbankBlock threads per FFT row (blockIdx.x): the frame's mean (remove_dc_offset), its raw energy,
+/// the written frame and its energy after the window (raw_energy false), as the phases of mel_cuda_kernels.h. Every
+/// branch around a block sum depends only on the parameters, so all threads of a block reach each __syncthreads.
+__global__ void __launch_bounds__(kFbankBlock) fbank_gather_kernel(FbankFrameParams p) {
+  __shared__ double partial[kFbankBlock];
+  const int64_t row = blockIdx.x;
+  if (row >= p.rows) return;
+  const int tid = static_cast<int>(threadIdx.x);
+  const FbankFrameSource src = fbank_frame_source(p, row);
+  float mean = 0.0f;
+  if (p.remove_dc_offset) {
+    const double sum = fbank_block_sum(partial, fbank_partial_sum(p, src, tid, kFbankBlock));
+    mean = static_cast<float>(sum) / static_cast<float>(p.win);
+  }
+  double energy = 0.0;
+  if (p.energy != nullptr && p.raw_energy) {
+    energy = fbank_block_sum(partial, fbank_partial_raw_energy(p, src, mean, tid, kFbankBlock));
+  }
+  const double written = fbank_write_frame(p, src, mean, row, tid, kFbankBlock);
+  if (p.energy == nullptr) return;
+  if (!p.raw_energy) energy = fbank_block_sum(partial, written);
+  if (tid == 0) p.energy[row] = src.valid ? fbank_frame_log_energy(p, energy) : 0.0f;
+}
+
+__global__ void __launch_bounds__(kMelBlock) fbank_mel_kernel(FbankMelParams p) {
+  fbank_mel_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+__global__ void __launch_bounds__(kMelBlock) fbank_mel_frames_kernel(FbankMelParams p) {
+  fbank_mel_frame_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+__global__ void __launch_bounds__(kMelBlock) fbank_segment_mean_kernel(FbankMeanParams p) {
+  fbank_segment_mean_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+__global__ void __launch_bounds__(kMelBlock) fbank_piece_sum_kernel(FbankMeanParams p) {
+  fbank_piece_sum_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+__global__ void __launch_bounds__(kMelBlock) fbank_piece_subtract_kernel(FbankMeanParams p) {
+  fbank_piece_subtract_element(p, blockIdx.x, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
 /// NVTX range for the lifetime of the scope.
 class NvtxRange {
  public:
@@ -221,6 +286,28 @@ struct Slot {
   ClipGatherParams clip_gather{};
   /// Frame-major mel kernel arguments, fixed for the slot's buffers.
   MelParams clip_mel{};
+  /// Fbank: device [frame_rows] log energies (use_energy), else nullptr.
+  float* d_energy = nullptr;
+  /// Fbank with subtract_mean: device float values before the mean and the dtype, CudaBufferSizes::mean_floats.
+  float* d_mean_values = nullptr;
+  /// Fbank with subtract_mean: device and pinned [pieces][columns] statistics of a clip launch (CudaClipSizes).
+  double* d_stats = nullptr;
+  double* h_stats = nullptr;
+  /// Fbank kernel arguments, fixed for the slot's buffers: segments, then clip launches.
+  FbankFrameParams fbank_gather{};
+  FbankMelParams fbank_mel{};
+  FbankMeanParams fbank_mean{};
+  FbankFrameParams fbank_clip_gather{};
+  FbankMelParams fbank_clip_mel{};
+  FbankMeanParams fbank_piece_sum{};
+  FbankMeanParams fbank_piece_subtract{};
+  /// Fbank with subtract_mean: the captured first pass of clip launches (kernels only, ending in the piece sums).
+  cudaGraphExec_t clip_sum_exec = nullptr;
+  /// The pending launch is a first (sum) pass: finish() adds h_stats into the clip sums instead of copying output.
+  bool pending_sums = false;
+  /// Sum pass: clip of the launch's first piece (piece i holds clip first_clip + i), and the launch's pieces.
+  int64_t first_clip = 0;
+  int64_t pieces = 0;
   /// A replay was launched and its output not yet copied out.
   bool pending = false;
   /// Where the pending launch's output goes: byte offset into the caller's output.
@@ -228,6 +315,10 @@ struct Slot {
   /// Bytes of the pending launch's output (from the start of h_output).
   int64_t out_bytes = 0;
 };
+
+/// Which work a clip launch does: the mel or fbank output (`output`), or, for fbank with subtract_mean, the first
+/// pass (`sums`: per-piece column sums only) and the second (`subtract`: the output less each clip's means).
+enum class ClipPass { output, sums, subtract };
 
 /// The CUDA engine. Everything is allocated, planned, warmed up and captured in the constructor; compute() only
 /// fills pinned input, replays graphs and copies results out, alternating between the two slots.
@@ -266,13 +357,18 @@ class CudaMelEngine final : public MelEngine {
   void init();
   void init_slot(Slot& s);
   void init_clip_slot(Slot& s);
+  void init_fbank_slot(Slot& s);
+  void init_fbank_clip_slot(Slot& s);
   void enqueue(Slot& s, bool capturing);
-  void enqueue_clip_kernels(Slot& s, bool capturing);
+  void enqueue_segment_kernels(Slot& s, bool capturing);
+  void enqueue_clip_kernels(Slot& s, bool capturing, bool sum_pass);
+  void run_clip_pass(const float* samples, const ClipBatch& batch, void* out, ClipPass pass);
+  void fill_clip_means(Slot& s, const ClipBatch& batch, int64_t first_clip, int64_t pieces);
   void warm_up_clips(Slot& s);
   template <class Enqueue>
   cudaGraphExec_t capture(Slot& s, const Enqueue& enqueue_work, const GraphKind& kind);
   void launch(Slot& s, int64_t first, int64_t count);
-  void launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t first_row);
+  void launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t first_row, ClipPass pass);
   void finish(Slot& s, void* out);
   void abandon() noexcept;
   void release() noexcept;
@@ -289,6 +385,10 @@ class CudaMelEngine final : public MelEngine {
   int device_ = 0;
   CudaDeviceSupport support_;
   bool runtime_ok_ = false;
+  bool fbank_ = false;
+  bool subtract_mean_ = false;
+  /// Fbank with subtract_mean: [clips][columns] column sums of the current compute_clips batch (first pass).
+  std::vector<double> clip_sums_;
   float* d_window_ = nullptr;
   int32_t* d_bands_ = nullptr;
   float* d_weights_ = nullptr;
@@ -335,13 +435,22 @@ void CudaMelEngine::init() {
   }
 
   filterbank_ = cached_filterbank(config_.mel);
+  fbank_ = config_.mel.is_fbank();
+  subtract_mean_ = fbank_ && config_.mel.fbank.subtract_mean;
   const int n_fft = config_.mel.n_fft;
-  sizes_ = cuda_buffer_sizes(layout_, n_fft, config_.device_batch, filterbank_->nnz());
+  sizes_ = cuda_buffer_sizes(layout_, n_fft, config_.device_batch, filterbank_->nnz(),
+                             fbank_ ? &config_.mel.fbank : nullptr);
   check_launch_limits(sizes_, n_fft);
   clip_sizes_ = cuda_clip_sizes(sizes_, n_fft, config_.mel.hop());
 
-  const std::vector<float> window = window_table(config_.mel);
+  const std::vector<float> window = fbank_ ? fbank_window_table(config_.mel) : window_table(config_.mel);
   const Filterbank& fb = *filterbank_;
+  const int n_bands = fbank_ ? config_.mel.fbank.num_mel_bins : layout_.n_mels;
+  if (fb.n_mels != n_bands || fb.n_freqs != layout_.n_freqs) {
+    throw InvalidArgument("CUDA mel engine: the filterbank has " + std::to_string(fb.n_mels) + " bands of " +
+                          std::to_string(fb.n_freqs) + " bins, expected " + std::to_string(n_bands) + " of " +
+                          std::to_string(layout_.n_freqs));
+  }
   const std::vector<int32_t> bands = filterbank_band_table(fb);
   if (static_cast<int64_t>(bands.size()) != sizes_.filterbank_ints ||
       static_cast<int64_t>(window.size()) != sizes_.window_floats) {
@@ -362,6 +471,10 @@ void CudaMelEngine::init() {
   for (Slot& s : slots_) {
     init_slot(s);
     init_clip_slot(s);
+    if (fbank_) {
+      init_fbank_slot(s);
+      init_fbank_clip_slot(s);
+    }
   }
   for (Slot& s : slots_) {
     std::memset(s.h_input, 0, static_cast<size_t>(clip_sizes_.staging_input_bytes()));
@@ -371,8 +484,12 @@ void CudaMelEngine::init() {
   }
   for (Slot& s : slots_) {
     s.exec = capture(s, [&] { enqueue(s, true); }, GraphKind{"graph", graph_problem, &g_graph_counts_printed});
-    s.clip_exec = capture(s, [&] { enqueue_clip_kernels(s, true); },
+    s.clip_exec = capture(s, [&] { enqueue_clip_kernels(s, true, false); },
                           GraphKind{"clip graph", clip_graph_problem, &g_clip_graph_counts_printed});
+    if (subtract_mean_) {
+      s.clip_sum_exec = capture(s, [&] { enqueue_clip_kernels(s, true, true); },
+                                GraphKind{"clip sum graph", clip_graph_problem, &g_clip_graph_counts_printed});
+    }
   }
 }
 
@@ -451,20 +568,110 @@ void CudaMelEngine::init_clip_slot(Slot& s) {
   }
 }
 
-void CudaMelEngine::enqueue_clip_kernels(Slot& s, bool capturing) {
-  gather_clips_kernel<<<static_cast<unsigned>(gather_grid(clip_sizes_.rows)), kGatherBlock, 0, s.stream>>>(
-      s.clip_gather);
-  if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+void CudaMelEngine::init_fbank_slot(Slot& s) {
+  if (sizes_.energy_bytes() > 0) s.d_energy = device_alloc<float>(sizes_.energy_bytes());
+  if (sizes_.mean_bytes() > 0) s.d_mean_values = device_alloc<float>(sizes_.mean_bytes());
+  const bool fp16 = config_.dtype == DType::float16;
+
+  s.fbank_gather = fbank_frame_params(config_.mel);
+  s.fbank_gather.input = s.d_input;
+  s.fbank_gather.window = d_window_;
+  s.fbank_gather.frames = s.d_frames;
+  s.fbank_gather.energy = s.d_energy;
+  s.fbank_gather.rows = sizes_.frame_rows;
+  s.fbank_gather.segment_samples = layout_.segment_samples;
+  s.fbank_gather.n_frames = layout_.n_frames;
+
+  s.fbank_mel = fbank_mel_params(config_.mel);
+  s.fbank_mel.spectrum = s.d_spectrum;
+  s.fbank_mel.bands = d_bands_;
+  s.fbank_mel.weights = d_weights_;
+  s.fbank_mel.energy = s.d_energy;
+  s.fbank_mel.out = subtract_mean_ ? static_cast<void*>(s.d_mean_values) : s.d_output;
+  s.fbank_mel.total = sizes_.output_elems;
+  s.fbank_mel.n_frames = layout_.n_frames;
+  s.fbank_mel.float_out = subtract_mean_;
+  s.fbank_mel.fp16 = fp16;
+
+  s.fbank_mean.values = s.d_mean_values;
+  s.fbank_mean.out = s.d_output;
+  s.fbank_mean.total = sizes_.batch * layout_.n_mels;
+  s.fbank_mean.n_cols = layout_.n_mels;
+  s.fbank_mean.n_frames = layout_.n_frames;
+  s.fbank_mean.fp16 = fp16;
+  if (s.fbank_mel.n_cols != layout_.n_mels || (s.fbank_mel.energy_column >= 0) != (s.d_energy != nullptr) ||
+      (subtract_mean_ && s.d_mean_values == nullptr)) {
+    throw InvalidArgument("CUDA mel engine: the fbank columns or buffers do not match the layout");
+  }
+}
+
+void CudaMelEngine::init_fbank_clip_slot(Slot& s) {
+  if (clip_sizes_.stat_bytes() > 0) {
+    s.d_stats = device_alloc<double>(clip_sizes_.stat_bytes());
+    s.h_stats = pinned_alloc<double>(clip_sizes_.stat_bytes());
+  }
+  s.fbank_clip_gather = s.fbank_gather;
+  s.fbank_clip_gather.header = s.d_clip_header;
+  s.fbank_clip_gather.pieces = s.d_clip_pieces;
+  s.fbank_clip_gather.rows = clip_sizes_.rows;
+
+  s.fbank_clip_mel = s.fbank_mel;
+  s.fbank_clip_mel.total = clip_sizes_.rows * layout_.n_mels;
+
+  FbankMeanParams m;
+  m.values = s.d_mean_values;
+  m.out = s.d_output;
+  m.header = s.d_clip_header;
+  m.pieces = s.d_clip_pieces;
+  m.stats = s.d_stats;
+  m.n_cols = layout_.n_mels;
+  m.fp16 = config_.dtype == DType::float16;
+  s.fbank_piece_sum = m;
+  s.fbank_piece_sum.total = clip_sizes_.pieces * layout_.n_mels;
+  s.fbank_piece_subtract = m;
+  s.fbank_piece_subtract.total = clip_sizes_.rows * layout_.n_mels;
+  if (s.fbank_clip_mel.total > sizes_.output_elems || (subtract_mean_ && s.d_stats == nullptr)) {
+    throw InvalidArgument("CUDA mel engine: a fbank clip launch does not match the slot's buffers");
+  }
+}
+
+void CudaMelEngine::enqueue_clip_kernels(Slot& s, bool capturing, bool sum_pass) {
+  const auto launched = [&] {
+    if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+  };
+  const auto rows = static_cast<unsigned>(gather_grid(clip_sizes_.rows));
+  if (fbank_) {
+    fbank_gather_kernel<<<rows, kFbankBlock, 0, s.stream>>>(s.fbank_clip_gather);
+  } else {
+    gather_clips_kernel<<<rows, kGatherBlock, 0, s.stream>>>(s.clip_gather);
+  }
+  launched();
   MELFORGE_CUFFT_CHECK(cufftExecR2C(s.plan, s.d_frames, s.d_spectrum));
-  mel_frames_kernel<<<static_cast<unsigned>(mel_grid(s.clip_mel.total)), kMelBlock, 0, s.stream>>>(s.clip_mel);
-  if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+  if (!fbank_) {
+    mel_frames_kernel<<<static_cast<unsigned>(mel_grid(s.clip_mel.total)), kMelBlock, 0, s.stream>>>(s.clip_mel);
+    launched();
+    return;
+  }
+  fbank_mel_frames_kernel<<<static_cast<unsigned>(mel_grid(s.fbank_clip_mel.total)), kMelBlock, 0, s.stream>>>(
+      s.fbank_clip_mel);
+  launched();
+  if (!subtract_mean_) return;
+  const FbankMeanParams& m = sum_pass ? s.fbank_piece_sum : s.fbank_piece_subtract;
+  const auto grid = static_cast<unsigned>(mel_grid(m.total));
+  if (sum_pass) {
+    fbank_piece_sum_kernel<<<grid, kMelBlock, 0, s.stream>>>(m);
+  } else {
+    fbank_piece_subtract_kernel<<<grid, kMelBlock, 0, s.stream>>>(m);
+  }
+  launched();
 }
 
 void CudaMelEngine::warm_up_clips(Slot& s) {
   *s.h_clip_header = ClipLaunchHeader{};
   MELFORGE_CUDA_CHECK(cudaMemcpyAsync(s.d_clip_header, s.h_clip_header, CudaClipSizes::header_bytes(),
                                       cudaMemcpyHostToDevice, s.stream));
-  enqueue_clip_kernels(s, false);
+  enqueue_clip_kernels(s, false, false);
+  if (subtract_mean_) enqueue_clip_kernels(s, false, true);
   MELFORGE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
 
@@ -476,15 +683,36 @@ void CudaMelEngine::enqueue(Slot& s, bool capturing) {
   MELFORGE_CUDA_CHECK(
       cudaMemcpyAsync(s.d_input, s.h_input, sizes_.input_bytes(), cudaMemcpyHostToDevice, s.stream));
   mark(1);
-  gather_kernel<<<static_cast<unsigned>(gather_grid(sizes_.frame_rows)), kGatherBlock, 0, s.stream>>>(s.gather);
-  if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
-  MELFORGE_CUFFT_CHECK(cufftExecR2C(s.plan, s.d_frames, s.d_spectrum));
-  mel_kernel<<<static_cast<unsigned>(mel_grid(sizes_.output_elems)), kMelBlock, 0, s.stream>>>(s.mel);
-  if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+  enqueue_segment_kernels(s, capturing);
   mark(2);
   MELFORGE_CUDA_CHECK(
       cudaMemcpyAsync(s.h_output, s.d_output, sizes_.output_bytes(), cudaMemcpyDeviceToHost, s.stream));
   mark(3);
+}
+
+void CudaMelEngine::enqueue_segment_kernels(Slot& s, bool capturing) {
+  const auto launched = [&] {
+    if (!capturing) MELFORGE_CUDA_CHECK(cudaGetLastError());
+  };
+  const auto rows = static_cast<unsigned>(gather_grid(sizes_.frame_rows));
+  const auto elems = static_cast<unsigned>(mel_grid(sizes_.output_elems));
+  if (!fbank_) {
+    gather_kernel<<<rows, kGatherBlock, 0, s.stream>>>(s.gather);
+    launched();
+    MELFORGE_CUFFT_CHECK(cufftExecR2C(s.plan, s.d_frames, s.d_spectrum));
+    mel_kernel<<<elems, kMelBlock, 0, s.stream>>>(s.mel);
+    launched();
+    return;
+  }
+  fbank_gather_kernel<<<rows, kFbankBlock, 0, s.stream>>>(s.fbank_gather);
+  launched();
+  MELFORGE_CUFFT_CHECK(cufftExecR2C(s.plan, s.d_frames, s.d_spectrum));
+  fbank_mel_kernel<<<elems, kMelBlock, 0, s.stream>>>(s.fbank_mel);
+  launched();
+  if (!subtract_mean_) return;
+  fbank_segment_mean_kernel<<<static_cast<unsigned>(mel_grid(s.fbank_mean.total)), kMelBlock, 0, s.stream>>>(
+      s.fbank_mean);
+  launched();
 }
 
 template <class Enqueue>
@@ -540,8 +768,9 @@ void CudaMelEngine::launch(Slot& s, int64_t first, int64_t count) {
   s.out_bytes = count * layout_.out_bytes_per_segment();
 }
 
-void CudaMelEngine::launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t first_row) {
+void CudaMelEngine::launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t first_row, ClipPass pass) {
   NvtxRange range("melforge cuda clips");
+  const int64_t stat_bytes = fill.pieces * layout_.n_mels * static_cast<int64_t>(sizeof(double));
   const int64_t row_bytes = static_cast<int64_t>(layout_.n_mels) * layout_.out_elem_bytes;
   const auto copy = [&](void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind) {
     if (bytes > 0) MELFORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, s.stream));
@@ -551,13 +780,20 @@ void CudaMelEngine::launch_clips(Slot& s, const ClipLaunchFill& fill, int64_t fi
   copy(s.d_clip_pieces, s.h_clip_pieces, fill.pieces * static_cast<int64_t>(sizeof(ClipPiece)),
        cudaMemcpyHostToDevice);
   copy(s.d_input, s.h_input, fill.input_floats * static_cast<int64_t>(sizeof(float)), cudaMemcpyHostToDevice);
+  if (pass == ClipPass::subtract) copy(s.d_stats, s.h_stats, stat_bytes, cudaMemcpyHostToDevice);
   MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[1], s.stream));
-  MELFORGE_CUDA_CHECK(cudaGraphLaunch(s.clip_exec, s.stream));
+  MELFORGE_CUDA_CHECK(cudaGraphLaunch(pass == ClipPass::sums ? s.clip_sum_exec : s.clip_exec, s.stream));
   MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[2], s.stream));
-  copy(s.h_output, s.d_output, fill.rows * row_bytes, cudaMemcpyDeviceToHost);
+  if (pass == ClipPass::sums) {
+    copy(s.h_stats, s.d_stats, stat_bytes, cudaMemcpyDeviceToHost);
+  } else {
+    copy(s.h_output, s.d_output, fill.rows * row_bytes, cudaMemcpyDeviceToHost);
+  }
   MELFORGE_CUDA_CHECK(cudaEventRecord(s.marks[3], s.stream));
   MELFORGE_CUDA_CHECK(cudaEventRecord(s.done, s.stream));
   s.pending = true;
+  s.pending_sums = pass == ClipPass::sums;
+  s.pieces = fill.pieces;
   s.out_offset = first_row * row_bytes;
   s.out_bytes = fill.rows * row_bytes;
 }
@@ -574,7 +810,17 @@ void CudaMelEngine::finish(Slot& s, void* out) {
   times_.compute_s += 1e-3 * ms[1];
   times_.d2h_s += 1e-3 * ms[2];
   const Stopwatch copy_out;
-  std::memcpy(static_cast<char*>(out) + s.out_offset, s.h_output, static_cast<size_t>(s.out_bytes));
+  if (s.pending_sums) {
+    s.pending_sums = false;
+    const int64_t cols = layout_.n_mels;
+    if (s.first_clip < 0 || (s.first_clip + s.pieces) * cols > static_cast<int64_t>(clip_sums_.size())) {
+      throw Error("CUDA mel engine: a clip launch's pieces lie outside the batch's clips");
+    }
+    double* sums = clip_sums_.data() + s.first_clip * cols;
+    for (int64_t i = 0; i < s.pieces * cols; ++i) sums[i] += s.h_stats[i];
+  } else {
+    std::memcpy(static_cast<char*>(out) + s.out_offset, s.h_output, static_cast<size_t>(s.out_bytes));
+  }
   times_.d2h_s += copy_out.seconds();
 }
 
@@ -616,29 +862,13 @@ void CudaMelEngine::compute_clips(const float* samples, const ClipBatch& batch, 
     throw InvalidArgument("CUDA mel engine: null input pointer");
   }
   MELFORGE_CUDA_CHECK(cudaSetDevice(device_));
-  const MelArgs& a = config_.mel;
-  const ClipFraming framing{a.n_fft, a.hop(), a.pad(), a.center && a.pad_mode == PadMode::reflect};
-  ClipCursor cursor;
-  int64_t row = 0;
   try {
-    for (int64_t k = 0; row < batch.total_frames(); ++k) {
-      Slot& s = slots_[static_cast<size_t>(k % 2)];
-      if (s.pending) finish(s, out);
-      ClipLaunchFill fill;
-      {
-        NvtxRange range("melforge cuda upload");
-        const Stopwatch gather;
-        fill = fill_clip_launch(batch, samples, clip_sizes_, framing, cursor, *s.h_clip_header, s.h_clip_pieces,
-                                s.h_input);
-        times_.h2d_s += gather.seconds();
-      }
-      if (fill.rows < 1) throw Error("CUDA mel engine: a clip launch took no frame (clip " +
-                                     std::to_string(cursor.clip) + ", frame " + std::to_string(cursor.frame) + ")");
-      launch_clips(s, fill, row);
-      row += fill.rows;
-    }
-    for (Slot& s : slots_) {
-      if (s.pending) finish(s, out);
+    if (subtract_mean_) {
+      clip_sums_.assign(static_cast<size_t>(batch.clips() * layout_.n_mels), 0.0);
+      run_clip_pass(samples, batch, out, ClipPass::sums);
+      run_clip_pass(samples, batch, out, ClipPass::subtract);
+    } else {
+      run_clip_pass(samples, batch, out, ClipPass::output);
     }
   } catch (...) {
     abandon();
@@ -646,10 +876,54 @@ void CudaMelEngine::compute_clips(const float* samples, const ClipBatch& batch, 
   }
 }
 
+void CudaMelEngine::run_clip_pass(const float* samples, const ClipBatch& batch, void* out, ClipPass pass) {
+  const ClipFraming framing = clip_framing(config_.mel);
+  ClipCursor cursor;
+  int64_t row = 0;
+  for (int64_t k = 0; row < batch.total_frames(); ++k) {
+    Slot& s = slots_[static_cast<size_t>(k % 2)];
+    if (s.pending) finish(s, out);
+    const int64_t first_clip = cursor.clip;
+    ClipLaunchFill fill;
+    {
+      NvtxRange range("melforge cuda upload");
+      const Stopwatch gather;
+      fill = fill_clip_launch(batch, samples, clip_sizes_, framing, cursor, *s.h_clip_header, s.h_clip_pieces,
+                              s.h_input);
+      if (pass == ClipPass::subtract) fill_clip_means(s, batch, first_clip, fill.pieces);
+      times_.h2d_s += gather.seconds();
+    }
+    if (fill.rows < 1) throw Error("CUDA mel engine: a clip launch took no frame (clip " +
+                                   std::to_string(cursor.clip) + ", frame " + std::to_string(cursor.frame) + ")");
+    s.first_clip = first_clip;
+    launch_clips(s, fill, row, pass);
+    row += fill.rows;
+  }
+  for (Slot& s : slots_) {
+    if (s.pending) finish(s, out);
+  }
+}
+
+void CudaMelEngine::fill_clip_means(Slot& s, const ClipBatch& batch, int64_t first_clip, int64_t pieces) {
+  const int64_t cols = layout_.n_mels;
+  if (pieces * cols > clip_sizes_.stat_doubles || first_clip + pieces > batch.clips()) {
+    throw Error("CUDA mel engine: a clip launch's pieces exceed its statistics buffer or the batch");
+  }
+  for (int64_t i = 0; i < pieces; ++i) {
+    const int64_t c = first_clip + i;
+    const auto frames = static_cast<double>(batch.frames(c));
+    const double* sums = clip_sums_.data() + c * cols;
+    for (int64_t col = 0; col < cols; ++col) {
+      s.h_stats[i * cols + col] = static_cast<double>(static_cast<float>(sums[col] / frames));
+    }
+  }
+}
+
 void CudaMelEngine::abandon() noexcept {
   for (Slot& s : slots_) {
     if (s.stream != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s.stream));
     s.pending = false;
+    s.pending_sums = false;
   }
 }
 
@@ -660,14 +934,16 @@ void CudaMelEngine::release() noexcept {
     if (s.stream != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s.stream));
     if (s.exec != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(s.exec));
     if (s.clip_exec != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(s.clip_exec));
+    if (s.clip_sum_exec != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(s.clip_sum_exec));
     if (s.has_plan) MELFORGE_CUFFT_CHECK_NOTHROW(cufftDestroy(s.plan));
     for (void* p : {static_cast<void*>(s.work), static_cast<void*>(s.d_input), static_cast<void*>(s.d_frames),
                     static_cast<void*>(s.d_spectrum), s.d_output, static_cast<void*>(s.d_clip_header),
-                    static_cast<void*>(s.d_clip_pieces)}) {
+                    static_cast<void*>(s.d_clip_pieces), static_cast<void*>(s.d_energy),
+                    static_cast<void*>(s.d_mean_values), static_cast<void*>(s.d_stats)}) {
       if (p != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaFree(p));
     }
     for (void* p : {static_cast<void*>(s.h_input), s.h_output, static_cast<void*>(s.h_clip_header),
-                    static_cast<void*>(s.h_clip_pieces)}) {
+                    static_cast<void*>(s.h_clip_pieces), static_cast<void*>(s.h_stats)}) {
       if (p != nullptr) MELFORGE_CUDA_CHECK_NOTHROW(cudaFreeHost(p));
     }
     for (cudaEvent_t e : s.marks) {
@@ -720,7 +996,13 @@ std::string kernel_image_problem(const CudaDeviceSupport& s) {
   for (const cudaError_t err : {cudaFuncGetAttributes(&attributes, cuda::gather_kernel),
                                 cudaFuncGetAttributes(&attributes, cuda::mel_kernel),
                                 cudaFuncGetAttributes(&attributes, cuda::gather_clips_kernel),
-                                cudaFuncGetAttributes(&attributes, cuda::mel_frames_kernel)}) {
+                                cudaFuncGetAttributes(&attributes, cuda::mel_frames_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::fbank_gather_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::fbank_mel_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::fbank_mel_frames_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::fbank_segment_mean_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::fbank_piece_sum_kernel),
+                                cudaFuncGetAttributes(&attributes, cuda::fbank_piece_subtract_kernel)}) {
     if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
       return no_kernel_image_message(s.cc_major, s.cc_minor, cuda_architectures()) + " (" + cudaGetErrorName(err) +
              ")";

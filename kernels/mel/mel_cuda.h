@@ -19,6 +19,10 @@ namespace melforge::mel::cuda {
 constexpr int kGatherBlock = 128;
 /// Threads per block of the mel kernel. One thread per output element.
 constexpr int kMelBlock = 256;
+/// Threads per block of the fbank gather kernels (a power of two: their block sums halve it, tree_level). One block
+/// per FFT row; threads stride over its window_size samples.
+constexpr int kFbankBlock = 256;
+static_assert((kFbankBlock & (kFbankBlock - 1)) == 0, "kFbankBlock must be a power of two");
 /// The most blocks a kernel's one-dimensional grid may have (gridDim.x <= 2^31 - 1 on every architecture).
 constexpr int64_t kMaxGridBlocks = 2147483647;
 /// Total real FFT input elements (frame_rows * n_fft) above which cuFFT's 64-bit plans need n_fft to factor into
@@ -55,6 +59,13 @@ struct CudaBufferSizes {
   int64_t filterbank_ints = 0;
   /// Shared, device: concatenated filterbank weights, floats.
   int64_t filterbank_weights = 0;
+  /// Output columns (MelLayout::n_mels; for fbank num_mel_bins plus the energy column).
+  int64_t columns = 0;
+  /// Per slot, device, fbank with use_energy: the log energy of each FFT row [frame_rows], floats; else 0.
+  int64_t energy_floats = 0;
+  /// Per slot, device, fbank with subtract_mean: the float values before the mean is subtracted and the dtype
+  /// applied, [output_elems] floats; else 0.
+  int64_t mean_floats = 0;
 
   /// Bytes of one slot's input buffer (host and device alike).
   int64_t input_bytes() const { return input_floats * static_cast<int64_t>(sizeof(float)); }
@@ -70,8 +81,14 @@ struct CudaBufferSizes {
   int64_t filterbank_index_bytes() const { return filterbank_ints * static_cast<int64_t>(sizeof(int32_t)); }
   /// Bytes of the filterbank weights.
   int64_t filterbank_weight_bytes() const { return filterbank_weights * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of one slot's fbank energy buffer.
+  int64_t energy_bytes() const { return energy_floats * static_cast<int64_t>(sizeof(float)); }
+  /// Bytes of one slot's fbank subtract_mean buffer.
+  int64_t mean_bytes() const { return mean_floats * static_cast<int64_t>(sizeof(float)); }
   /// Device bytes of one slot, not counting the cuFFT work area (known only once the plan exists).
-  int64_t slot_device_bytes() const { return input_bytes() + frame_bytes() + spectrum_bytes() + output_bytes(); }
+  int64_t slot_device_bytes() const {
+    return input_bytes() + frame_bytes() + spectrum_bytes() + output_bytes() + energy_bytes() + mean_bytes();
+  }
   /// Device bytes shared by the slots.
   int64_t shared_device_bytes() const {
     return window_bytes() + filterbank_index_bytes() + filterbank_weight_bytes();
@@ -81,8 +98,11 @@ struct CudaBufferSizes {
 };
 
 /// Sizes for `layout`, FFT size `n_fft`, `batch` segments per device batch and a filterbank of `filterbank_nnz`
-/// weights. The one place where the CUDA engine's buffers are sized.
-inline CudaBufferSizes cuda_buffer_sizes(const MelLayout& layout, int n_fft, int64_t batch, int64_t filterbank_nnz) {
+/// weights; `fbank` (MelArgs::fbank when features is fbank, else nullptr) adds the fbank buffers (energies with
+/// use_energy, the float values with subtract_mean) and sizes the band table for its num_mel_bins. The one place
+/// where the CUDA engine's buffers are sized.
+inline CudaBufferSizes cuda_buffer_sizes(const MelLayout& layout, int n_fft, int64_t batch, int64_t filterbank_nnz,
+                                         const fbank::FbankArgs* fbank = nullptr) {
   CudaBufferSizes s;
   s.batch = batch;
   s.frame_rows = batch * layout.n_frames;
@@ -92,8 +112,12 @@ inline CudaBufferSizes cuda_buffer_sizes(const MelLayout& layout, int n_fft, int
   s.output_elems = batch * layout.out_elems_per_segment();
   s.out_elem_bytes = layout.out_elem_bytes;
   s.window_floats = n_fft;
-  s.filterbank_ints = 3 * static_cast<int64_t>(layout.n_mels) + 1;
+  const int64_t bands = fbank != nullptr ? fbank->num_mel_bins : layout.n_mels;
+  s.filterbank_ints = 3 * bands + 1;
   s.filterbank_weights = filterbank_nnz;
+  s.columns = layout.n_mels;
+  s.energy_floats = fbank != nullptr && fbank->use_energy ? s.frame_rows : 0;
+  s.mean_floats = fbank != nullptr && fbank->subtract_mean ? s.output_elems : 0;
   return s;
 }
 
@@ -202,6 +226,9 @@ struct CudaClipSizes {
   int64_t staging_input_floats = 0;
   /// Per slot, pinned host and device: piece table capacity, one per row (a piece holds at least one row).
   int64_t pieces = 0;
+  /// Per slot, pinned host and device, fbank with subtract_mean: [pieces][columns] doubles, each piece's column sums
+  /// (first pass) or its clip's column means (second pass); else 0.
+  int64_t stat_doubles = 0;
 
   /// Bytes of one slot's (shared) input buffer.
   int64_t staging_input_bytes() const { return staging_input_floats * static_cast<int64_t>(sizeof(float)); }
@@ -209,10 +236,12 @@ struct CudaClipSizes {
   int64_t piece_bytes() const { return pieces * static_cast<int64_t>(sizeof(ClipPiece)); }
   /// Bytes of one slot's launch header.
   static constexpr int64_t header_bytes() { return sizeof(ClipLaunchHeader); }
+  /// Bytes of one slot's subtract_mean statistics.
+  int64_t stat_bytes() const { return stat_doubles * static_cast<int64_t>(sizeof(double)); }
   /// Bytes one slot holds beyond CudaBufferSizes::slot_pinned_bytes (pinned) and slot_device_bytes (device) alike:
-  /// the larger input buffer, the piece table and the header.
+  /// the larger input buffer, the piece table, the header and the subtract_mean statistics.
   int64_t extra_slot_bytes(const CudaBufferSizes& sizes) const {
-    return staging_input_bytes() - sizes.input_bytes() + piece_bytes() + header_bytes();
+    return staging_input_bytes() - sizes.input_bytes() + piece_bytes() + header_bytes() + stat_bytes();
   }
 };
 
@@ -224,6 +253,7 @@ inline CudaClipSizes cuda_clip_sizes(const CudaBufferSizes& sizes, int n_fft, in
   c.input_floats = (c.rows - 1) * hop + n_fft + 2;
   c.staging_input_floats = std::max(sizes.input_floats, c.input_floats);
   c.pieces = c.rows;
+  c.stat_doubles = sizes.mean_floats > 0 ? c.pieces * sizes.columns : 0;
   return c;
 }
 
@@ -238,6 +268,20 @@ struct ClipFraming {
   /// Reflect padding asked (center and pad_mode reflect); a clip uses it when clip_reflects.
   bool reflect = false;
 };
+
+/// The framing of `args`'s clips. Mel: {n_fft, hop, pad, center && pad_mode reflect}. Fbank: a frame reads
+/// window_size samples from frame_start(t) = t * shift - pad, pad = window_size / 2 - shift / 2 with snip_edges false
+/// (0 otherwise), so {window_size, shift, pad, !snip_edges}: Kaldi's mirror image of a position left of the clip lies
+/// inside its own frame and one right of it at most one sample before its frame (2 frame_start + window_size <= 2
+/// samples + 1 for every frame of the clip), which piece_sample_range's one sample of slack covers.
+inline ClipFraming clip_framing(const MelArgs& args) {
+  if (!args.is_fbank()) {
+    return ClipFraming{args.n_fft, args.hop(), args.pad(), args.center && args.pad_mode == PadMode::reflect};
+  }
+  const fbank::FbankArgs& f = args.fbank;
+  return ClipFraming{f.window_size(args.sample_rate), f.window_shift(args.sample_rate),
+                     static_cast<int>(-f.frame_start(0, args.sample_rate)), !f.snip_edges};
+}
 
 /// The samples [lo, hi) of a clip of `samples` samples that frames [frame, frame + frames) read, reflections
 /// included: frame t reads positions [t*hop - pad, t*hop - pad + n_fft), and a reflected position lands at most one
