@@ -41,11 +41,16 @@ out="$(mkdir -p "${out:-$here/out/wheels}" && cd "${out:-$here/out/wheels}" && p
 work="$build_dir/wheels"
 mkdir -p "$work"
 
-# The newest CPython X.Y of pyenv, else pythonX.Y on PATH; empty when neither exists.
+# The newest CPython X.Y of pyenv, else pythonX.Y on PATH; empty when neither exists or runs as CPython X.Y (a pyenv
+# shim on PATH exists for every installed version but fails for one that is not selected).
 find_python() {
   local v="$1" root="${PYENV_ROOT:-/root/.pyenv}" found=
-  for p in "$root"/versions/"$v".*/bin/python"$v"; do [[ -x "$p" ]] && found="$p"; done
+  for p in $(printf '%s\n' "$root"/versions/"$v".*/bin/python"$v" | sort -V); do [[ -x "$p" ]] && found="$p"; done
   [[ -z "$found" ]] && found="$(command -v "python$v" || true)"
+  if [[ -n "$found" ]] && [[ "$("$found" -c 'import platform, sys
+print(platform.python_implementation(), "%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "CPython $v" ]]; then
+    found=
+  fi
   echo "$found"
 }
 declare -A python_of=()
@@ -54,7 +59,7 @@ for v in ${builds//,/ } ${tests//,/ }; do
   [[ -n "${python_of[$v]+x}" ]] && continue
   python_of[$v]="$(find_python "$v")"
   if [[ -z "${python_of[$v]}" ]]; then
-    msg="no CPython $v: neither ${PYENV_ROOT:-/root/.pyenv}/versions/$v.*/bin/python$v nor python$v on PATH"
+    msg="no CPython $v: neither ${PYENV_ROOT:-/root/.pyenv}/versions/$v.*/bin/python$v nor a working python$v on PATH"
     ((skip_missing)) || die "$msg (install it, e.g. \`pyenv install $v\`, or pass --skip-missing)"
     log "$msg: left out (--skip-missing)"
   fi
