@@ -11,12 +11,18 @@
 #      except those marked needs_h5py (h5py is not a dependency of the wheel).
 # Usage: bash tools/wheel.sh [--wheel FILE] [OUT_DIR]   (default out/wheel; the repaired wheel's path is the last
 #        stdout line)
+#        bash tools/wheel.sh --all [OUT_DIR]           the wheels of every current CPython (cp310, cp311, cp312-abi3),
+#        each tested under its interpreters: tools/wheels_multi.sh --all (its header; docs/PYTHON.md, "Wheels")
 # Environment: MELFORGE_BUILD_DIR as for setup_python.sh (the fresh venv is $MELFORGE_BUILD_DIR/wheel-venv, made
 # anew on every run).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
 log() { echo "[wheel] $*" >&2; }
+if [[ "${1:-}" == --all ]]; then
+  shift
+  exec bash "$here/tools/wheels_multi.sh" --all "$@"
+fi
 given=
 if [[ "${1:-}" == --wheel ]]; then
   given="${2:?--wheel needs a file}"

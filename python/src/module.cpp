@@ -31,7 +31,7 @@ PyObject* bases_of(std::initializer_list<PyObject*> types) {
   Py_ssize_t i = 0;
   for (PyObject* t : types) {
     Py_INCREF(t);
-    PyTuple_SET_ITEM(tuple, i++, t);
+    PyTuple_SetItem(tuple, i++, t);  // steals t; PyTuple_SET_ITEM is not in the stable ABI (cp312-abi3 wheel)
   }
   return tuple;
 }
