@@ -111,7 +111,7 @@ void set_fbank_field(fbank::FbankArgs& f, const FbankField& field, const h5::Att
   };
   std::visit(
       [&](auto member) {
-        using T = std::remove_reference_t<decltype(f.*member)>;
+        using T = std::remove_cvref_t<decltype(f.*member)>;
         if constexpr (std::is_same_v<T, int>) {
           const int64_t v = integer();
           if (v < INT_MIN || v > INT_MAX) refuse("is out of range");
@@ -372,7 +372,7 @@ std::vector<std::pair<std::string, h5::AttributeValue>> fbank_attributes(const f
   for (const auto& field : fbank_fields()) {
     h5::AttributeValue value = std::visit(
         [&](auto member) -> h5::AttributeValue {
-          using T = std::remove_reference_t<decltype(f.*member)>;
+          using T = std::remove_cvref_t<decltype(f.*member)>;
           if constexpr (std::is_same_v<T, double>) return f.*member;
           else if constexpr (std::is_same_v<T, fbank::KaldiWindow>) return fbank::to_string(f.*member);
           else if constexpr (std::is_same_v<T, bool>) return int64_t{f.*member ? 1 : 0};
