@@ -2,7 +2,9 @@
 // its front-end: the checkpoint's config carries the fbank parameters, raw audio is featurized with Kaldi's
 // filterbank at predict and embed time (the same frames the builder stored), and a checkpoint is refused on a
 // dataset of the other front-end, naming both. Feature values are the kernel's business; these tests compare the
-// programs with each other, on tiny tone corpora (one epoch each).
+// programs with each other, on tiny tone corpora (one epoch each): raw audio featurized alone equals the frames the
+// builder stored in its batches to float32 rounding (the last bits of the weakest bands may differ; the other
+// front-end's features differ by whole log units), so the datasets are float32, which no float16 step amplifies.
 // LibTorch (c10/util/logging_is_not_google_glog.h) defines CHECK too: include it first, so that Catch's wins.
 #include <ATen/ATen.h>
 
@@ -42,11 +44,12 @@ fbank::FbankArgs recipe() {
   return f;
 }
 
-/// A tone dataset of `classes` x `per_class` files under `root/name` built with recipe(); split by class for
-/// speakers.
+/// A tone dataset of `classes` x `per_class` files under `root/name` built with recipe(), stored as float32; split
+/// by class for speakers.
 fs::path build_fbank(const fs::path& root, int classes, int per_class, const std::string& name, bool by_class) {
   return test::build_tone_dataset(root, classes, per_class, name, [by_class](builder::BuildConfig& c) {
     c.mel.use_fbank(recipe());
+    c.build.dtype = mel::DType::float32;
     if (by_class) c.build.split_by = builder::SplitBy::class_;
   });
 }
@@ -110,7 +113,7 @@ TEST_CASE("an fbank speaker dataset trains, evaluates and embeds raw audio with 
   REQUIRE(trainer::run_embed(a, out, log).embedded == 2);
   const std::vector<float> raw = read_rows(a.out, "embedding");
   REQUIRE(raw.size() == 2 * 32);
-  for (std::size_t i = 0; i < raw.size(); ++i) CHECK(raw[i] == Approx(stored[i]).margin(1e-5));
+  for (std::size_t i = 0; i < raw.size(); ++i) CHECK(raw[i] == Approx(stored[i]).margin(2e-3));
 
   SECTION("a mel dataset is refused by the fbank checkpoint, naming both front-ends") {
     const fs::path mel = test::build_tone_dataset(d.path(), 12, 4, "mel");
@@ -138,7 +141,7 @@ TEST_CASE("an fbank classifier predicts raw files from the frames the builder st
       REQUIRE(got.sizes() == want.sizes());
       CHECK(got.size(1) == 32);
       CHECK(got.size(0) == split->clip_frames(f));
-      CHECK(at::equal(got, want));
+      CHECK(at::allclose(got, want, 1e-3, 0.02));
       ++compared;
     }
   }
