@@ -50,7 +50,8 @@ builder::BuildConfig parsed(const std::vector<std::string>& args) {
   po::options_description all;
   builder::add_build_groups(all, config, config_file);
   std::ostringstream help;
-  REQUIRE(builder::parse_build_args(args, all, help, &config));
+  const bool not_help = builder::parse_build_args(args, all, help, &config);
+  REQUIRE(not_help);
   return config;
 }
 
