@@ -316,7 +316,7 @@ TEST_CASE("a missing fbank attribute is refused naming the file and the attribut
   CHECK_THAT(read_error(d / "missing.h5"), Catch::Contains("missing.h5") && Catch::Contains("'" + name + "'"));
 }
 
-TEST_CASE("a checkpoint's JSON carries the fbank parameters; older JSON without features reads as mel",
+TEST_CASE("a checkpoint's JSON carries the fbank parameters, and older JSON without features reads as mel",
           "[fbank][build]") {
   const fs::path& built = fbank_dataset();
   const data::MelInfo fb = data::read_split_info(built / "train.h5", "train").info;
