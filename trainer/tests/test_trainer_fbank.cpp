@@ -1,6 +1,6 @@
 // A dataset built with --features fbank (issue 31) trains, evaluates, predicts and embeds, and every program follows
-// its front-end: the checkpoint's config carries the fbank parameters, raw audio is featurized with Kaldi's
-// filterbank at predict and embed time (the same frames the builder stored), and a checkpoint is refused on a
+// its front-end: the checkpoint's config and the export carry the fbank parameters, raw audio is featurized with
+// Kaldi's filterbank at predict and embed time (the frames the builder stored), and a checkpoint is refused on a
 // dataset of the other front-end, naming both. Feature values are the kernel's business; these tests compare the
 // programs with each other, on tiny tone corpora (one epoch each): raw audio featurized alone equals the frames the
 // builder stored in its batches to float32 rounding (the last bits of the weakest bands may differ; the other
@@ -15,6 +15,7 @@
 
 #include "data/dataset.h"
 #include "embed/embed_command.h"
+#include "export/export.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/h5.h"
 #include "predict/predict.h"
@@ -126,7 +127,8 @@ TEST_CASE("an fbank speaker dataset trains, evaluates and embeds raw audio with 
   }
 }
 
-TEST_CASE("an fbank classifier predicts raw files from the frames the builder stored", "[trainer][fbank][predict]") {
+TEST_CASE("an fbank classifier predicts raw files from the frames the builder stored, and its export carries fbank",
+          "[trainer][fbank][predict]") {
   TempDir d;
   const fs::path data = build_fbank(d.path(), 3, 4, "fb", false);
   const trainer::Dataset ds = trainer::load_dataset(data, trainer::StreamOptions{});
@@ -165,6 +167,17 @@ TEST_CASE("an fbank classifier predicts raw files from the frames the builder st
     CHECK_FALSE(row.contains("error"));
     CHECK(row["probabilities"].size() == 3);
   }
+
+  trainer::ExportOptions e;
+  e.checkpoint = p.checkpoint;
+  e.out = d / "weights.pt";
+  trainer::run_export(e, out);
+  const nlohmann::json meta = read_json(d / "weights.pt.json");
+  CHECK(meta["mel"]["features"] == "fbank");
+  CHECK(meta["mel"]["use_energy"] == 1);
+  const data::MelInfo exported = data::MelInfo::from_json(meta["mel"]);
+  CHECK(exported.first_difference(ds.info, "the export", "the dataset").empty());
+  CHECK(exported.mel_args().is_fbank());
 }
 
 }  // namespace melforge_test_trainer_fbank
