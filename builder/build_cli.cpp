@@ -23,11 +23,14 @@ void add_build_groups(po::options_description& all, BuildConfig& config, std::st
   audio::add_options(build, config.decode);
   po::options_description mel("Mel spectrogram (torchaudio.transforms.MelSpectrogram semantics)");
   mel::add_options(mel, config.mel);
+  po::options_description front_end("Front-end: --features fbank is Kaldi's filterbank "
+                                    "(torchaudio.compliance.kaldi.fbank semantics and defaults)");
+  add_front_end_options(front_end, config.mel);
   po::options_description seg("Clips (each stored whole)");
   add_options(seg, config.clips);
   po::options_description aug("Waveform augmentation (augmented copies of the files of --augment-splits)");
   augment::add_options(aug, config.augment);
-  all.add(general).add(build).add(mel).add(seg).add(aug);
+  all.add(general).add(build).add(mel).add(front_end).add(seg).add(aug);
 }
 
 bool parse_build_args(const std::vector<std::string>& args, const po::options_description& all, std::ostream& help,
@@ -44,7 +47,13 @@ bool parse_build_args(const std::vector<std::string>& args, const po::options_de
     po::store(po::parse_config_file(text, all), vm);
   }
   po::notify(vm);
-  if (config != nullptr) config->build.split_given = vm.count("split") != 0 && !vm["split"].defaulted();
+  if (config != nullptr) {
+    config->build.split_given = vm.count("split") != 0 && !vm["split"].defaulted();
+    std::vector<std::string> given;
+    for (const auto& [name, value] : vm)
+      if (!value.defaulted()) given.push_back(name);
+    apply_front_end(config->mel, given);
+  }
   return true;
 }
 

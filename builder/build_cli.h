@@ -21,7 +21,9 @@ void add_build_groups(boost::program_options::options_description& all, BuildCon
 /// (canonical_args, canonical_config). Returns false after writing the help to `help` when --help was given. Throws
 /// boost::program_options::error for an unknown flag (naming the nearest one) or a bad value, InvalidArgument for
 /// an unreadable --config file. With `config` (the one `all` is bound to), records whether --split was given
-/// (BuildOptions::split_given).
+/// (BuildOptions::split_given) and applies the front-end (apply_front_end: --features fbank derives the FFT geometry;
+/// a mel-only flag with fbank, or an fbank flag with mel, is refused with InvalidArgument). Without `config` an fbank
+/// configuration keeps mel's geometry, which BuildConfig::validate refuses.
 bool parse_build_args(const std::vector<std::string>& args, const boost::program_options::options_description& all,
                       std::ostream& help, BuildConfig* config = nullptr);
 

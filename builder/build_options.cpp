@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -301,6 +302,64 @@ void add_options(po::options_description& desc, EngineCheckOptions& o) {
                      "engine (recorded in build_report.json's engine_check as skipped)");
 }
 
+namespace {
+
+/// The mel-only flags (canonical names) and the fbank flag that plays their part ("" when none does).
+const std::vector<std::pair<std::string, std::string>>& mel_only_flags() {
+  static const std::vector<std::pair<std::string, std::string>> flags = {
+      {"n-fft", "frame-length"},   {"win-length", "frame-length"}, {"hop-length", "frame-shift"},
+      {"window", "window-type"},   {"center", "snip-edges"},       {"pad-mode", "snip-edges"},
+      {"power", "use-power"},      {"n-mels", "num-mel-bins"},     {"f-min", "low-freq"},
+      {"f-max", "high-freq"},      {"mel-scale", ""},              {"mel-norm", ""},
+      {"log", "use-log-fbank"},    {"amin", "use-log-fbank"},      {"log-eps", "use-log-fbank"}};
+  return flags;
+}
+
+/// The fbank flags' canonical names, as fbank::add_options registers them.
+const std::vector<std::string>& fbank_flags() {
+  static const std::vector<std::string> names = [] {
+    fbank::FbankArgs scratch;
+    po::options_description desc;
+    fbank::add_options(desc, scratch);
+    std::vector<std::string> out;
+    for (const auto& option : desc.options()) out.push_back(option->long_name());
+    return out;
+  }();
+  return names;
+}
+
+}  // namespace
+
+void add_front_end_options(po::options_description& desc, mel::MelArgs& mel) {
+  desc.add_options()("features", po::value<mel::Features>(&mel.features)->default_value(mel.features),
+                     "feature front-end: mel (torchaudio's MelSpectrogram and --log) or fbank (Kaldi's filterbank as "
+                     "torchaudio.compliance.kaldi.fbank computes it, with the flags below)");
+  fbank::add_options(desc, mel.fbank);
+}
+
+void apply_front_end(mel::MelArgs& mel, const std::vector<std::string>& given_flags) {
+  const auto given = [&](const std::string& name) {
+    return std::find(given_flags.begin(), given_flags.end(), name) != given_flags.end();
+  };
+  if (mel.is_fbank()) {
+    for (const auto& [flag, instead] : mel_only_flags())
+      if (given(flag))
+        throw InvalidArgument("--" + flag + " does not apply to --features fbank (a mel flag): " +
+                              (instead.empty() ? std::string("Kaldi's filterbank has no such parameter")
+                                               : "use --" + instead));
+    mel.use_fbank(mel.fbank);
+    return;
+  }
+  for (const std::string& flag : fbank_flags()) {
+    if (!given(flag)) continue;
+    std::string instead;
+    for (const auto& [mel_flag, fbank_flag] : mel_only_flags())
+      if (fbank_flag == flag && instead.empty()) instead = mel_flag;
+    throw InvalidArgument("--" + flag + " applies to --features fbank, but --features is mel (the default): add "
+                          "--features fbank" + (instead.empty() ? "" : ", or use --" + instead + " for mel features"));
+  }
+}
+
 void BuildConfig::validate() const {
   build.validate();
   mel.validate();
@@ -310,6 +369,12 @@ void BuildConfig::validate() const {
     throw InvalidArgument("--log none with --dtype float16 (the default dtype) would store +Inf wherever the linear "
                           "mel power exceeds 65504, the largest float16 (a loud 16-bit file exceeds it); use --log "
                           "none with --dtype float32, or keep float16 with --log db or --log ln");
+  if (mel.is_fbank() && !mel.fbank.use_log_fbank && build.dtype == mel::DType::float16)
+    throw InvalidArgument("--use-log-fbank false with --dtype float16 (the default dtype) would store +Inf wherever "
+                          "the linear filterbank energy exceeds 65504, the largest float16; use --dtype float32");
+  if (mel.is_fbank() && mel.fbank.dither_seed > static_cast<uint64_t>(INT64_MAX))
+    throw InvalidArgument("--dither-seed " + std::to_string(mel.fbank.dither_seed) +
+                          " must be below 2^63 (it is stored as an int64 attribute)");
   if (decode.channel < -1) throw InvalidArgument("--channel must be -1 (mix down) or a channel index >= 0");
   if (!build.layout.empty() && augment.copies > 0 && augment.noise.empty()) {
     augment::AugmentArgs with_bank = augment;

@@ -215,6 +215,17 @@ struct BuildConfig {
   void validate() const;
 };
 
+/// Registers the front-end flags: --features mel|fbank (bound to mel.features) and the Kaldi filterbank's flags
+/// (fbank::add_options, bound to mel.fbank; dashed or torchaudio's underscore spellings).
+void add_front_end_options(boost::program_options::options_description& desc, mel::MelArgs& mel);
+
+/// After parsing, with `given_flags` the flags given on the command line or in the --config file (canonical names,
+/// without dashes): refuses a mel-only flag with --features fbank ("--n-mels does not apply to --features fbank: use
+/// --num-mel-bins") and an fbank flag without --features fbank, naming both flags; then, for fbank, derives the FFT
+/// geometry from the fbank flags (MelArgs::use_fbank, which validates them at --sample-rate). Throws InvalidArgument,
+/// before any work.
+void apply_front_end(mel::MelArgs& mel, const std::vector<std::string>& given_flags);
+
 /// Parses a byte size such as "1024", "512K", "64M", "4G", "1.5G" (binary units). Throws InvalidArgument.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <variant>
 
 #include "build_options.h"
 #include "h5_writer.h"
@@ -223,6 +224,15 @@ void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
   if (s.has_fold != ref.has_fold || s.has_group != ref.has_group)
     throw FormatError(here + " and " + there + " differ in their fold or group datasets: build every shard of one "
                       "corpus with the same --folds, --group-by and fold or group columns");
+  const auto features = [](const ShardSplit& x) {
+    const auto it = x.attributes.find("features");
+    if (it == x.attributes.end()) return std::string("mel");
+    const auto* text = std::get_if<std::string>(&it->second);
+    return text != nullptr ? *text : h5::to_string(it->second);
+  };
+  if (features(s) != features(ref))
+    throw FormatError(here + ": features " + features(s) + " but " + features(ref) + " in " + there +
+                      ": mel and fbank shards cannot be merged; build every shard with the same --features");
   for (const auto& [name, value] : ref.attributes) {
     if (kPerShardAttributes.contains(name)) continue;
     const auto it = s.attributes.find(name);

@@ -395,6 +395,7 @@ void label_files(BuildState& state) {
   check_augment_splits(state);
   warn_case_labels(state);
   warn_suspicious_layout(state);
+  if (state.config.mel.is_fbank()) return;
   if (const std::string empty = mel::empty_bands_warning(state.config.mel); !empty.empty()) warn(state, empty);
 }
 

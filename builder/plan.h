@@ -48,7 +48,7 @@ void select_shard(BuildState& state);
 /// --augment-copies, throws InvalidArgument when --augment-splits names a split that no file went to. Warns (stderr
 /// and report) about labels that differ only in case, suspicious layouts (a single class, class names like fold1 or
 /// train, names starting with '_', classes of one file) and mel bands that hold no FFT bin
-/// (mel::empty_bands_warning: torchaudio warns and computes, and so do we).
+/// (mel::empty_bands_warning: torchaudio warns and computes, and so do we; not for --features fbank).
 void label_files(BuildState& state);
 
 /// Stage "probe": reads the header of every file of files_range on state.threads threads; failures go to

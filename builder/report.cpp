@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <utility>
+#include <variant>
 
 #include "mel/half.h"
 #include "melforge/common/timing.h"
+#include "write_stage.h"
 
 namespace melforge::builder {
 
@@ -29,7 +31,14 @@ std::vector<std::string> clip_warnings(const BuildConfig& config, const BuildSta
   std::vector<std::string> out;
   const mel::MelArgs& m = config.mel;
   char text[400];
-  if (stats.padded > 0) {
+  if (stats.padded > 0 && m.is_fbank()) {
+    std::snprintf(text, sizeof text,
+                  "%lld %s too short for one Kaldi frame (%d samples, --frame-length %g ms, --snip-edges %s) and "
+                  "zero-padded to one frame (clip_flags bit 0; counted in build_report.json clips.padded)",
+                  static_cast<long long>(stats.padded), stats.padded == 1 ? "clip was" : "clips were", m.win(),
+                  m.fbank.frame_length, m.fbank.snip_edges ? "true" : "false");
+    out.emplace_back(text);
+  } else if (stats.padded > 0) {
     std::snprintf(text, sizeof text,
                   "%lld %s too short for one STFT frame (n_fft %d, center %s) and zero-padded to one frame "
                   "(clip_flags bit 0; counted in build_report.json clips.padded)",
@@ -119,6 +128,8 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"n_frames", c.clips.tile_frames(m.sample_rate, m.hop())},
       {"max_seconds", c.clips.max_seconds},
   };
+  for (const Attribute& a : front_end_attributes(m))
+    config[a.name] = std::visit([](const auto& v) { return json(v); }, a.value);
   json counts = json::object();
   json totals = json::object();
   for (std::size_t i = 0; i < kSplitNames.size(); ++i) {

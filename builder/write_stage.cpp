@@ -7,6 +7,7 @@
 #include "augment_stage.h"
 #include "melforge/common/h5.h"
 #include "plan.h"
+#include "reader/mel_info.h"
 
 namespace melforge::builder {
 
@@ -27,6 +28,13 @@ std::string build_identity(const BuildState& state) {
                            : "?"));
   }
   return identity_hash(parts);
+}
+
+std::vector<Attribute> front_end_attributes(const mel::MelArgs& mel) {
+  std::vector<Attribute> out = {{"features", mel::to_string(mel.features)}};
+  if (mel.is_fbank())
+    for (auto& [name, value] : data::fbank_attributes(mel.fbank)) out.push_back({name, std::move(value)});
+  return out;
 }
 
 std::vector<Attribute> dataset_attributes(const BuildState& state) {
@@ -61,6 +69,7 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
       {"resampler_phase", std::string(audio::kResamplerPhase)},
       {"resampler_version", audio::resampler_version()},
   };
+  for (Attribute& a : front_end_attributes(m)) attributes.push_back(std::move(a));
   if (!state.build_id.empty()) attributes.push_back({kBuildIdAttribute, state.build_id});
   if (c.build.split_by != SplitBy::file) attributes.push_back({"split_by", to_string(c.build.split_by)});
   if (state.scan.folds > 0) attributes.push_back({"folds", int64_t{state.scan.folds}});

@@ -44,7 +44,12 @@ bool has_groups(const ScanResult& scan);
 /// identifier (and byte-identical files); another corpus, other parameters or a changed input file another one.
 std::string build_identity(const BuildState& state);
 
-/// Root attributes describing every parameter of a build of `state` (whose plan and engine are set), with
+/// The front-end's root attributes (docs/FORMAT.md): `features` ("mel" or "fbank") and, for fbank, every fbank
+/// parameter under torchaudio's name (data::fbank_attributes). The report's configuration lists the same.
+std::vector<Attribute> front_end_attributes(const mel::MelArgs& mel);
+
+/// Root attributes describing every parameter of a build of `state` (whose plan and engine are set), with the
+/// front-end's (front_end_attributes), with
 /// split_by ("class") with --split-by class, folds (K) when the files have folds, shard_index and shard_count for a
 /// --shard build, the augment_* settings with --augment-copies, and build_id (state.build_id) once it is set.
 std::vector<Attribute> dataset_attributes(const BuildState& state);

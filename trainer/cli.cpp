@@ -54,10 +54,14 @@ void inspect(const DataOptions& data, const ModelOptions& model, std::ostream& o
   out << "dataset " << d.dir.string() << " (schema_version " << d.train.meta.schema_version << ", written by melforge "
       << m.melforge_version << ")\n";
   out << "  classes (" << d.num_classes() << "): " << join(d.class_names) << "\n";
-  out << fmt("  mel: %lld Hz, n_fft %lld, win %lld, hop %lld, %lld mels, %g-%g Hz, log %s, stored %s\n",
-             static_cast<long long>(m.sample_rate), static_cast<long long>(m.n_fft),
-             static_cast<long long>(m.win_length), static_cast<long long>(m.hop_length),
-             static_cast<long long>(m.n_mels), m.f_min, m.f_max, m.log.c_str(), m.dtype.c_str());
+  if (m.is_fbank())
+    out << fmt("  fbank (Kaldi): %lld Hz, %s, %lld columns, stored %s\n", static_cast<long long>(m.sample_rate),
+               m.fbank.to_string().c_str(), static_cast<long long>(m.n_mels), m.dtype.c_str());
+  else
+    out << fmt("  mel: %lld Hz, n_fft %lld, win %lld, hop %lld, %lld mels, %g-%g Hz, log %s, stored %s\n",
+               static_cast<long long>(m.sample_rate), static_cast<long long>(m.n_fft),
+               static_cast<long long>(m.win_length), static_cast<long long>(m.hop_length),
+               static_cast<long long>(m.n_mels), m.f_min, m.f_max, m.log.c_str(), m.dtype.c_str());
   out << fmt("  default tile: %g s (%lld frames of %lld mels)\n", m.short_seconds,
              static_cast<long long>(m.n_frames), static_cast<long long>(m.n_mels));
   for (const auto& name : kSplitNames) {

@@ -85,10 +85,22 @@ struct MelInfo {
   int64_t channel = -1;
   /// Version of melforge that wrote the file (informational: not compared between splits).
   std::string melforge_version;
+  /// Feature front-end, the `features` attribute: "mel" (torchaudio's MelSpectrogram; also when the attribute is
+  /// absent, as in every file written before it existed) or "fbank" (Kaldi's filterbank; `fbank` holds it).
+  std::string features = "mel";
+  /// Kaldi filterbank parameters, the root attributes named as torchaudio.compliance.kaldi.fbank's keywords
+  /// (num_mel_bins, frame_length, ..., subtract_mean, dither_seed); read only for features "fbank", defaults
+  /// otherwise. n_fft, win_length, hop_length and n_mels then hold the values MelArgs::use_fbank derives.
+  fbank::FbankArgs fbank;
+
+  /// Whether the front-end is Kaldi's filterbank.
+  bool is_fbank() const { return features == "fbank"; }
 
   /// Shape of one file's spectrograms in schema 1/2: [num_long, num_short, n_mels, n_frames] (zeros in schema 3).
   std::vector<int64_t> file_shape() const { return {num_long, num_short, n_mels, n_frames}; }
-  /// The spectrogram parameters as the kernels take them (enums parsed). Throws FormatError on an unknown spelling.
+  /// The spectrogram parameters as the kernels take them (enums parsed; features "fbank": MelArgs::use_fbank with
+  /// `fbank`). Throws FormatError on an unknown spelling, on fbank parameters FbankArgs::validate refuses, and when
+  /// n_fft, win_length, hop_length or n_mels differ from what the fbank parameters give.
   mel::MelArgs mel_args() const;
   /// The segmentation parameters (num_long fixed to this dataset's). Throws FormatError on an unknown spelling (also
   /// for a schema-3 MelInfo, whose short_files is "": it has no segment grid).
@@ -99,19 +111,33 @@ struct MelInfo {
   /// Every parameter above as a JSON object keyed by attribute name (for configs and checkpoints).
   nlohmann::json to_json() const;
   /// The inverse of to_json(). Throws FormatError naming the first missing or mistyped field; max_seconds may be
-  /// missing (configs written before schema 3), then 0.
+  /// missing (configs written before schema 3), then 0; features may be missing (configs written before it
+  /// existed), then "mel"; with features "fbank" every fbank field is required and bounded as read_mel_info does.
   static MelInfo from_json(const nlohmann::json& j);
   /// "NAME is A in THIS but B in OTHER" for the first parameter that differs from `other` (melforge_version
-  /// excluded), with `this_name` and `other_name` naming the two sides; empty when every parameter is equal.
+  /// excluded; `features` first, then the parameters above, then the fbank parameters), with `this_name` and
+  /// `other_name` naming the two sides; empty when every parameter is equal.
   std::string first_difference(const MelInfo& other, const std::string& this_name,
                                const std::string& other_name) const;
+
+ private:
+  /// MelArgs::use_fbank(fbank) on `a`, then n_fft, win_length, hop_length and n_mels checked against it. Throws
+  /// FormatError naming the attribute.
+  void use_fbank_checked(mel::MelArgs& a) const;
 };
 
 /// Reads and validates the parameter attributes of an open split file of its `schema_version` (1 when the attribute
 /// is missing): every attribute of MelInfo present and well formed (channel and max_seconds optional; in schema 3
 /// long_seconds, long_samples, num_long, num_short and short_files optional, 0 or "" when absent), sample_rate,
 /// n_mels, n_frames, short_samples > 0 (schema 1/2 also num_long, num_short), max_seconds >= 0 and finite, the
-/// spellings understood. `where` (the file's path) starts every message. Throws FormatError.
+/// spellings understood. `features` is optional ("mel" when absent); with "fbank" every fbank attribute is required,
+/// integers within int range, booleans 0 or 1, reals finite, dither_seed >= 0, and FbankArgs::validate passes
+/// before anything is sized from them. `where` (the file's path) starts every message, the attribute follows.
+/// Throws FormatError.
 MelInfo read_mel_info(const h5::File& file, const std::string& where);
+
+/// The fbank parameters as root attributes and JSON fields: (torchaudio's name, value) in the order of
+/// docs/FORMAT.md; integers and booleans (0/1) as int64, reals as double, window_type as its string.
+std::vector<std::pair<std::string, h5::AttributeValue>> fbank_attributes(const fbank::FbankArgs& f);
 
 }  // namespace melforge::data

@@ -241,8 +241,16 @@ class Dataset:
     @property
     def info(self):
         """The root attributes of the split file (dict: sample_rate in Hz, n_fft, hop_length in samples, n_mels,
-        n_frames, short_seconds, max_seconds, dtype, log, ...; num_long and num_short 0 in schema 3; docs/FORMAT.md)."""
+        n_frames, short_seconds, max_seconds, dtype, log, ...; num_long and num_short 0 in schema 3; ``features``
+        "mel" or "fbank", and with "fbank" the Kaldi filterbank's parameters under torchaudio's names: num_mel_bins,
+        frame_length, frame_shift, window_type, ...; docs/FORMAT.md)."""
         return json.loads(self._handle().info_json)
+
+    @property
+    def features(self):
+        """The feature front-end the split holds (str): "mel" (torchaudio's MelSpectrogram and a log) or "fbank"
+        (Kaldi's filterbank as torchaudio.compliance.kaldi.fbank computes it; its parameters are in ``info``)."""
+        return self.info["features"]
 
     @property
     def paths(self):
