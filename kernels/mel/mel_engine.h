@@ -312,7 +312,8 @@ std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& config);
 std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config, EnginePlan* chosen = nullptr);
 
 /// The value every output element takes for an all-zero segment: the log of zero energy (db: (20/power)*log10(amin),
-/// ln: log(log_eps), none: 0). Used to fill long-segment slots that hold no audio.
+/// ln: log(log_eps), none: 0; fbank: the mel bins' log(FLT_EPSILON) with use_log_fbank, else 0; its energy column is
+/// log(FLT_EPSILON) floored at log(energy_floor)). Used to fill long-segment slots that hold no audio.
 float silence_value(const MelArgs& args);
 
 }  // namespace melforge::mel
