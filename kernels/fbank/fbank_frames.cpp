@@ -1,5 +1,5 @@
 // Kaldi's per-frame preprocessing for the CPU engine. The loops are compiled for AVX2 and for the baseline (as
-// mel/mel_cpu.cpp's); both use the same IEEE operations in the same order (the double sums in eight fixed partial
+// mel/mel_cpu.cpp's); both use the same IEEE operations in the same order (the double sums in kLanes fixed partial
 // sums, no FMA), so they give bitwise the same frames.
 #include "fbank/fbank_frames.h"
 
@@ -17,13 +17,23 @@
 namespace melforge::fbank {
 namespace {
 
+/// Partial sums of the frame sums: four AVX2 vectors of doubles, so that the additions' latency overlaps.
+constexpr int kLanes = 16;
+
+/// The kLanes partial sums added pairwise in a fixed order.
+inline double add_lanes(const double* acc) {
+  double pairs[kLanes / 2];
+  for (int i = 0; i < kLanes / 2; ++i) pairs[i] = acc[i] + acc[i + kLanes / 2];
+  return ((pairs[0] + pairs[4]) + (pairs[2] + pairs[6])) + ((pairs[1] + pairs[5]) + (pairs[3] + pairs[7]));
+}
+
 /// Sum over j < n of (x[j] - sub)^2, the difference and the square rounded to float as torchaudio's float32 tensors
-/// hold them, accumulated in double in eight interleaved partial sums added in a fixed order.
+/// hold them, accumulated in double in kLanes interleaved partial sums added in a fixed order.
 MELFORGE_FBANK_CLONES double sum_squares(const float* __restrict x, int n, float sub) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double acc[kLanes] = {};
   int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int i = 0; i < 8; ++i) {
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int i = 0; i < kLanes; ++i) {
       const float d = x[j + i] - sub;
       acc[i] += static_cast<double>(d * d);
     }
@@ -32,18 +42,18 @@ MELFORGE_FBANK_CLONES double sum_squares(const float* __restrict x, int n, float
     const float d = x[j] - sub;
     acc[i] += static_cast<double>(d * d);
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return add_lanes(acc);
 }
 
-/// Sum of x[0..n) in double, in eight interleaved partial sums added in a fixed order.
+/// Sum of x[0..n) in double, in kLanes interleaved partial sums added in a fixed order.
 MELFORGE_FBANK_CLONES double sum(const float* __restrict x, int n) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double acc[kLanes] = {};
   int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    for (int i = 0; i < 8; ++i) acc[i] += static_cast<double>(x[j + i]);
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int i = 0; i < kLanes; ++i) acc[i] += static_cast<double>(x[j + i]);
   }
   for (int i = 0; j < n; ++j, ++i) acc[i] += static_cast<double>(x[j]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return add_lanes(acc);
 }
 
 /// dst[j] = ((x[j] - mean) - c * (x[j - 1] - mean)) * w[j] for j < n, with x[-1] = x[0]: DC removal, pre-emphasis and
