@@ -12,6 +12,8 @@
 //           each batch is cache-resident as the engine's is) with fftwf_plan_many_dft_r2c plans (FFTW_ESTIMATE) made
 //           beforehand, the last batch of an utterance with a plan of its size. A single plan over a whole utterance's
 //           frames streams them through memory and was up to 1.5x slower per frame here: not the bound.
+// A third row times the same batches with FFTW_MEASURE plans (planned beforehand, not reproducible run to run, which
+// is why the engine does not use them): what a measured plan shipped as fixed wisdom could gain.
 // The two sides run alternately, engine then FFT, over all utterances, --repeats times after one warmup pair; times
 // are medians over the repeats, and the ratio is the median of the per-pair ratios.
 #include <fftw3.h>
@@ -94,11 +96,11 @@ struct Utterance {
   fftwf_plan tail = nullptr;
 };
 
-/// A batched r2c plan of `howmany` frames of `n_fft` samples from `in` into `out`.
-fftwf_plan plan_r2c(int n_fft, int howmany, float* in, fftwf_complex* out) {
+/// A batched r2c plan of `howmany` frames of `n_fft` samples from `in` into `out` (`flags`: FFTW_ESTIMATE, or
+/// FFTW_MEASURE, which overwrites `in` and `out` while planning).
+fftwf_plan plan_r2c(int n_fft, int howmany, float* in, fftwf_complex* out, unsigned flags = FFTW_ESTIMATE) {
   const int n_freqs = n_fft / 2 + 1;
-  fftwf_plan p = fftwf_plan_many_dft_r2c(1, &n_fft, howmany, in, nullptr, 1, n_fft, out, nullptr, 1, n_freqs,
-                                         FFTW_ESTIMATE);
+  fftwf_plan p = fftwf_plan_many_dft_r2c(1, &n_fft, howmany, in, nullptr, 1, n_fft, out, nullptr, 1, n_freqs, flags);
   if (p == nullptr) throw melforge::Error("FFTW planning failed");
   return p;
 }
@@ -118,6 +120,8 @@ int run(const Options& o) {
   const int block = cpu_block_frames(engine->layout().n_frames, n_fft);
   fftwf_complex* fft_out = fftwf_alloc_complex(static_cast<std::size_t>(block) * n_freqs);
   fftwf_plan block_plan = nullptr;
+  float* measure_buf = fftwf_alloc_real(static_cast<std::size_t>(block) * n_fft);
+  fftwf_plan measured = plan_r2c(n_fft, block, measure_buf, fft_out, FFTW_MEASURE);
 
   std::vector<Utterance> utts(static_cast<std::size_t>(o.utterances));
   double audio_s = 0.0;
@@ -148,24 +152,28 @@ int run(const Options& o) {
       engine->compute_clips(ut.samples.data(), batch, out.data());
     }
   };
-  const auto run_fft = [&] {
+  const auto run_fft = [&](fftwf_plan plan) {
     for (const Utterance& ut : utts) {
       int64_t t = 0;
-      for (; t + block <= ut.frames; t += block) fftwf_execute_dft_r2c(block_plan, ut.fft_in + t * n_fft, fft_out);
+      for (; t + block <= ut.frames; t += block) fftwf_execute_dft_r2c(plan, ut.fft_in + t * n_fft, fft_out);
       if (ut.tail != nullptr) fftwf_execute_dft_r2c(ut.tail, ut.fft_in + t * n_fft, fft_out);
     }
   };
-  std::vector<double> engine_s, fft_s, ratios;
+  std::vector<double> engine_s, fft_s, measured_s, ratios;
   for (int r = 0; r <= o.repeats; ++r) {
     Stopwatch we;
     run_engine();
     const double e = we.seconds();
     Stopwatch wf;
-    run_fft();
+    run_fft(block_plan);
     const double f = wf.seconds();
+    Stopwatch wm;
+    run_fft(measured);
+    const double m = wm.seconds();
     if (r == 0) continue;
     engine_s.push_back(e);
     fft_s.push_back(f);
+    measured_s.push_back(m);
     ratios.push_back(e / f);
   }
   for (Utterance& ut : utts) {
@@ -173,6 +181,8 @@ int run(const Options& o) {
     fftwf_free(ut.fft_in);
   }
   fftwf_destroy_plan(block_plan);
+  fftwf_destroy_plan(measured);
+  fftwf_free(measure_buf);
   fftwf_free(fft_out);
   const double es = median(engine_s), fs = median(fft_s);
   const double per_utt = 1e3 / o.utterances;
@@ -186,6 +196,9 @@ int run(const Options& o) {
               es * per_utt, audio_s / es, 1e6 * es / static_cast<double>(total_frames));
   std::printf("  bare FFTW r2c, same frames, batches of %3d:   %8.3f ms/utterance  %8.0fx real time  %7.3f us/frame\n",
               block, fs * per_utt, audio_s / fs, 1e6 * fs / static_cast<double>(total_frames));
+  const double ms = median(measured_s);
+  std::printf("  the same with FFTW_MEASURE plans:             %8.3f ms/utterance  %8.0fx real time  %7.3f us/frame\n",
+              ms * per_utt, audio_s / ms, 1e6 * ms / static_cast<double>(total_frames));
   std::printf("  fbank / bare FFT time: %.2f (median of the %zu per-run ratios)\n", median(ratios), ratios.size());
   return 0;
 }
