@@ -496,6 +496,12 @@ TEST_CASE("fbank: compute() of equal segments equals compute_clips, float16 is f
   std::vector<float> seg(seg_offsets.size() * static_cast<std::size_t>(layout.out_elems_per_segment()));
   engine->compute(x.data(), seg_offsets, seg.data());
   CHECK(engine->host_bytes() == cpu_engine_host_bytes(config));
+  const int64_t block = std::min<int64_t>(32768 / a.n_fft, layout.n_frames);
+  const int64_t n_freqs = a.n_fft / 2 + 1;
+  const int64_t scratch_floats = block * a.n_fft + 2 * block * n_freqs + n_freqs * block + block * layout.n_mels +
+                                 a.win() + (f.dither > 0 ? a.win() : 0) +
+                                 (f.subtract_mean ? layout.out_elems_per_segment() : 0);
+  CHECK(engine->host_bytes() == 4 * (scratch_floats + a.win()));
   for (std::size_t i = 0; i < seg_offsets.size(); ++i) {
     const std::vector<float> one(x.begin() + seg_offsets[i], x.begin() + seg_offsets[i] + segment);
     const auto clip = as_floats(run_clips(config, one, {0, segment}));
