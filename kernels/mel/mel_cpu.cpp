@@ -7,6 +7,10 @@
 // compute_clips cuts the batch's concatenated frames (clip after clip) into blocks of the same size instead: a block
 // holds the frames of one or more clips, each framed with its own length and edges, and its mel rows are stored
 // frame-major ([F][n_mels]); the last block is padded with zero frames so that one plan serves every block.
+// With fbank args (Kaldi's filterbank, docs/FBANK.md) each frame is framed and preprocessed by fbank::FramePrep
+// (Kaldi's edges, dither, DC removal, pre-emphasis, window, zero padding) into the same FFT batch, its log energy
+// into its own row of the mel scratch (the energy column); the power, filterbank (the Kaldi bank), log and store
+// stages are shared.
 //
 // Plans use FFTW_ESTIMATE: the algorithm FFTW picks does not depend on timings, so a configuration gives bitwise the
 // same spectrograms in every run and process (FFTW_MEASURE may pick another algorithm, and rounding, per run), and
