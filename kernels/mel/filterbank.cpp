@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "melforge/common/errors.h"
+#include "fbank/fbank_math.h"
 #include "mel/mel_math.h"
 
 namespace melforge::mel {
@@ -81,8 +82,35 @@ double hz_to_mel(double hz, MelScale scale) {
   return scale == MelScale::htk ? hz_to_mel_htk(hz) : hz_to_mel_slaney(hz);
 }
 
-/// Cache key: every field the filterbank depends on.
-using Key = std::tuple<int, int, int, float, float, MelScale, MelNorm>;
+/// Cache key: every field the filterbank depends on (for fbank, the sample rate and FbankArgs::to_string; the mel
+/// fields are then those use_fbank derives).
+using Key = std::tuple<Features, std::string, int, int, int, float, float, MelScale, MelNorm>;
+
+/// Filterbank of the dense rows `rows` ([n_mels][n_freqs]), keeping each band's nonzero run.
+Filterbank sparse_filterbank(const std::vector<float>& rows, int n_mels, int n_freqs) {
+  Filterbank fb;
+  fb.n_mels = n_mels;
+  fb.n_freqs = n_freqs;
+  fb.begin.resize(static_cast<std::size_t>(n_mels));
+  fb.end.resize(static_cast<std::size_t>(n_mels));
+  fb.offset.resize(static_cast<std::size_t>(n_mels) + 1);
+  for (int m = 0; m < n_mels; ++m) {
+    const float* row = rows.data() + static_cast<std::size_t>(m) * n_freqs;
+    int first = -1, last = -1;
+    for (int k = 0; k < n_freqs; ++k) {
+      if (row[k] > 0.0f) {
+        if (first < 0) first = k;
+        last = k;
+      }
+    }
+    fb.begin[m] = std::max(first, 0);
+    fb.end[m] = last + 1;
+    fb.offset[m] = static_cast<int32_t>(fb.weights.size());
+    if (first >= 0) fb.weights.insert(fb.weights.end(), row + first, row + last + 1);
+  }
+  fb.offset[n_mels] = static_cast<int32_t>(fb.weights.size());
+  return fb;
+}
 
 }  // namespace
 
@@ -96,7 +124,40 @@ std::vector<float> Filterbank::dense() const {
   return out;
 }
 
+Filterbank build_kaldi_filterbank(const MelArgs& args) {
+  const fbank::FbankArgs& f = args.fbank;
+  f.validate(args.sample_rate);
+  const int padded = f.padded_window_size(args.sample_rate);
+  const int num_fft_bins = padded / 2;
+  const int n_freqs = num_fft_bins + 1;
+  const int bins = f.num_mel_bins;
+  const double sample_freq = args.sample_rate;
+  const auto bin_width = static_cast<float>(sample_freq / padded);
+  const auto mel_low = static_cast<float>(fbank::kaldi_mel(f.low_freq));
+  const double mel_high = fbank::kaldi_mel(f.effective_high_freq(args.sample_rate));
+  const auto delta = static_cast<float>((mel_high - fbank::kaldi_mel(f.low_freq)) / (bins + 1));
+  std::vector<float> mel(static_cast<std::size_t>(num_fft_bins));
+  for (int k = 0; k < num_fft_bins; ++k) {
+    const float hz = bin_width * static_cast<float>(k);
+    mel[static_cast<std::size_t>(k)] = 1127.0f * std::log(1.0f + hz / 700.0f);
+  }
+  std::vector<float> rows(static_cast<std::size_t>(bins) * n_freqs, 0.0f);
+  for (int b = 0; b < bins; ++b) {
+    const float left = mel_low + static_cast<float>(b) * delta;
+    const float center = mel_low + (static_cast<float>(b) + 1.0f) * delta;
+    const float right = mel_low + (static_cast<float>(b) + 2.0f) * delta;
+    for (int k = 0; k < num_fft_bins; ++k) {
+      const float m = mel[static_cast<std::size_t>(k)];
+      const float up = (m - left) / (center - left);
+      const float down = (right - m) / (right - center);
+      rows[static_cast<std::size_t>(b) * n_freqs + k] = std::max(0.0f, std::min(up, down));
+    }
+  }
+  return sparse_filterbank(rows, bins, n_freqs);
+}
+
 Filterbank build_filterbank(const MelArgs& args) {
+  if (args.is_fbank()) return build_kaldi_filterbank(args);
   if (args.n_fft < 2 || args.n_mels < 1 || args.sample_rate <= 0) {
     throw InvalidArgument("filterbank: needs n_fft >= 2, n_mels >= 1 and sample_rate > 0");
   }
@@ -172,7 +233,8 @@ std::string empty_bands_warning(const MelArgs& args) {
 std::shared_ptr<const Filterbank> cached_filterbank(const MelArgs& args) {
   static std::mutex mutex;
   static std::map<Key, std::shared_ptr<const Filterbank>> cache;
-  const Key key{args.sample_rate, args.n_fft, args.n_mels, args.f_min, args.fmax(), args.mel_scale, args.mel_norm};
+  const Key key{args.features, args.is_fbank() ? args.fbank.to_string() : std::string(), args.sample_rate, args.n_fft,
+                args.n_mels,    args.f_min,  args.fmax(), args.mel_scale, args.mel_norm};
   std::lock_guard lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;

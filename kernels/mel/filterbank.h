@@ -35,17 +35,30 @@ struct Filterbank {
   int64_t nnz() const { return static_cast<int64_t>(weights.size()); }
 };
 
-/// Builds the filterbank for `args` (uses sample_rate, n_fft, n_mels, f_min, fmax(), mel_scale, mel_norm).
+/// Builds the filterbank for `args`: for features mel (uses sample_rate, n_fft, n_mels, f_min, fmax(), mel_scale,
+/// mel_norm) as torchaudio.functional.melscale_fbanks; for features fbank, build_kaldi_filterbank.
 /// A band without an FFT bin is kept empty (Filterbank::empty_bands; empty_bands_warning says so). Throws
 /// InvalidArgument naming the band when a band's edges coincide (its weights would be NaN).
 Filterbank build_filterbank(const MelArgs& args);
+
+/// Kaldi's mel filterbank as torchaudio.compliance.kaldi.get_mel_banks builds it for `args.fbank` at
+/// args.sample_rate (vtln_warp 1): n_mels = fbank.num_mel_bins bands (no energy column), n_freqs = padded/2 + 1 bins
+/// of which the last (Nyquist) has weight 0 in every band, triangles on Kaldi's mel scale (1127 ln(1 + f/700)) with
+/// num_mel_bins + 2 edges equally spaced between low_freq and effective_high_freq. Computed in float32 in torch's
+/// operation order (edges low + b * delta, each bin's mel 1127 * logf(1 + (bin_width * k) / 700), slopes (mel -
+/// left) / (center - left) and (right - mel) / (right - center), max(0, min(up, down))), so the weights equal
+/// torchaudio's up to its vectorised log (SLEEF, within 1 ulp of logf). Throws InvalidArgument when args.fbank is
+/// invalid at args.sample_rate.
+Filterbank build_kaldi_filterbank(const MelArgs& args);
 
 /// The warning for the bands of `args`'s filterbank that contain no FFT bin, worded as torchaudio's ("At least one
 /// mel filterbank has all zero values ...") and naming the bands, n_mels, n_fft and the bin spacing; "" when every
 /// band has a bin. Uses cached_filterbank; throws as build_filterbank does.
 std::string empty_bands_warning(const MelArgs& args);
 
-/// Returns the filterbank for `args`, built once per distinct configuration and cached for the process.
+/// Returns the filterbank for `args`, built once per distinct configuration (keyed on the features and every
+/// parameter the bank depends on: the mel fields, or the sample rate and FbankArgs::to_string) and cached for the
+/// process.
 /// Thread-safe; the returned pointer stays valid for the life of the process.
 std::shared_ptr<const Filterbank> cached_filterbank(const MelArgs& args);
 

@@ -7,6 +7,10 @@
 // compute_clips cuts the batch's concatenated frames (clip after clip) into blocks of the same size instead: a block
 // holds the frames of one or more clips, each framed with its own length and edges, and its mel rows are stored
 // frame-major ([F][n_mels]); the last block is padded with zero frames so that one plan serves every block.
+// With fbank args (Kaldi's filterbank, docs/FBANK.md) each frame is framed and preprocessed by fbank::FramePrep
+// (Kaldi's edges, dither, DC removal, pre-emphasis, window, zero padding) into the same FFT batch, its log energy
+// into its own row of the mel scratch (the energy column); the power, filterbank (the Kaldi bank), log and store
+// stages are shared.
 //
 // Plans use FFTW_ESTIMATE: the algorithm FFTW picks does not depend on timings, so a configuration gives bitwise the
 // same spectrograms in every run and process (FFTW_MEASURE may pick another algorithm, and rounding, per run), and
@@ -33,6 +37,8 @@
 #include "melforge/common/fftw_lock.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/timing.h"
+#include "fbank/fbank_frames.h"
+#include "fbank/fbank_math.h"
 #include "mel/filterbank.h"
 #include "mel/half.h"
 #include "mel/mel_math.h"
@@ -80,14 +86,23 @@ struct Scratch {
   FftwBuffer<fftwf_complex> spectrum;
   /// [n_freqs][block] |X|^power, frames contiguous.
   FftwBuffer<float> power;
-  /// [n_mels][block] mel energies.
+  /// [n_mels][block] mel energies (fbank: with the energy column's row).
   FftwBuffer<float> mel;
+  /// fbank: [window] a frame gathered from mirrored or zero-padded edges.
+  std::vector<float> gather;
+  /// fbank: [window] a frame after dither.
+  std::vector<float> prep;
+  /// fbank with subtract_mean: [n_mels][n_frames] one segment's float output (compute()).
+  std::vector<float> segment;
   explicit Scratch(const CpuScratchSizes& s)
       : padded(static_cast<std::size_t>(s.padded_floats)),
         frames(static_cast<std::size_t>(s.frame_floats)),
         spectrum(static_cast<std::size_t>(s.spectrum_complex)),
         power(static_cast<std::size_t>(s.power_floats)),
-        mel(static_cast<std::size_t>(s.mel_floats)) {}
+        mel(static_cast<std::size_t>(s.mel_floats)),
+        gather(static_cast<std::size_t>(s.gather_floats)),
+        prep(static_cast<std::size_t>(s.prep_floats)),
+        segment(static_cast<std::size_t>(s.segment_floats)) {}
 };
 
 /// A batched r2c plan over `howmany` contiguous frames; destroyed under the planner lock.
@@ -164,12 +179,21 @@ struct LogStage {
   /// log_compress(0): the value of silence.
   float floor = 0.0f;
 
+  /// mel: log_compress for a.log; fbank: kaldi_log (log(max(x, FLT_EPSILON)): threshold FLT_EPSILON, offset 0,
+  /// floor log(FLT_EPSILON)) with use_log_fbank, else none.
   explicit LogStage(const MelArgs& a)
       : mode(static_cast<int>(a.log)),
         scale(a.log == LogMode::db ? static_cast<float>(20.0 / a.power / std::log(10.0)) : 1.0f),
         threshold(a.log == LogMode::db ? a.amin : 0.0f),
         offset(a.log == LogMode::ln ? a.log_eps : 0.0f),
-        floor(log_compress(0.0f, static_cast<int>(a.log), a.power, a.amin, a.log_eps)) {}
+        floor(log_compress(0.0f, static_cast<int>(a.log), a.power, a.amin, a.log_eps)) {
+    if (!a.is_fbank()) return;
+    mode = static_cast<int>(a.fbank.use_log_fbank ? LogMode::ln : LogMode::none);
+    scale = 1.0f;
+    threshold = FLT_EPSILON;
+    offset = 0.0f;
+    floor = a.fbank.use_log_fbank ? fbank::kaldi_log(0.0f) : 0.0f;
+  }
 
   /// Replaces the `n` energies at `v` by their logs.
   void apply(float* v, int64_t n) const;
@@ -292,6 +316,19 @@ void store_frames(const float* mel, int stride, int count, int n_mels, uint16_t*
   }
 }
 
+/// Subtracts from each of `cols` columns its mean over `rows` rows, in place: value (i, k) at data[i * row_step + k *
+/// col_step]. The mean is the double sum rounded to float over float(rows), as torch.mean (sum, then divide).
+void subtract_means(float* data, int64_t rows, int cols, int64_t row_step, int64_t col_step) {
+  if (rows <= 0) return;
+  for (int k = 0; k < cols; ++k) {
+    float* col = data + k * col_step;
+    double total = 0.0;
+    for (int64_t i = 0; i < rows; ++i) total += static_cast<double>(col[i * row_step]);
+    const float mean = static_cast<float>(total) / static_cast<float>(rows);
+    for (int64_t i = 0; i < rows; ++i) col[i * row_step] -= mean;
+  }
+}
+
 /// `config` after checking its mel parameters for its segment length.
 const EngineConfig& validated(const EngineConfig& config) {
   config.mel.validate(config.segment_samples);
@@ -314,17 +351,29 @@ class CpuMelEngine final : public MelEngine {
     block_ = cpu_block_frames(layout_.n_frames, n_fft_);
     blocks_per_segment_ = (layout_.n_frames + block_ - 1) / block_;
     threads_ = resolve_threads(config_.threads);
-
-    window_.assign(static_cast<std::size_t>(n_fft_), 0.0f);
-    const int win = mel.win();
-    const int left = (n_fft_ - win) / 2;
-    for (int j = 0; j < win; ++j) {
-      const float w = mel.window == Window::hann ? hann(j, win) : hamming(j, win);
-      window_[static_cast<std::size_t>(left + j)] = w;
+    power_ = mel.power;
+    mel_rows_ = layout_.n_mels;
+    if (mel.is_fbank()) {
+      prep_ = std::make_unique<fbank::FramePrep>(mel.fbank, mel.sample_rate);
+      power_ = mel.fbank.use_power ? 2.0f : 1.0f;
+      mel_rows_ = mel.fbank.num_mel_bins;
+      subtract_mean_ = mel.fbank.subtract_mean;
+      if (mel.fbank.use_energy) {
+        energy_row_ = mel.fbank.htk_compat ? mel_rows_ : 0;
+        mel_row0_ = mel.fbank.htk_compat ? 0 : 1;
+      }
+    } else {
+      window_.assign(static_cast<std::size_t>(n_fft_), 0.0f);
+      const int win = mel.win();
+      const int left = (n_fft_ - win) / 2;
+      for (int j = 0; j < win; ++j) {
+        const float w = mel.window == Window::hann ? hann(j, win) : hamming(j, win);
+        window_[static_cast<std::size_t>(left + j)] = w;
+      }
     }
 
     scratch_.reserve(static_cast<std::size_t>(threads_));
-    const CpuScratchSizes sizes = cpu_scratch_sizes(block_, n_fft_, hop_, layout_.n_freqs, layout_.n_mels);
+    const CpuScratchSizes sizes = cpu_scratch_sizes(config_);
     for (int t = 0; t < threads_; ++t) scratch_.emplace_back(sizes);
     host_bytes_ = cpu_engine_host_bytes(config_);
     Scratch& s = scratch_.front();
@@ -339,6 +388,16 @@ class CpuMelEngine final : public MelEngine {
     std::lock_guard lock(compute_mutex_);
     Stopwatch watch;
     const auto segments = static_cast<int64_t>(offsets.size());
+    if (subtract_mean_) {
+      parallel_ranges(segments, threads_, [&](int thread, int64_t begin, int64_t end) {
+        Scratch& s = scratch_[static_cast<std::size_t>(thread)];
+        for (int64_t segment = begin; segment < end; ++segment) {
+          run_whole_segment(base + offsets[static_cast<std::size_t>(segment)], s, out, segment);
+        }
+      });
+      compute_s_.fetch_add(watch.seconds());
+      return;
+    }
     const int64_t items = segments * blocks_per_segment_;
     parallel_ranges(items, threads_, [&](int thread, int64_t begin, int64_t end) {
       Scratch& s = scratch_[static_cast<std::size_t>(thread)];
@@ -368,16 +427,21 @@ class CpuMelEngine final : public MelEngine {
     std::lock_guard lock(compute_mutex_);
     Stopwatch watch;
     const int64_t blocks = (batch.total_frames() + block_ - 1) / block_;
+    const bool half = config_.dtype == DType::float16;
+    std::vector<float> rows;
+    if (subtract_mean_ && half) rows.resize(static_cast<std::size_t>(batch.out_elems()));
+    float* float_out = subtract_mean_ && half ? rows.data() : static_cast<float*>(out);
     parallel_ranges(blocks, threads_, [&](int thread, int64_t begin, int64_t end) {
       Scratch& s = scratch_[static_cast<std::size_t>(thread)];
       for (int64_t block = begin; block < end; ++block) {
-        if (config_.dtype == DType::float16) {
+        if (half && !subtract_mean_) {
           run_clip_block(samples, batch, block, s, static_cast<uint16_t*>(out));
         } else {
-          run_clip_block(samples, batch, block, s, static_cast<float*>(out));
+          run_clip_block(samples, batch, block, s, float_out);
         }
       }
     });
+    if (subtract_mean_) subtract_clip_means(batch, float_out, half ? static_cast<uint16_t*>(out) : nullptr);
     compute_s_.fetch_add(watch.seconds());
   }
 
@@ -424,21 +488,68 @@ class CpuMelEngine final : public MelEngine {
     for (int64_t p = std::max(hi, p0); p < p1; ++p) d[p - first] = padded_sample(x, len, p + pad_, pad_, reflect);
   }
 
-  /// Mel energies [n_mels][block] of the `count` spectra in s.spectrum: |X|^power transposed to [n_freqs][block],
-  /// then for each band the weighted sum of its bins, accumulated over all frames at once (the loop over frames is
-  /// contiguous and vectorises). Each energy is the sum over its bins in increasing order, as in the filterbank.
-  void mel_block(int count, Scratch& s) const {
-    cpu_power_transposed(s.spectrum.data[0], count, layout_.n_freqs, config_.mel.power, s.power.data, block_);
-    apply_filterbank(*fb_, s.power.data, static_cast<std::size_t>(block_), count, s.mel.data);
+  /// fbank: frames t0 .. t0 + count - 1 of the `len` samples at `x` (a clip or a segment), each through
+  /// FramePrep (framing with Kaldi's edges, dither, DC removal, pre-emphasis, window, zero padding) into rows
+  /// [row, row + count) of s.frames; their log energies into the energy row of s.mel (use_energy).
+  void fbank_frame_block(const float* x, int64_t len, int64_t t0, int count, int row, Scratch& s) const {
+    for (int f = 0; f < count; ++f) {
+      const int64_t t = t0 + f;
+      const float* src = prep_->source(x, len, t, s.gather.data());
+      float* dst = s.frames.data + static_cast<std::size_t>(row + f) * n_fft_;
+      const float energy = prep_->prepare(src, t, s.prep.data(), dst);
+      if (energy_row_ >= 0) s.mel.data[static_cast<std::size_t>(energy_row_) * block_ + row + f] = energy;
+    }
   }
 
-  /// Replaces the mel energies of the first `count` frames of s.mel ([n_mels][block]) by their logs.
+  /// Mel energies of the `count` spectra in s.spectrum into rows [mel_row0_, mel_row0_ + mel_rows_) of s.mel
+  /// ([n_mels][block]): |X|^power transposed to [n_freqs][block], then for each band the weighted sum of its bins,
+  /// accumulated over all frames at once (the loop over frames is contiguous and vectorises). Each energy is the sum
+  /// over its bins in increasing order, as in the filterbank.
+  void mel_block(int count, Scratch& s) const {
+    cpu_power_transposed(s.spectrum.data[0], count, layout_.n_freqs, power_, s.power.data, block_);
+    apply_filterbank(*fb_, s.power.data, static_cast<std::size_t>(block_), count, mel_rows(s));
+  }
+
+  /// First mel row of s.mel (after the energy row of fbank's use_energy without htk_compat).
+  float* mel_rows(Scratch& s) const { return s.mel.data + static_cast<std::size_t>(mel_row0_) * block_; }
+
+  /// Replaces the mel energies of the first `count` frames of s.mel's mel rows by their logs.
   void log_block(int count, Scratch& s) const {
     if (count == block_) {
-      log_.apply(s.mel.data, static_cast<int64_t>(layout_.n_mels) * count);
+      log_.apply(mel_rows(s), static_cast<int64_t>(mel_rows_) * count);
       return;
     }
-    for (int m = 0; m < layout_.n_mels; ++m) log_.apply(s.mel.data + static_cast<std::size_t>(m) * block_, count);
+    for (int m = 0; m < mel_rows_; ++m) log_.apply(mel_rows(s) + static_cast<std::size_t>(m) * block_, count);
+  }
+
+  /// compute() with fbank subtract_mean: every block of segment `segment` (samples at `x`) into s.segment (float,
+  /// [n_mels][n_frames]), each row minus its mean over the frames, then stored as the configured dtype into its slot
+  /// of `out`.
+  void run_whole_segment(const float* x, Scratch& s, void* out, int64_t segment) const {
+    for (int block = 0; block < blocks_per_segment_; ++block) run_block(x, block, s, s.segment.data());
+    subtract_means(s.segment.data(), layout_.n_frames, layout_.n_mels, 1, layout_.n_frames);
+    const int64_t elems = layout_.out_elems_per_segment();
+    if (config_.dtype == DType::float16) {
+      store_row(s.segment.data(), static_cast<int>(elems), static_cast<uint16_t*>(out) + segment * elems);
+    } else {
+      store_row(s.segment.data(), static_cast<int>(elems), static_cast<float*>(out) + segment * elems);
+    }
+  }
+
+  /// compute_clips with fbank subtract_mean: subtracts each clip's column means from `rows` ([F][n_mels] float), in
+  /// parallel over clips, then (half != nullptr) converts them to half bits into `half`.
+  void subtract_clip_means(const ClipBatch& batch, float* rows, uint16_t* half) const {
+    const int cols = layout_.n_mels;
+    parallel_ranges(batch.clips(), threads_, [&](int, int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        float* clip = rows + batch.frame_offsets[static_cast<std::size_t>(c)] * cols;
+        subtract_means(clip, batch.frames(c), cols, cols, 1);
+        if (half != nullptr) {
+          const int64_t first = batch.frame_offsets[static_cast<std::size_t>(c)] * cols;
+          store_row(clip, static_cast<int>(batch.frames(c) * cols), half + first);
+        }
+      }
+    });
   }
 
   /// Computes block `block` of segment `x` into the segment's output `out` ([n_mels][n_frames]).
@@ -446,7 +557,11 @@ class CpuMelEngine final : public MelEngine {
   void run_block(const float* x, int block, Scratch& s, Out* out) const {
     const int t0 = block * block_;
     const int count = std::min(block_, layout_.n_frames - t0);
-    frame_block(x, layout_.segment_samples, reflect_, t0, count, s.frames.data, s);
+    if (prep_) {
+      fbank_frame_block(x, layout_.segment_samples, t0, count, 0, s);
+    } else {
+      frame_block(x, layout_.segment_samples, reflect_, t0, count, s.frames.data, s);
+    }
     (count == block_ ? plan_block_ : plan_tail_).execute(s.frames.data, s.spectrum.data);
     mel_block(count, s);
     log_block(count, s);
@@ -473,8 +588,13 @@ class CpuMelEngine final : public MelEngine {
       const int64_t t0 = g0 + row - fo[static_cast<std::size_t>(c)];
       const int k = static_cast<int>(std::min<int64_t>(count - row, batch.frames(c) - t0));
       const int64_t len = batch.samples(c);
-      frame_block(samples + batch.sample_offsets[static_cast<std::size_t>(c)], len, clip_reflects(len, pad_, reflect_),
-                  t0, k, s.frames.data + static_cast<std::size_t>(row) * n_fft_, s);
+      const float* x = samples == nullptr ? nullptr : samples + batch.sample_offsets[static_cast<std::size_t>(c)];
+      if (prep_) {
+        fbank_frame_block(x, len, t0, k, row, s);
+      } else {
+        frame_block(x, len, clip_reflects(len, pad_, reflect_), t0, k,
+                    s.frames.data + static_cast<std::size_t>(row) * n_fft_, s);
+      }
       row += k;
     }
     float* unused = s.frames.data + static_cast<std::size_t>(count) * n_fft_;
@@ -496,6 +616,17 @@ class CpuMelEngine final : public MelEngine {
   int block_ = 1;
   int blocks_per_segment_ = 1;
   int threads_ = 1;
+  /// |X|^power's exponent: mel's power, or fbank's use_power ? 2 : 1.
+  float power_ = 2.0f;
+  /// fbank: the per-frame preprocessing; null for mel.
+  std::unique_ptr<fbank::FramePrep> prep_;
+  /// Filterbank rows (mel: n_mels; fbank: num_mel_bins) and the first of them in s.mel.
+  int mel_rows_ = 0;
+  int mel_row0_ = 0;
+  /// fbank use_energy: the row of s.mel (the output column) holding the log energy; -1 otherwise.
+  int energy_row_ = -1;
+  /// fbank subtract_mean.
+  bool subtract_mean_ = false;
   std::vector<float> window_;
   int64_t host_bytes_ = 0;
   std::vector<Scratch> scratch_;
@@ -547,12 +678,26 @@ CpuScratchSizes cpu_scratch_sizes(int block, int n_fft, int hop, int n_freqs, in
   return s;
 }
 
-int64_t cpu_engine_host_bytes(const EngineConfig& config) {
+CpuScratchSizes cpu_scratch_sizes(const EngineConfig& config) {
   const MelLayout layout = make_layout(config);
   const int n_fft = config.mel.n_fft;
   const int block = cpu_block_frames(layout.n_frames, n_fft);
-  const CpuScratchSizes sizes = cpu_scratch_sizes(block, n_fft, config.mel.hop(), layout.n_freqs, layout.n_mels);
-  return resolve_threads(config.threads) * sizes.bytes() + n_fft * static_cast<int64_t>(sizeof(float));
+  if (!config.mel.is_fbank()) return cpu_scratch_sizes(block, n_fft, config.mel.hop(), layout.n_freqs, layout.n_mels);
+  CpuScratchSizes s;
+  s.frame_floats = static_cast<int64_t>(block) * n_fft;
+  s.spectrum_complex = static_cast<int64_t>(block) * layout.n_freqs;
+  s.power_floats = static_cast<int64_t>(layout.n_freqs) * block;
+  s.mel_floats = static_cast<int64_t>(layout.n_mels) * block;
+  s.gather_floats = config.mel.win();
+  s.prep_floats = config.mel.fbank.dither > 0.0 ? config.mel.win() : 0;
+  if (config.mel.fbank.subtract_mean) s.segment_floats = layout.out_elems_per_segment();
+  return s;
+}
+
+int64_t cpu_engine_host_bytes(const EngineConfig& config) {
+  const int64_t window = config.mel.is_fbank() ? config.mel.win() : config.mel.n_fft;
+  return resolve_threads(config.threads) * cpu_scratch_sizes(config).bytes() +
+         window * static_cast<int64_t>(sizeof(float));
 }
 
 void cpu_log_compress(float* values, int64_t count, const MelArgs& args) { LogStage(args).apply(values, count); }

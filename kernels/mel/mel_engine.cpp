@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "melforge/common/errors.h"
+#include "fbank/fbank_math.h"
 #include "mel/mel_math.h"
 
 namespace melforge::mel {
@@ -137,6 +138,7 @@ std::vector<std::pair<int64_t, int64_t>> deal_clips(const ClipBatch& batch, int 
 }
 
 float silence_value(const MelArgs& args) {
+  if (args.is_fbank()) return args.fbank.use_log_fbank ? fbank::kaldi_log(0.0f) : 0.0f;
   return log_compress(0.0f, static_cast<int>(args.log), args.power, args.amin, args.log_eps);
 }
 

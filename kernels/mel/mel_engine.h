@@ -141,7 +141,9 @@ class MelEngine {
   /// (uint16 IEEE half bits for float16). Any count works; engines split or pad internally.
   virtual void compute(const float* base, std::span<const int64_t> offsets, void* out) = 0;
   /// Computes the log-mel frames of whole clips of any lengths: the STFT of each clip on its own (torchaudio's
-  /// MelSpectrogram of the whole waveform, then the log), with the frames of many clips batched into each FFT.
+  /// MelSpectrogram of the whole waveform, then the log), with the frames of many clips batched into each FFT. With
+  /// fbank args: torchaudio.compliance.kaldi.fbank of each clip ([frames][bins], subtract_mean per clip; the CPU
+  /// engine with float16 output and subtract_mean converts through a transient float copy; docs/FBANK.md).
   /// Clip c is samples [batch.sample_offsets[c], batch.sample_offsets[c + 1]) of `samples` (float32, mono).
   /// `out` receives batch.out_bytes(): [batch.total_frames()][n_mels] elements of the configured dtype (uint16 IEEE
   /// half bits for float16), clip c in rows [batch.frame_offsets[c], batch.frame_offsets[c + 1]). `batch` comes
@@ -312,7 +314,8 @@ std::unique_ptr<MelEngine> make_cuda_engine(const EngineConfig& config);
 std::unique_ptr<MelEngine> make_engine(Device device, const EngineConfig& config, EnginePlan* chosen = nullptr);
 
 /// The value every output element takes for an all-zero segment: the log of zero energy (db: (20/power)*log10(amin),
-/// ln: log(log_eps), none: 0). Used to fill long-segment slots that hold no audio.
+/// ln: log(log_eps), none: 0; fbank: the mel bins' log(FLT_EPSILON) with use_log_fbank, else 0; its energy column is
+/// log(FLT_EPSILON) floored at log(energy_floor)). Used to fill long-segment slots that hold no audio.
 float silence_value(const MelArgs& args);
 
 }  // namespace melforge::mel
