@@ -383,6 +383,24 @@ FbankCase small(FbankCase c) {
   return c;
 }
 
+/// Checks `got` against `want` (engine outputs of `dtype`) with the [cuda] test's tolerance; `what` names a failure.
+void require_engine_close(const std::vector<unsigned char>& got, const std::vector<unsigned char>& want,
+                          const FbankCase& c, DType dtype, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  const auto n = static_cast<int64_t>(want.size()) / (dtype == DType::float16 ? 2 : 4);
+  double scale = 0.0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(out_value(want, i, dtype)));
+  const double rel = dtype == DType::float16 ? 2e-3 : 2e-4;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = out_value(got, i, dtype);
+    const double w = out_value(want, i, dtype);
+    if (!(std::abs(g - w) <= rel * std::abs(w) + (c.fbank.use_log_fbank ? 5e-3 : 1e-5 * scale))) {
+      FAIL(what << " element " << i << ": bodies " << g << ", cpu engine " << w);
+    }
+  }
+}
+
+
 }  // namespace
 
 TEST_CASE("CUDA fbank kernel bodies on the CPU match a naive Kaldi fbank, clips and segments", "[fbank][cuda_host]") {
@@ -433,6 +451,26 @@ TEST_CASE("CUDA fbank kernel bodies on the CPU match a naive Kaldi fbank, clips 
       }
     }
   }
+}
+
+TEST_CASE("CUDA fbank kernel bodies on the CPU match the CPU engine, clips and segments", "[fbank][cuda_host]") {
+  const FbankCase c = small(GENERATE(from_range(test::fbank_cases())));
+  const DType dtype = GENERATE(DType::float16, DType::float32);
+  INFO(c.name << ", " << to_string(dtype));
+  const EngineConfig config = c.config(dtype);
+  const MelArgs& a = config.mel;
+  const Filterbank& fb = *cached_filterbank(a);
+  const std::vector<int64_t> offsets = test::clip_offsets({0, 1, 150, 399, 401, 0, 2300, 7, 160, 1203}, 3);
+  const std::vector<float> signal = test::clip_signal(offsets.back() + 5, 43);
+  const ClipBatch batch = plan_clips(a, dtype, offsets);
+  auto cpu = make_cpu_engine(config);
+  std::vector<unsigned char> want(static_cast<size_t>(batch.out_bytes()));
+  cpu->compute_clips(signal.data(), batch, want.data());
+  require_engine_close(emulate_clips(config, fb, signal.data(), batch), want, c, dtype, "compute_clips");
+  const std::vector<int64_t> segments = {0, 517, c.segment_samples, 33, offsets.back() - c.segment_samples};
+  std::vector<unsigned char> seg(segments.size() * static_cast<size_t>(cpu->layout().out_bytes_per_segment()));
+  cpu->compute(signal.data(), segments, seg.data());
+  require_engine_close(emulate_segments(config, fb, signal.data(), segments), seg, c, dtype, "compute");
 }
 
 #endif
