@@ -11,7 +11,8 @@
 # tests (the builder's test_*_cuda and the trainer's one test_trainer, whose [cuda] cases gpu_check runs), the
 # shared libraries they need that a GPU image lacks (libsndfile, soxr, HDF5, FFTW, Boost.PO, libdeflate, ... as
 # `ldd` lists them), a small real corpus (spoken digits, tools/make_digits_corpus.py --size small) with the demo's
-# build configuration, and gpu_check.sh / gpu_check.py. Not bundled, because the GPU machine provides them and they
+# build configuration, and gpu_check.sh / gpu_check.py; the programs, tests and libraries (bin/, tests/, lib*/) are
+# packed in payload.tar.gz, which gpu_check.sh unpacks into a temporary folder. Not bundled, because the GPU machine provides them and they
 # would not fit: glibc, LibTorch (libtorch*, libc10*) and the CUDA libraries (cuFFT, cuBLAS, cuDNN, NCCL, ...).
 # libcudart goes to lib-cudart/, which gpu_check uses only where the GPU machine has no libcudart of the same soname
 # (its CUDA wheels, nvidia/*/lib beside its torch, or the CUDA toolkit): torch's and melforge's CUDA code then share
@@ -184,9 +185,14 @@ meta = {
 json.dump(meta, open(os.path.join(stage, "bundle.json"), "w"), indent=2)
 PY
 
+# The programs, test executables and libraries travel packed (gzip; about a third of their size): unpacked they no
+# longer fit the carry limit. gpu_check.sh unpacks them into a temporary folder before it runs.
+libraries=$(ls "$stage/lib" | wc -l)
+tar -C "$stage" -czf "$stage/payload.tar.gz" bin tests lib lib-compat lib-cudart
+rm -rf "$stage"/{bin,tests,lib,lib-compat,lib-cudart}
 check_size "$stage"
 rm -rf "$out"
 mv "$stage" "$out"
 trap - EXIT
-log "$out: $(mib "$(folder_bytes "$out")") MiB (cap $(mib "$cap") MiB), ${#binaries[@]} programs, ${#tests[@]} test executables, $(ls "$out/lib" | wc -l) libraries, $((SECONDS - start)) s"
+log "$out: $(mib "$(folder_bytes "$out")") MiB (cap $(mib "$cap") MiB), ${#binaries[@]} programs, ${#tests[@]} test executables, $libraries libraries (packed in payload.tar.gz), $((SECONDS - start)) s"
 log "run it on a GPU machine: bash $out/gpu_check.sh REPORT_DIR"

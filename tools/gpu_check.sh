@@ -23,11 +23,27 @@
 # torch's when its version is the bundle's, else the build machine's), MELFORGE_GPU_CHECK_SECONDS (time budget,
 # default 300: a first run and a rerun fit one 15-minute device lease with its start-up; a step still running then
 # is stopped and fails, and later steps fail unrun).
+#
+# The bundle's programs, tests and libraries are packed in payload.tar.gz (tools/gpu_bundle.sh: unpacked they do not
+# fit a device call's carry limit); they are unpacked with the rest of the bundle into a temporary folder ($TMPDIR),
+# removed on exit, and the check runs from there.
 set -euo pipefail
 bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -f "$bundle/payload.tar.gz" ]]; then
+  unpacked="$(mktemp -d "${TMPDIR:-/tmp}/melforge-gpu-bundle.XXXXXX")"
+  trap 'rm -rf "$unpacked"' EXIT
+  for f in "$bundle"/*; do
+    [[ "$(basename "$f")" == payload.tar.gz ]] || cp -r "$f" "$unpacked/"
+  done
+  tar -C "$unpacked" -xzf "$bundle/payload.tar.gz" ||
+    { echo "gpu_check: cannot unpack $bundle/payload.tar.gz into $unpacked" >&2; exit 1; }
+  bundle="$unpacked"
+fi
 for py in /usr/bin/python3 python3; do
   if command -v "$py" >/dev/null; then
-    exec "$py" "$bundle/gpu_check.py" --bundle "$bundle" "$@"
+    rc=0
+    "$py" "$bundle/gpu_check.py" --bundle "$bundle" "$@" || rc=$?
+    exit "$rc"
   fi
 done
 echo "gpu_check: no python3 found (/usr/bin/python3 or on PATH)" >&2
