@@ -169,19 +169,13 @@ Filterbank build_filterbank(const MelArgs& args) {
   const auto m_max = static_cast<float>(hz_to_mel(static_cast<double>(args.fmax()), args.mel_scale));
   const std::vector<float> f_pts = mel_to_hz_f32(torch_linspace(m_min, m_max, n_mels + 2), args.mel_scale);
 
-  Filterbank fb;
-  fb.n_mels = n_mels;
-  fb.n_freqs = n_freqs;
-  fb.begin.resize(static_cast<std::size_t>(n_mels));
-  fb.end.resize(static_cast<std::size_t>(n_mels));
-  fb.offset.resize(static_cast<std::size_t>(n_mels) + 1);
-  std::vector<float> column(static_cast<std::size_t>(n_freqs));
+  std::vector<float> rows(static_cast<std::size_t>(n_mels) * static_cast<std::size_t>(n_freqs));
   for (int m = 0; m < n_mels; ++m) {
+    float* row = rows.data() + static_cast<std::size_t>(m) * n_freqs;
     const float f_lo = f_pts[m], f_mid = f_pts[m + 1], f_hi = f_pts[m + 2];
     const float diff_lo = f_mid - f_lo;
     const float diff_hi = f_hi - f_mid;
     const float enorm = args.mel_norm == MelNorm::slaney ? 2.0f / (f_hi - f_lo) : 1.0f;
-    int first = -1, last = -1;
     for (int k = 0; k < n_freqs; ++k) {
       const float down = -(f_lo - all_freqs[k]) / diff_lo;
       const float up = (f_hi - all_freqs[k]) / diff_hi;
@@ -193,19 +187,10 @@ Filterbank build_filterbank(const MelArgs& args) {
                               ", " + std::to_string(f_mid) + ", " + std::to_string(f_hi) +
                               " Hz that coincide: n_mels " + std::to_string(n_mels) + " is too large");
       }
-      column[static_cast<std::size_t>(k)] = w;
-      if (w > 0.0f) {
-        if (first < 0) first = k;
-        last = k;
-      }
+      row[k] = w;
     }
-    fb.begin[m] = std::max(first, 0);
-    fb.end[m] = last + 1;
-    fb.offset[m] = static_cast<int32_t>(fb.weights.size());
-    if (first >= 0) fb.weights.insert(fb.weights.end(), column.begin() + first, column.begin() + last + 1);
   }
-  fb.offset[n_mels] = static_cast<int32_t>(fb.weights.size());
-  return fb;
+  return sparse_filterbank(rows, n_mels, n_freqs);
 }
 
 std::vector<int> Filterbank::empty_bands() const {
