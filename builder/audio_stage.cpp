@@ -15,19 +15,19 @@ int64_t DecodeStage::batch_bytes(const PlannedCopy& row) const {
   return row.plan.samples * static_cast<int64_t>(sizeof(float));
 }
 
-audio::DecodeOptions DecodeStage::at_speed(const augment::Recipe& recipe) const {
+audio::DecodeOptions DecodeStage::at_speed(double speed) const {
   audio::DecodeOptions decode = decode_;
-  if (recipe.speed != 1.0) decode.sample_rate = augment::speed_decode_rate(decode_.sample_rate, recipe.speed);
+  if (speed != 1.0) decode.sample_rate = augment::speed_decode_rate(decode_.sample_rate, speed);
   return decode;
 }
 
 int64_t DecodeStage::worker_bytes(const PlannedCopy& row) const {
-  return audio::decode_bytes(row.file->info, at_speed(row.recipe), row.plan.samples);
+  return audio::decode_bytes(row.file->info, at_speed(row.recipe.speed * row.speaker_speed), row.plan.samples);
 }
 
 void DecodeStage::run(BatchFile& file) const {
   const PlannedFile& f = *file.file;
-  const audio::DecodeOptions decode = at_speed(file.recipe);
+  const audio::DecodeOptions decode = at_speed(file.recipe.speed * file.speaker_speed);
   const FileStamp before = file_stamp(f.input->path);
   if (f.stamp.size >= 0 && before != f.stamp) {
     audio::AudioInfo now;

@@ -51,8 +51,14 @@ struct PlannedCopy {
   const PlannedFile* file = nullptr;
   /// The copy's recipe (the identity for copy 0).
   augment::Recipe recipe;
-  /// How the row is stored (BuildState::row_plan at the recipe's speed): its arena slice is plan.samples samples.
+  /// How the row is stored (BuildState::row_plan at the recipe's speed times speaker_speed): its arena slice is
+  /// plan.samples samples.
   ClipPlan plan;
+  /// --speed-speakers: the factor of the new speaker this row is an utterance of (1: the file's own speaker). The
+  /// decode runs at recipe.speed * speaker_speed.
+  double speaker_speed = 1.0;
+  /// Index of that factor in BuildState::speed_speakers.factors; -1 for a row of the file's own speaker.
+  int speaker = -1;
 };
 
 /// One file of a batch as the audio stages see it.
@@ -63,6 +69,10 @@ struct BatchFile {
   augment::Recipe recipe;
   /// How the row is stored (PlannedCopy::plan).
   ClipPlan plan;
+  /// PlannedCopy::speaker_speed.
+  double speaker_speed = 1.0;
+  /// PlannedCopy::speaker.
+  int speaker = -1;
   /// Its arena slice: plan.samples float32 samples at the target rate. Decode writes the audio (zeros after it, should
   /// the decoder give fewer samples than the header promised); the stages after decode change the samples in place.
   std::span<float> samples;
@@ -102,8 +112,8 @@ using AudioStages = std::vector<std::shared_ptr<const AudioStage>>;
 
 /// The first stage: decodes the file (libsndfile, soxr to the target rate, one channel or the mix-down) into its
 /// arena slice, reading only as far as the slice needs (audio::decode_to: the whole clip, or its first
-/// --max-seconds). An augmented copy with a speed factor is decoded at augment::speed_decode_rate(rate, speed) into
-/// a slice of its own length (BuildState::row_plan).
+/// --max-seconds). An augmented copy with a speed factor, and a --speed-speakers row, is decoded at
+/// augment::speed_decode_rate(rate, speed) into a slice of its own length (BuildState::row_plan).
 class DecodeStage final : public AudioStage {
  public:
   /// `decode`: the target sample rate and channel.
@@ -114,14 +124,14 @@ class DecodeStage final : public AudioStage {
   int64_t batch_bytes(const PlannedCopy& row) const override;
   /// audio::decode_bytes of the file's header at the row's decode rate, capped at the slice.
   int64_t worker_bytes(const PlannedCopy& row) const override;
-  /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed; throws AudioError when the file
+  /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed * file.speaker_speed; throws AudioError when the file
   /// cannot be decoded, and when it changed since the probe (change_since_probe: its size, times or inode before the
   /// decode, or the header the decode read): the file is then skipped at "decode" with that reason.
   void run(BatchFile& file) const override;
 
  private:
-  /// The options at the decode rate of `recipe` (augment::speed_decode_rate with a speed factor).
-  audio::DecodeOptions at_speed(const augment::Recipe& recipe) const;
+  /// The options at the decode rate of `speed` (augment::speed_decode_rate when it is not 1).
+  audio::DecodeOptions at_speed(double speed) const;
   audio::DecodeOptions decode_;
 };
 

@@ -39,6 +39,21 @@ nlohmann::json settings_json(const augment::AugmentArgs& a, uint64_t seed) {
           {"speed", a.speed},       {"gain_db", a.gain_db}};
 }
 
+/// Appends the group of `f` at speed-speaker factor `speaker` (-1: the file's own speaker) to `rows`: its utterance
+/// (copy 0), then its copies 1..`copies`, drawn for the path `<path>` (own speaker) or `<path>#sp<factor>`.
+void add_group(const BuildState& state, const PlannedFile& f, int copies, int speaker, std::vector<PlannedCopy>& rows) {
+  const double factor = speaker < 0 ? 1.0 : state.speed_speakers.factors[static_cast<std::size_t>(speaker)];
+  rows.push_back({&f, {}, state.row_plan(f, factor), factor, speaker});
+  if (copies == 0) return;
+  const std::string path = utf8::escape(f.input->rel_path) + (speaker < 0 ? "" : "#sp" + speed_text(factor));
+  for (int k = 1; k <= copies; ++k) {
+    const augment::Recipe recipe =
+        augment::draw_recipe(state.config.augment, state.augment->noise(), state.augment->rir(),
+                             state.config.build.seed, path, k);
+    rows.push_back({&f, recipe, state.row_plan(f, recipe.speed * factor), factor, speaker});
+  }
+}
+
 }  // namespace
 
 int64_t AugmentStage::batch_bytes(const PlannedCopy& row) const {
@@ -135,16 +150,13 @@ void init_augment_device(BuildState& state) {
 std::vector<PlannedCopy> split_copies(const BuildState& state, std::size_t split) {
   const augment::AugmentArgs& a = state.config.augment;
   const int copies = state.augment && a.split_mask()[split] ? a.copies : 0;
+  const std::vector<double>& factors = state.speed_speakers.factors;
   std::vector<PlannedCopy> rows;
   for (const PlannedFile& f : state.usable) {
     if (f.input->split != static_cast<int>(split)) continue;
-    rows.push_back({&f, {}, f.plan});
-    const std::string path = utf8::escape(f.input->rel_path);
-    for (int k = 1; k <= copies; ++k) {
-      const augment::Recipe recipe =
-          augment::draw_recipe(a, state.augment->noise(), state.augment->rir(), state.config.build.seed, path, k);
-      rows.push_back({&f, recipe, state.row_plan(f, recipe.speed)});
-    }
+    add_group(state, f, copies, -1, rows);
+    if (split == 0)
+      for (std::size_t i = 0; i < factors.size(); ++i) add_group(state, f, copies, static_cast<int>(i), rows);
   }
   return rows;
 }

@@ -104,7 +104,10 @@ void init_augment_device(BuildState& state);
 
 /// The rows of split `split` (0 train, 1 val, 2 test) of state.usable in scan order: each file's clean copy, then,
 /// when the split is in --augment-splits, its copies 1..K with augment::draw_recipe(args, banks, --seed, rel_path,
-/// k), each with its row plan (BuildState::row_plan at the recipe's speed: a whole clip of its own length).
+/// k), each with its row plan (BuildState::row_plan at the recipe's speed: a whole clip of its own length). In
+/// train, with --speed-speakers, each file's group is followed by one group per factor F in the order given: the
+/// utterance of speaker `<class>_sp<F>` (copy 0, decoded at speed F) and its copies 1..K, drawn for the path
+/// `<rel_path>#sp<F>` and decoded at F times their drawn speed.
 std::vector<PlannedCopy> split_copies(const BuildState& state, std::size_t split);
 
 /// The row record of `recipe` (bank indices turned into the clips' relative paths; SNR NaN without noise).

@@ -47,6 +47,8 @@ class BatchRunner {
   std::vector<BatchFile> load(std::span<const PlannedCopy> rows, Progress& progress, const AudioStages& stages);
   /// Lists the rows a stage skipped and counts the others into the totals.
   KeptRows keep(std::size_t split, const std::vector<BatchFile>& batch);
+  /// Lists row `b`, which a stage skipped (StrictError under --strict).
+  void skip_row(const BatchFile& b);
   /// Stage "mel": the frames of the kept rows, in the output buffer the writer is not using.
   std::vector<uint8_t>& compute_mel(const KeptRows& kept);
   /// Stage "engine_check": compares the batch, whose frames `mel` holds, with the CPU twin; after a fallback the
@@ -95,6 +97,7 @@ BatchRunner::BatchRunner(BuildState& state, const std::vector<WriteTarget>& targ
       totals_.copies[s][name] = {0, 0};
     }
   totals_.writes.resize(targets.size());
+  totals_.speakers.resize(state.speed_speakers.factors.size());
   if (initial_check_.result != "passed") return;
   if (!options.engine_check) {
     initial_check_.result = "skipped";
@@ -181,6 +184,8 @@ std::vector<BatchFile> BatchRunner::load(std::span<const PlannedCopy> rows, Prog
     batch[i].file = rows[i].file;
     batch[i].recipe = rows[i].recipe;
     batch[i].plan = rows[i].plan;
+    batch[i].speaker_speed = rows[i].speaker_speed;
+    batch[i].speaker = rows[i].speaker;
     batch[i].samples = std::span(arena_).subspan(static_cast<std::size_t>(offset),
                                                  static_cast<std::size_t>(rows[i].plan.samples));
     offset += rows[i].plan.samples;
@@ -195,21 +200,32 @@ KeptRows BatchRunner::keep(std::size_t split, const std::vector<BatchFile>& batc
     const PlannedFile& f = *b.file;
     const int copy = b.recipe.copy;
     if (!b.error.empty()) {
-      const std::string reason = copy > 0 ? "augmented copy " + std::to_string(copy) + ": " + b.error : b.error;
-      skip_file(totals_.skipped, state_.config.build.strict, {f.input->rel_path, reason, b.error_stage, copy});
+      skip_row(b);
       continue;
     }
-    FileRecord record{state_.class_index.at(f.input->label), f.input->rel_path, b.plan.frames, b.plan.samples,
+    const int32_t label = state_.row_label(f, b.speaker);
+    const std::string& name = state_.class_names[static_cast<std::size_t>(label)];
+    FileRecord record{label, f.input->rel_path, b.plan.frames, b.plan.samples,
                       b.plan.flags, f.info.sample_rate, {}, row_recipe(state_, b.recipe), f.input->fold,
-                      f.input->group};
+                      f.input->group, static_cast<float>(b.speaker_speed)};
     for (const auto& l : f.input->labels) record.targets.push_back(state_.class_index.at(l));
     kept.records.push_back(std::move(record));
     kept.starts.push_back(b.samples.data() - arena_.data());
-    totals_.counts[split][f.input->label]++;
-    totals_.copies[split][f.input->label][copy > 0 ? 1 : 0]++;
-    totals_.stats.add_row(f.info, b.plan, copy, b.decoded_frames, state_.sample_rate);
+    totals_.counts[split][name]++;
+    totals_.copies[split][name][copy > 0 ? 1 : 0]++;
+    totals_.stats.add_row(f.info, b.plan, b.speaker >= 0 ? 1 : copy, b.decoded_frames, state_.sample_rate);
+    if (b.speaker >= 0)
+      totals_.speakers[static_cast<std::size_t>(b.speaker)].add(copy, b.decoded_frames, state_.sample_rate);
   }
   return kept;
+}
+
+void BatchRunner::skip_row(const BatchFile& b) {
+  const int copy = b.recipe.copy;
+  std::string reason = copy > 0 ? "augmented copy " + std::to_string(copy) + ": " + b.error : b.error;
+  if (b.speaker >= 0) reason = "speed speaker " + speed_text(b.speaker_speed) + ": " + reason;
+  skip_file(totals_.skipped, state_.config.build.strict,
+            {b.file->input->rel_path, reason, b.error_stage, copy, b.speaker >= 0});
 }
 
 std::vector<uint8_t>& BatchRunner::compute_mel(const KeptRows& kept) {
@@ -251,11 +267,15 @@ int64_t batch_row_bytes(const AudioStages& stages, const PlannedCopy& row, int64
 std::vector<PlannedCopy> memory_rows(const BuildState& state) {
   std::vector<PlannedCopy> rows;
   const std::vector<double> speeds = state.row_speeds();
+  const std::vector<double>& factors = state.speed_speakers.factors;
   for (const PlannedFile& f : state.usable)
     for (const double speed : speeds) {
       augment::Recipe recipe;
       recipe.speed = speed;
       rows.push_back({&f, recipe, state.row_plan(f, speed)});
+      if (f.input->split != 0) continue;
+      for (std::size_t i = 0; i < factors.size(); ++i)
+        rows.push_back({&f, recipe, state.row_plan(f, speed * factors[i]), factors[i], static_cast<int>(i)});
     }
   return rows;
 }

@@ -29,7 +29,8 @@ inline constexpr int64_t kPipelineBatchBytes = int64_t{32} << 20;
 int64_t batch_row_bytes(const AudioStages& stages, const PlannedCopy& row, int64_t frame_bytes);
 
 /// Every row the batches of `state` may hold, as far as memory goes: each file of state.usable at each of
-/// BuildState::row_speeds (the clean copy, and a copy at each --speed factor), with its row plan.
+/// BuildState::row_speeds (the clean copy, and a copy at each --speed factor), and each train file also at each of
+/// them times each --speed-speakers factor, with its row plan.
 std::vector<PlannedCopy> memory_rows(const BuildState& state);
 
 /// Largest AudioStage::worker_bytes of `stages` over memory_rows(state) (0 when there are none): what one worker
@@ -87,6 +88,22 @@ struct RunOptions {
   bool engine_check = false;
 };
 
+/// The rows written for one --speed-speakers factor.
+struct SpeakerRows {
+  /// Rows written: utterances and their augmented copies.
+  int64_t rows = 0;
+  /// Utterances written (aug_copy 0).
+  int64_t utterances = 0;
+  /// Seconds of audio in those rows (decoded samples at the target rate).
+  double seconds = 0;
+  /// Counts one row of augmented copy `copy` (0: the utterance) holding `decoded` samples at `sample_rate`.
+  void add(int copy, int64_t decoded, int sample_rate) {
+    ++rows;
+    utterances += copy == 0 ? 1 : 0;
+    seconds += static_cast<double>(decoded) / sample_rate;
+  }
+};
+
 /// What one run of the batches produced.
 struct BatchTotals {
   /// Totals over the files written.
@@ -97,6 +114,8 @@ struct BatchTotals {
   CopyCounts copies;
   /// Files the audio stages skipped, in the order found.
   std::vector<SkippedFile> skipped;
+  /// [factor of BuildState::speed_speakers]: the speed-speaker rows written.
+  std::vector<SpeakerRows> speakers;
   /// [target]: what its writers did.
   std::vector<WriteTotals> writes;
   /// The engine check's outcome (result "skipped" when RunOptions::engine_check is false).

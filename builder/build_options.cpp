@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <regex>
+#include <set>
 
 #include "layouts/layout.h"
 #include "melforge/common/errors.h"
@@ -131,6 +132,29 @@ void require_manifest(const BuildOptions& o, bool given, const std::string& flag
   if (given && o.manifest.empty()) throw InvalidArgument(flag + " applies to a --manifest CSV; give --manifest FILE");
 }
 
+/// The checks of --test-trials (BuildOptions::validate): a regular file, with --split-by class, not with --layout
+/// (a layout's protocol gives the splits) or --folds (folds give the splits), and a train or val ratio > 0 for the
+/// classes the list does not name.
+void validate_test_trials(const BuildOptions& o) {
+  if (o.test_trials.empty()) return;
+  std::error_code ec;
+  if (!fs::is_regular_file(o.test_trials, ec))
+    throw InvalidArgument("--test-trials: '" + o.test_trials.string() + "' is not a readable file");
+  if (o.split_by != SplitBy::class_)
+    throw InvalidArgument("--test-trials puts whole speakers in test: it needs --split-by class (got --split-by " +
+                          to_string(o.split_by) + ")");
+  if (!o.layout.empty())
+    throw InvalidArgument("--test-trials does not apply with --layout " + o.layout + ": the layout's own protocol "
+                          "gives the splits (--layout voxceleb1 takes the speakers of its veri_test2.txt itself)");
+  if (o.folds != 0)
+    throw InvalidArgument("--test-trials does not apply with --folds " + std::to_string(o.folds) +
+                          ": the folds would give the test split");
+  const std::vector<double> r = o.split_ratios();
+  if (!(r[0] + r[1] > 0))
+    throw InvalidArgument("--test-trials with --split " + o.split + ": the classes the list does not name go to "
+                          "train and val by their ratios, which are both 0");
+}
+
 /// The checks of the protocol flags (BuildOptions::validate).
 void validate_protocol(const BuildOptions& o) {
   std::error_code ec;
@@ -186,6 +210,41 @@ void BuildOptions::validate() const {
   if (device_batch < 1) throw InvalidArgument("--device-batch must be >= 1");
   if (extension_list().empty()) throw InvalidArgument("--extensions must name at least one extension");
   validate_protocol(*this);
+  speed_speaker_factors();
+  validate_test_trials(*this);
+}
+
+std::string speed_text(double factor) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", factor);
+  return buf;
+}
+
+std::vector<double> BuildOptions::speed_speaker_factors() const {
+  if (speed_speakers.empty()) return {};
+  augment::AugmentArgs as_speed;
+  as_speed.speed = speed_speakers;
+  std::vector<double> factors;
+  try {
+    factors = as_speed.speed_list();
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    throw InvalidArgument("--speed-speakers: " + (what.starts_with("--speed: ") ? what.substr(9) : what));
+  }
+  if (factors.size() > kMaxSpeedSpeakers)
+    throw InvalidArgument("--speed-speakers: " + std::to_string(factors.size()) + " factors in '" + speed_speakers +
+                          "'; at most " + std::to_string(kMaxSpeedSpeakers) + " (each adds a copy of every "
+                          "training speaker)");
+  std::set<std::string> seen;
+  for (const double f : factors) {
+    if (f == 1.0)
+      throw InvalidArgument("--speed-speakers: factor 1 in '" + speed_speakers + "' would add the speakers "
+                            "themselves again; give factors other than 1 (e.g. 0.9,1.1)");
+    if (!seen.insert(speed_text(f)).second)
+      throw InvalidArgument("--speed-speakers: factor " + speed_text(f) + " is given twice in '" + speed_speakers +
+                            "'");
+  }
+  return factors;
 }
 
 void add_options(po::options_description& desc, BuildOptions& o) {
@@ -238,6 +297,15 @@ void add_options(po::options_description& desc, BuildOptions& o) {
     ("folds", po::value<int>(&o.folds)->default_value(o.folds),
      "assign folds 1..K (2..100), grouped and stratified by class, to files without one; fold K is then test, "
      "fold K-1 val, the others train (0: no folds)")
+    ("speed-speakers", po::value<std::string>(&o.speed_speakers),
+     "speed perturbation as new speakers (Kaldi/VoxCeleb recipes), e.g. 0.9,1.1: every train file gets one more "
+     "utterance per factor, decoded at that speed as --speed does, of the new class <class>_sp<factor> "
+     "(id10001_sp0.9), appended after the original classes; each factor in [0.5, 2], not 1, at most 8; "
+     "train only, single-label corpora only (the speed_speaker dataset records the factor)")
+    ("test-trials", po::value<fs::path>(&o.test_trials),
+     "with --split-by class: a trial list (<1|0> <enroll> <test> a line, VoxCeleb1's veri_test2.txt) whose "
+     "speakers (the classes of its paths, matched as stored or as the one stored path ending in /<path>) are the "
+     "test split; the other classes go to train and val by --split; copied to OUT/trials.txt")
     ("shard", po::value<std::string>(&o.shard),
      "K/N: build only shard K of N (1..N) of the corpus into --output; join the N folders with "
      "`melforge-build merge`");

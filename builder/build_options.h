@@ -135,6 +135,12 @@ struct BuildOptions {
   int folds = 0;
   /// True when --split was given (not defaulted): with folds, --split is not used and a warning says so.
   bool split_given = false;
+  /// --speed-speakers LIST: speed factors (e.g. "0.9,1.1"); every train file gets one more utterance per factor,
+  /// decoded at that speed, whose class is the new speaker `<class>_sp<factor>` (speed_speaker_factors); "" for none.
+  std::string speed_speakers;
+  /// --test-trials FILE: a VoxCeleb-style trial list (`<1|0> <enroll> <test>` a line) whose speakers (the classes of
+  /// its paths) make the test split, with --split-by class; copied to OUT/trials.txt. Empty: none.
+  std::filesystem::path test_trials;
 
   /// Parsed `split`: three ratios (a missing test ratio is 0). Throws InvalidArgument.
   std::vector<double> split_ratios() const;
@@ -144,20 +150,31 @@ struct BuildOptions {
   ShardSpec shard_spec() const { return parse_shard(shard); }
   /// Parsed `extensions`, lower case, without dots.
   std::vector<std::string> extension_list() const;
+  /// Parsed `speed_speakers`: the factors in the order given (empty when not given). Each in the range --speed
+  /// accepts ([0.5, 2]) and not 1, no two alike as %g prints them, at most kMaxSpeedSpeakers. Throws
+  /// InvalidArgument naming --speed-speakers.
+  std::vector<double> speed_speaker_factors() const;
   /// The label separator: label_sep's character, ';' when not given.
   char label_separator() const { return label_sep.empty() ? ';' : label_sep[0]; }
   /// Checks every field and the folders (input exists; output absent, empty or --overwrite, where the lock file
   /// and staging folder a killed build leaves behind do not count as content), and the protocol flags: --layout
   /// (a known name, with --input, not with --manifest, --columns, --label-sep or --audio-root), --columns,
   /// --label-sep and --audio-root (with --manifest), --classes (a regular file), --folds (0 or 2..100), --group-by
-  /// (not with --columns group=; a regular expression that compiles, unless a manifest header may name it). Throws
-  /// InvalidArgument.
+  /// (not with --columns group=; a regular expression that compiles, unless a manifest header may name it),
+  /// --speed-speakers (speed_speaker_factors) and --test-trials (a regular file, with --split-by class, not with
+  /// --layout or --folds, a train or val ratio > 0). Throws InvalidArgument.
   void validate() const;
 };
 
+/// Most factors --speed-speakers takes (each adds as many speakers as the corpus has training classes).
+inline constexpr std::size_t kMaxSpeedSpeakers = 8;
+
+/// A speed factor as class names and messages print it: %g ("0.9", "1.1").
+std::string speed_text(double factor);
+
 /// Registers --input --manifest --output --split --seed --split-by --device --threads --max-ram --strict --overwrite
 /// --quiet --dtype --compression-level --shuffle --frames-per-chunk --extensions --include-hidden --device-batch
-/// --shard --layout --columns --label-sep --audio-root --classes --group-by --folds.
+/// --shard --layout --columns --label-sep --audio-root --classes --group-by --folds --speed-speakers --test-trials.
 void add_options(boost::program_options::options_description& desc, BuildOptions& opts);
 
 /// A deliberate error in the device side of the engine check (EngineCheckOptions::fault), for tests: no flag sets

@@ -35,4 +35,10 @@ std::vector<double> BuildState::row_speeds() const {
   return speeds;
 }
 
+int32_t BuildState::row_label(const PlannedFile& file, int speaker) const {
+  const int32_t label = class_index.at(file.input->label);
+  if (speaker < 0) return label;
+  return speed_speakers.labels.at(static_cast<std::size_t>(speaker)).at(static_cast<std::size_t>(label));
+}
+
 }  // namespace melforge::builder

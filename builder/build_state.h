@@ -34,6 +34,33 @@ struct PlannedFile {
   ClipPlan plan;
 };
 
+/// --speed-speakers: the factors and the classes they add (label_files; docs/FORMAT.md "Speed-perturbed speakers").
+struct SpeedSpeakers {
+  /// The factors, in the order given (BuildOptions::speed_speaker_factors); empty without the flag.
+  std::vector<double> factors;
+  /// Classes before the new ones (class_names.size() when the flag is not given).
+  std::size_t original_classes = 0;
+  /// [factor][original class]: the index of class `<class>_sp<factor>`, or -1 for a class without a train file
+  /// (it gets no new class).
+  std::vector<std::vector<int32_t>> labels;
+  /// True when --speed-speakers was given.
+  bool enabled() const { return !factors.empty(); }
+};
+
+/// What --test-trials gave the build (label_files); `list` empty when the flag is not given.
+struct TestTrials {
+  /// The list, as given.
+  std::string list;
+  /// Trials in it.
+  int64_t trials = 0;
+  /// Classes its paths name: the test split.
+  int64_t speakers = 0;
+  /// Files of those classes.
+  int64_t files = 0;
+  /// identity_hash of its trials (labels and paths), for the build identifier.
+  std::string digest;
+};
+
 /// Settings, plan and engine of one build.
 struct BuildState {
   /// Derives the settings from `config`, which must outlive the state; the audio stages are
@@ -63,6 +90,10 @@ struct BuildState {
   std::vector<std::string> class_names;
   /// Label -> index into class_names.
   std::map<std::string, int32_t> class_index;
+  /// --speed-speakers: factors and the classes they added after the original ones.
+  SpeedSpeakers speed_speakers;
+  /// --test-trials: the list that gave the test split.
+  TestTrials test_trials;
   /// [scan.files.size()]: headers of the probed files (probe_files).
   std::vector<PlannedFile> planned;
   /// [scan.files.size()]: why the probe of a file failed; empty when it succeeded or was not probed. Released by
@@ -94,6 +125,9 @@ struct BuildState {
   ClipPlan row_plan(const PlannedFile& file, double speed) const;
   /// The speed factors a row may have: {1}, and the --speed factors with --augment-copies.
   std::vector<double> row_speeds() const;
+  /// The class of `file`'s utterance at speed-speaker factor `speaker` (an index into speed_speakers.factors), or
+  /// of the file itself when `speaker` is -1.
+  int32_t row_label(const PlannedFile& file, int speaker) const;
 };
 
 }  // namespace melforge::builder

@@ -220,6 +220,7 @@ struct SplitWriter::Impl {
   RecipeColumns recipes;
   std::vector<int32_t> folds;
   std::vector<std::string> groups;
+  std::vector<float> speed_speakers;
 
   /// Shuffle + deflate of whole chunks; null when compression_level is 0.
   std::unique_ptr<ChunkCompressor> compressor;
@@ -384,6 +385,7 @@ struct SplitWriter::Impl {
       if (config.augmented) recipes.push(r.recipe);
       if (config.folds) folds.push_back(r.fold);
       if (config.groups) groups.push_back(r.group);
+      if (config.speed_speakers) speed_speakers.push_back(r.speed_speaker);
     }
   }
 
@@ -400,6 +402,7 @@ struct SplitWriter::Impl {
                          config.multilabel ? &targets : nullptr);
     if (config.augmented) write_recipe_columns(file, recipes);
     write_fold_group(file, config.folds ? &folds : nullptr, config.groups ? &groups : nullptr);
+    if (config.speed_speakers) h5::write_float32(file, kSpeedSpeakerDataset, speed_speakers);
   }
 
   void finish() {

@@ -123,6 +123,9 @@ struct FileRecord {
   int32_t fold = 0;
   /// The file's group key (`group`; "" none). Used only when SplitWriterConfig::groups.
   std::string group;
+  /// `speed_speaker`: the --speed-speakers factor of the row's speaker, 1 for a row of the file's own speaker. Used
+  /// only when SplitWriterConfig::speed_speakers.
+  float speed_speaker = 1.0f;
 };
 
 /// Everything the writer needs up front.
@@ -159,7 +162,12 @@ struct SplitWriterConfig {
   bool folds = false;
   /// Write the `group` dataset (FileRecord::group): a build whose files have groups.
   bool groups = false;
+  /// Write the `speed_speaker` dataset (float32 [F], FileRecord::speed_speaker): a build with --speed-speakers.
+  bool speed_speakers = false;
 };
+
+/// Name of the per-row dataset of a build with --speed-speakers: the speaker's speed factor (1: an ordinary row).
+inline constexpr const char* kSpeedSpeakerDataset = "speed_speaker";
 
 /// Largest fold count a dataset may declare (the `folds` attribute; readers check K in [2, kMaxFolds]).
 inline constexpr int32_t kMaxFolds = 1000;

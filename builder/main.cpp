@@ -144,6 +144,16 @@ int run(int argc, char** argv) {
                 r["files"]["skipped"].get<long long>(), r["files"]["scanned"].get<long long>());
     for (const auto& split : melforge::builder::kSplitNames)
       std::printf("  %-5s %lld files\n", split.c_str(), r["files"]["per_split"][split].get<long long>());
+    if (r.contains("speed_speakers")) {
+      const auto& sp = r["speed_speakers"];
+      std::string factors;
+      for (const auto& f : sp["factors"]) factors += (factors.empty() ? "" : ", ") + melforge::builder::speed_text(f.get<double>());
+      std::printf("  speed speakers (%s): +%lld classes after the %lld original ones, +%lld train rows (%lld "
+                  "utterances, %.1f s of audio)\n",
+                  factors.c_str(), sp["classes_added"].get<long long>(), sp["original_classes"].get<long long>(),
+                  sp["rows_added"].get<long long>(), sp["utterances_added"].get<long long>(),
+                  sp["seconds_added"].get<double>());
+    }
     for (const auto& s : r["skipped"])
       std::printf("  skipped %s: %s\n", s["path"].get<std::string>().c_str(), s["reason"].get<std::string>().c_str());
     const auto& clips = r["clips"];

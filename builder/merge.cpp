@@ -67,6 +67,9 @@ struct ShardSplit {
   std::vector<std::string> group;
   bool has_fold = false;
   bool has_group = false;
+  /// `speed_speaker` (a build with --speed-speakers); empty when the shard has none.
+  std::vector<float> speed_speaker;
+  bool has_speed_speaker = false;
 };
 
 /// Reads the `fold` and `group` datasets of shard split `s` when present: as many entries as clips, folds within
@@ -202,6 +205,11 @@ ShardSplit open_shard_split(const Shard& shard, const std::string& split) {
   s.clips = read_clip_columns(s.file, static_cast<int64_t>(files), s.dims[0], where);
   read_fold_group(s, files, where);
   s.augmented = read_recipe_columns(s.file, files, where, s.recipes);
+  s.has_speed_speaker = h5::exists(s.file, kSpeedSpeakerDataset);
+  if (s.has_speed_speaker) s.speed_speaker = h5::read_float(h5::open_dataset(s.file, kSpeedSpeakerDataset));
+  if (s.has_speed_speaker && s.speed_speaker.size() != files)
+    throw FormatError(where + ": " + kSpeedSpeakerDataset + " has " + std::to_string(s.speed_speaker.size()) +
+                      " entries for " + std::to_string(files) + " clips");
   return s;
 }
 
@@ -221,6 +229,11 @@ void check_agrees(const ShardSplit& s, const ShardSplit& ref) {
                       (s.augmented ? "holds" : "lacks") + " the aug_* recipe datasets), " + there +
                       (ref.augmented ? " was" : " was not") + ": augmented and non-augmented shards cannot be "
                       "merged; build every shard with the same augmentation flags");
+  if (s.has_speed_speaker != ref.has_speed_speaker)
+    throw FormatError(here + (s.has_speed_speaker ? " was" : " was not") + " built with --speed-speakers (it " +
+                      (s.has_speed_speaker ? "holds" : "lacks") + " the speed_speaker dataset and its classes), " +
+                      there + (ref.has_speed_speaker ? " was" : " was not") + ": build every shard with the same "
+                      "--speed-speakers");
   if (s.has_fold != ref.has_fold || s.has_group != ref.has_group)
     throw FormatError(here + " and " + there + " differ in their fold or group datasets: build every shard of one "
                       "corpus with the same --folds, --group-by and fold or group columns");
@@ -326,7 +339,8 @@ int64_t copy_frames(const std::vector<ShardSplit>& parts, SplitWriterConfig wc, 
                            p.clips.num_samples[k], p.clips.clip_flags[k],
                            p.has_source_sample_rate ? p.source_sample_rate[k] : 0, {},
                            p.augmented ? p.recipes.row(k) : RowRecipe{}, p.has_fold ? p.fold[k] : 0,
-                           p.has_group ? p.group[k] : std::string()});
+                           p.has_group ? p.group[k] : std::string(),
+                           p.has_speed_speaker ? p.speed_speaker[k] : 1.0f});
       }
       writer.append(buffer.data(), records);
       first = last;
@@ -347,6 +361,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
   std::vector<int32_t> labels, rates;
   std::vector<std::string> paths, groups;
   std::vector<int32_t> folds;
+  std::vector<float> speed_speaker;
   ClipColumns clips;
   RecipeColumns recipes;
   bool have_rates = true;
@@ -359,6 +374,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     paths.insert(paths.end(), p.path_values.begin(), p.path_values.end());
     folds.insert(folds.end(), p.fold.begin(), p.fold.end());
     groups.insert(groups.end(), p.group.begin(), p.group.end());
+    speed_speaker.insert(speed_speaker.end(), p.speed_speaker.begin(), p.speed_speaker.end());
   }
   const int64_t n_mels = ref.dims[1];
   const mel::DType dtype =
@@ -381,6 +397,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
     wc.augmented = ref.augmented;
     wc.folds = ref.has_fold;
     wc.groups = ref.has_group;
+    wc.speed_speakers = ref.has_speed_speaker;
     return copy_frames(parts, std::move(wc), dtype);
   }
 
@@ -413,6 +430,7 @@ int64_t write_split(const std::vector<ShardSplit>& parts, const std::string& spl
                          have_rates ? &rates : nullptr);
     if (ref.augmented) write_recipe_columns(file, recipes);
     write_fold_group(file, ref.has_fold ? &folds : nullptr, ref.has_group ? &groups : nullptr);
+    if (ref.has_speed_speaker) h5::write_float32(file, kSpeedSpeakerDataset, speed_speaker);
     file.close();
     std::error_code ec;
     fs::rename(partial, target, ec);
@@ -466,6 +484,26 @@ json merged_augmentation(const std::vector<Shard>& shards) {
   return merged;
 }
 
+/// The merged report's "speed_speakers": the first shard's factors and classes, the rows, utterances and seconds
+/// added summed over the shards (in all and per factor).
+json merged_speed_speakers(const std::vector<Shard>& shards) {
+  json merged = shards.front().report["speed_speakers"];
+  json added = json::object();
+  for (const Shard& s : shards) {
+    json part = s.report.value("speed_speakers", json::object());
+    for (const char* kept : {"factors", "original_classes", "classes_added"}) part.erase(kept);
+    for (auto& [factor, figures] : part["per_factor"].items()) figures.erase("classes_added");
+    add_numbers(added, part);
+  }
+  for (const char* key : {"rows_added", "utterances_added", "seconds_added"}) merged[key] = added.value(key, json(0));
+  const json per_factor = added.value("per_factor", json::object());
+  for (auto& [factor, figures] : merged["per_factor"].items()) {
+    const json sums = per_factor.value(factor, json::object());
+    for (const char* key : {"rows_added", "utterances_added", "seconds_added"}) figures[key] = sums.value(key, json(0));
+  }
+  return merged;
+}
+
 json merged_report(const std::vector<Shard>& shards, const MergeOptions& options, int64_t mel_bytes, double seconds,
                    const std::string& build_id) {
   const json& first = shards.front().report;
@@ -505,6 +543,7 @@ json merged_report(const std::vector<Shard>& shards, const MergeOptions& options
       seconds_in > 0 ? json(clip_totals.value("seconds_stored", 0.0) / seconds_in) : json();
   r["clips"] = clip_totals;
   if (first.contains("augmentation")) r["augmentation"] = merged_augmentation(shards);
+  if (first.contains("speed_speakers")) r["speed_speakers"] = merged_speed_speakers(shards);
   if (first.contains("protocol")) r["protocol"] = first["protocol"];
   r["skipped"] = skipped;
   for (const auto& [key, value] : totals.items()) r[key] = value;

@@ -46,6 +46,32 @@ void warn_clips(BuildState& state, const BuildStats& stats) {
   }
 }
 
+/// The report's "speed_speakers" object (docs/FORMAT.md): the factors, the classes added, and the rows, utterances
+/// and seconds added in train, in all and per factor (keyed by the factor as %g).
+nlohmann::json speed_speakers_report(const BuildState& state, const std::vector<SpeakerRows>& rows) {
+  const SpeedSpeakers& sp = state.speed_speakers;
+  nlohmann::json per_factor = nlohmann::json::object();
+  SpeakerRows all;
+  int64_t classes = 0;
+  for (std::size_t i = 0; i < sp.factors.size(); ++i) {
+    const auto added = std::count_if(sp.labels[i].begin(), sp.labels[i].end(), [](int32_t l) { return l >= 0; });
+    classes += added;
+    all.rows += rows[i].rows;
+    all.utterances += rows[i].utterances;
+    all.seconds += rows[i].seconds;
+    per_factor[speed_text(sp.factors[i])] = {{"classes_added", added}, {"rows_added", rows[i].rows},
+                                              {"utterances_added", rows[i].utterances},
+                                              {"seconds_added", rows[i].seconds}};
+  }
+  return {{"factors", sp.factors},
+          {"original_classes", sp.original_classes},
+          {"classes_added", classes},
+          {"rows_added", all.rows},
+          {"utterances_added", all.utterances},
+          {"seconds_added", all.seconds},
+          {"per_factor", per_factor}};
+}
+
 /// The report of a finished build and its timing table: the plan and engine of `state`, what the batches `run`
 /// produced, the stage times and the total wall time. state.skipped is moved into the report's list (not copied:
 /// on a corpus of many missing files it is the largest part of the plan).
@@ -67,6 +93,7 @@ BuildResult build_result(BuildState& state, const BatchTotals& run, StageTimes& 
   result.report["build_id"] = state.build_id;
   add_engine_check(result.report, run);
   add_scan_notes(result.report, state);
+  if (state.speed_speakers.enabled()) result.report["speed_speakers"] = speed_speakers_report(state, run.speakers);
   if (state.augment) {
     const auto copies = std::count_if(run.skipped.begin(), run.skipped.end(), [](const auto& f) { return f.copy > 0; });
     result.report["augmentation"] = augment_report(state, run.copies, copies);

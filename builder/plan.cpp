@@ -6,16 +6,20 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "augment_stage.h"
+#include "h5_writer.h"
 #include "layouts/layout.h"
+#include "layouts/layout_util.h"
 #include "melforge/common/errors.h"
 #include "melforge/common/fs_util.h"
 #include "melforge/common/fs_walk.h"
 #include "melforge/common/parallel.h"
 #include "melforge/common/progress.h"
+#include "melforge/common/utf8.h"
 #include "mel/filterbank.h"
 #include "output_folder.h"
 #include "split.h"
@@ -251,8 +255,9 @@ void check_splits(BuildState& state, const SplitTally& t, const std::string& ver
   for (std::size_t s = 0; s < 3; ++s)
     if (t.kept[s] == 0 && t.skipped[s].empty() && !state.scan.presplit && ratios[s] > 0)
       warn(state, kSplitNames[s] + " is empty: " + empty_split_reason(state, by_class));
-  for (const auto& name : state.class_names)
-    if (t.kept[0] > 0 && t.train_kept.count(name) == 0 && (!by_class || t.train_skipped.count(name) != 0))
+  for (std::size_t c = 0; c < state.speed_speakers.original_classes; ++c)
+    if (const std::string& name = state.class_names[c];
+        t.kept[0] > 0 && t.train_kept.count(name) == 0 && (!by_class || t.train_skipped.count(name) != 0))
       warn(state, "class '" + name + "' has no training file" +
                       (t.train_skipped.count(name) ? " (" + std::to_string(t.train_skipped.at(name)) +
                                                          " skipped)" : std::string()));
@@ -327,6 +332,113 @@ std::string fold_group_text(const InputFile& f) {
   return f.fold == 0 && f.group.empty() ? std::string() : std::to_string(f.fold) + "/" + f.group;
 }
 
+/// The stored path a --test-trials path names: exactly, else the one stored path ending in "/<path>" (VoxCeleb1's
+/// list writes paths relative to wav/). Two or more such paths: FormatError naming the list's line and two of them.
+class StoredPaths {
+ public:
+  explicit StoredPaths(const std::vector<InputFile>& files) : files_(files) {
+    for (std::size_t i = 0; i < files.size(); ++i) exact_.emplace(files[i].rel_path, i);
+  }
+  const InputFile* find(const std::string& path, const std::string& at) {
+    if (const auto it = exact_.find(path); it != exact_.end()) return &files_[it->second];
+    if (suffixes_.empty()) index_suffixes();
+    const auto it = suffixes_.find(path);
+    if (it == suffixes_.end()) return nullptr;
+    if (it->second.size() > 1)
+      throw FormatError(at + "'" + utf8::for_terminal(path) + "' matches " + std::to_string(it->second.size()) +
+                        " stored paths ('" + utf8::for_terminal(files_[it->second[0]].rel_path) + "', '" +
+                        utf8::for_terminal(files_[it->second[1]].rel_path) + "'): write the path as stored");
+    return &files_[it->second[0]];
+  }
+
+ private:
+  /// Every tail of a stored path after one of its '/' -> the files it ends.
+  void index_suffixes() {
+    for (std::size_t i = 0; i < files_.size(); ++i)
+      for (std::size_t p = files_[i].rel_path.find('/'); p != std::string::npos;
+           p = files_[i].rel_path.find('/', p + 1))
+        suffixes_[files_[i].rel_path.substr(p + 1)].push_back(i);
+  }
+  const std::vector<InputFile>& files_;
+  std::unordered_map<std::string, std::size_t> exact_;
+  std::unordered_map<std::string, std::vector<std::size_t>> suffixes_;
+};
+
+/// --test-trials: the classes of the list's paths go wholly to test (before assign_splits, which then divides the
+/// other classes between train and val); the list becomes the build's trial list (OUT/trials.txt). A corpus that
+/// gives its own splits is refused (InvalidArgument), an unknown or ambiguous path is a FormatError naming the
+/// list's line.
+void apply_test_trials(BuildState& state) {
+  const BuildOptions& bo = state.config.build;
+  if (bo.test_trials.empty()) return;
+  ScanResult& scan = state.scan;
+  for (const auto& f : scan.files)
+    if (f.split >= 0)
+      throw InvalidArgument("--test-trials takes the test split from the list, but the corpus gives its own splits ('" +
+                            f.rel_path + "' is in " + kSplitNames[static_cast<std::size_t>(f.split)] +
+                            "): give a corpus without splits (root/<class>/..., a manifest without a split column)");
+  const std::string list = bo.test_trials.string();
+  const std::vector<layouts::Trial> trials = layouts::read_trials({}, list, "--test-trials");
+  StoredPaths stored(scan.files);
+  const layouts::TrialFileFinder find = [&stored](const std::string& path, const std::string& at) {
+    return stored.find(path, at);
+  };
+  const std::set<std::string> test = layouts::trial_classes(
+      trials, list, find, "the corpus's stored paths (matched exactly, or as the one stored path ending in '/<path>')");
+  std::vector<std::string> digest;
+  for (const auto& t : trials) digest.push_back(std::to_string(t.label) + " " + t.enroll + " " + t.test);
+  TestTrials& tt = state.test_trials;
+  tt = {list, static_cast<int64_t>(trials.size()), static_cast<int64_t>(test.size()), 0, identity_hash(digest)};
+  for (auto& f : scan.files)
+    if (test.contains(f.label)) {
+      f.split = 2;
+      ++tt.files;
+    }
+  scan.trials = bo.test_trials;
+  scan.protocol_notes.push_back("--test-trials " + list + ": test = the " + std::to_string(tt.speakers) +
+                                " classes its " + std::to_string(tt.trials) + " trials name (" +
+                                std::to_string(tt.files) + " files; the list is copied to OUT/trials.txt); the "
+                                "other classes go to train and val by --split " + bo.split + " --split-by class");
+}
+
+/// The --split ratios for assign_splits: with --test-trials, train and val rescaled to sum to 1 and test 0 (the
+/// list gave test its classes).
+std::vector<double> split_ratios(const BuildState& state) {
+  std::vector<double> r = state.config.build.split_ratios();
+  if (state.config.build.test_trials.empty()) return r;
+  const double sum = r[0] + r[1];
+  return {r[0] / sum, r[1] / sum, 0.0};
+}
+
+/// --speed-speakers: appends the class `<class>_sp<factor>` of every original class with a train file, for each
+/// factor in order (factor, then class index), to class_names and class_index. Throws InvalidArgument naming the
+/// flag for a multi-label corpus and for a new name that is already a class.
+void plan_speed_speakers(BuildState& state) {
+  SpeedSpeakers& sp = state.speed_speakers;
+  sp = {state.config.build.speed_speaker_factors(), state.class_names.size(), {}};
+  if (!sp.enabled()) return;
+  if (state.scan.multilabel)
+    throw InvalidArgument("--speed-speakers adds one new class per class and factor; a multi-label corpus (rows with "
+                          "several labels) has no single class to derive it from: leave --speed-speakers out");
+  std::vector<bool> in_train(sp.original_classes, false);
+  for (const auto& f : state.scan.files)
+    if (f.split == 0) in_train[static_cast<std::size_t>(state.class_index.at(f.label))] = true;
+  for (const double factor : sp.factors) {
+    std::vector<int32_t>& labels = sp.labels.emplace_back(sp.original_classes, -1);
+    for (std::size_t c = 0; c < sp.original_classes; ++c) {
+      if (!in_train[c]) continue;
+      const std::string name = state.class_names[c] + "_sp" + speed_text(factor);
+      if (state.class_index.contains(name))
+        throw InvalidArgument("--speed-speakers " + state.config.build.speed_speakers + ": the new class '" + name +
+                              "' of class '" + state.class_names[c] + "' at speed " + speed_text(factor) +
+                              " is already a class of the corpus");
+      labels[c] = static_cast<int32_t>(state.class_names.size());
+      state.class_index[name] = labels[c];
+      state.class_names.push_back(name);
+    }
+  }
+}
+
 }  // namespace
 
 void skip_file(std::vector<SkippedFile>& skipped, bool strict, SkippedFile file) {
@@ -390,11 +502,13 @@ void label_files(BuildState& state) {
   for (std::size_t i = 0; i < state.class_names.size(); ++i)
     state.class_index[state.class_names[i]] = static_cast<int32_t>(i);
   const BuildOptions& bo = state.config.build;
-  assign_splits(state.scan.files, bo.split_ratios(), bo.seed, bo.split_by);
+  apply_test_trials(state);
+  assign_splits(state.scan.files, split_ratios(state), bo.seed, bo.split_by);
   for (const auto& w : group_leaks(state.scan.files)) warn(state, w);
   check_augment_splits(state);
   warn_case_labels(state);
   warn_suspicious_layout(state);
+  plan_speed_speakers(state);
   if (state.config.mel.is_fbank()) return;
   if (const std::string empty = mel::empty_bands_warning(state.config.mel); !empty.empty()) warn(state, empty);
 }
@@ -453,7 +567,7 @@ void check_written_splits(BuildState& state, const std::vector<SkippedFile>& ski
   if (state.config.build.shard_spec().sharded()) return;
   std::map<std::string, std::string> why;
   for (const auto& f : skipped)
-    if (f.copy == 0) why[f.path] = f.reason;
+    if (f.copy == 0 && !f.speed_speaker) why[f.path] = f.reason;
   SplitTally t;
   for (const PlannedFile& p : state.usable) {
     const auto it = why.find(p.input->rel_path);
@@ -499,6 +613,11 @@ std::filesystem::path stage_trials(const std::filesystem::path& trials, const st
   return target;
 }
 
+nlohmann::json test_trials_json(const TestTrials& t) {
+  if (t.list.empty()) return nlohmann::json();
+  return {{"list", t.list}, {"trials", t.trials}, {"speakers", t.speakers}, {"files", t.files}};
+}
+
 nlohmann::json protocol_json(const BuildState& state) {
   const ScanResult& scan = state.scan;
   const auto text_or_null = [](const std::string& t) { return t.empty() ? nlohmann::json() : nlohmann::json(t); };
@@ -524,6 +643,7 @@ nlohmann::json protocol_json(const BuildState& state) {
           {"class_order", order},
           {"noise_bank", nlohmann::json()},
           {"trials", nlohmann::json()},
+          {"test_trials", test_trials_json(state.test_trials)},
           {"notes", scan.protocol_notes}};
 }
 

@@ -42,13 +42,18 @@ void select_shard(BuildState& state);
 /// Folds, class names and splits: --folds K assigns the missing folds (assign_folds), files with a fold and no split
 /// get theirs by the fold -> split rule (splits_from_folds; a warning when --split was given too); class names are
 /// scan.class_order (--classes, a layout's vocabulary; a listed class without a file is kept with a warning) or the
-/// sorted labels; the split of every file whose layout, manifest or fold gave none (assign_splits with --split,
+/// sorted labels; with --test-trials, the classes of the list's paths go to test (matched exactly, else as the one
+/// stored path ending in "/<path>"; an unknown path is a FormatError naming list:line; a corpus that gives splits is
+/// refused) and the list becomes scan.trials; the split of every file whose layout, manifest or fold gave none
+/// (assign_splits with --split (train and val rescaled to sum to 1 with --test-trials),
 /// --seed and --split-by, grouped when files have groups; InvalidArgument when --split-by class meets a class in two
 /// given splits or a multi-label row). Warns about groups in two splits or folds (group_leaks). With
 /// --augment-copies, throws InvalidArgument when --augment-splits names a split that no file went to. Warns (stderr
 /// and report) about labels that differ only in case, suspicious layouts (a single class, class names like fold1 or
 /// train, names starting with '_', classes of one file) and mel bands that hold no FFT bin
-/// (mel::empty_bands_warning: torchaudio warns and computes, and so do we; not for --features fbank).
+/// (mel::empty_bands_warning: torchaudio warns and computes, and so do we; not for --features fbank). Last, with
+/// --speed-speakers, appends the new classes `<class>_sp<factor>` (state.speed_speakers; InvalidArgument for a
+/// multi-label corpus or a new name that is already a class).
 void label_files(BuildState& state);
 
 /// Stage "probe": reads the header of every file of files_range on state.threads threads; failures go to
@@ -86,6 +91,10 @@ std::string use_layout_noise_bank(BuildConfig& config, BuildState& state);
 /// Copies the layout's trial list `trials` (read_regular_file, at most 256 MiB) into `staging` as trials.txt
 /// (kTrialsName); returns the staged path. Throws InvalidArgument, FormatError or IoError.
 std::filesystem::path stage_trials(const std::filesystem::path& trials, const std::filesystem::path& staging);
+
+/// The report's `protocol.test_trials`: {"list": as given, "trials", "speakers" (the test classes), "files"}, or null
+/// without --test-trials.
+nlohmann::json test_trials_json(const TestTrials& trials);
 
 /// The report's `protocol` object (docs/FORMAT.md): {"layout": name or null, "folds": K (0 none), "fold_counts":
 /// {"1": files, ...}, "split_rule": the fold -> split rule or null, "group_by": what the groups were taken from or

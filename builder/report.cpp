@@ -97,6 +97,8 @@ nlohmann::json make_report(const ReportInputs& in) {
       {"classes", b.classes.string()},
       {"group_by", b.group_by},
       {"folds", b.folds},
+      {"speed_speakers", b.speed_speakers},
+      {"test_trials", b.test_trials.string()},
       {"device", mel::to_string(b.device)},
       {"device_batch", b.device_batch},
       {"threads", b.threads},

@@ -39,6 +39,8 @@ struct SkippedFile {
   /// Copy of the file that was skipped (--augment-copies): 0 for the file itself (its clean copy), k >= 1 for its
   /// augmented copy k (named in `reason` too).
   int copy = 0;
+  /// True for a row of a --speed-speakers utterance (named in `reason` too), not the file's own row.
+  bool speed_speaker = false;
 };
 
 /// What a scan found.

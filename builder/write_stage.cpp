@@ -17,6 +17,7 @@ bool has_groups(const ScanResult& scan) {
 
 std::string build_identity(const BuildState& state) {
   std::vector<std::string> parts = {MELFORGE_VERSION, corpus_fingerprint(state.scan)};
+  if (!state.test_trials.list.empty()) parts.push_back("test_trials=" + state.test_trials.digest);
   for (const Attribute& a : dataset_attributes(state))
     if (a.name != kBuildIdAttribute) parts.push_back(a.name + "=" + h5::to_string(a.value));
   for (const PlannedFile& f : state.usable) {
@@ -78,6 +79,11 @@ std::vector<Attribute> dataset_attributes(const BuildState& state) {
     attributes.push_back({"shard_count", int64_t{shard.count}});
   }
   for (Attribute& a : augment_attributes(state)) attributes.push_back(std::move(a));
+  if (state.speed_speakers.enabled()) {
+    std::string factors;
+    for (const double f : state.speed_speakers.factors) factors += (factors.empty() ? "" : ",") + speed_text(f);
+    attributes.push_back({"speed_speakers", factors});
+  }
   return attributes;
 }
 
@@ -99,6 +105,7 @@ SplitOutputs::SplitOutputs(const BuildState& state, std::size_t split, const std
     wc.augmented = state.augment != nullptr;
     wc.folds = state.scan.folds > 0;
     wc.groups = has_groups(state.scan);
+    wc.speed_speakers = state.speed_speakers.enabled();
     wc.attributes = attributes;
     paths_.push_back(wc.final_path);
     writers_.push_back(std::make_unique<SplitWriter>(std::move(wc)));

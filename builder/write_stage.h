@@ -39,7 +39,8 @@ bool has_groups(const ScanResult& scan);
 
 /// The identifier of the build of `state` (whose plan is made): identity_hash of the melforge version, the corpus
 /// fingerprint (paths, labels and splits of every scanned entry, the skipped ones), every parameter attribute
-/// (dataset_attributes, so the shard and augmentation settings too) and, for each file the build writes, its path,
+/// (dataset_attributes, so the shard, augmentation and speed-speaker settings too), the --test-trials list's trials
+/// and, for each file the build writes, its path,
 /// its planned frames, and its size and modification time (nanoseconds). Identical inputs and parameters give the same
 /// identifier (and byte-identical files); another corpus, other parameters or a changed input file another one.
 std::string build_identity(const BuildState& state);
@@ -51,7 +52,8 @@ std::vector<Attribute> front_end_attributes(const mel::MelArgs& mel);
 /// Root attributes describing every parameter of a build of `state` (whose plan and engine are set), with the
 /// front-end's (front_end_attributes), with
 /// split_by ("class") with --split-by class, folds (K) when the files have folds, shard_index and shard_count for a
-/// --shard build, the augment_* settings with --augment-copies, and build_id (state.build_id) once it is set.
+/// --shard build, the augment_* settings with --augment-copies, speed_speakers (the factors as %g, comma-separated)
+/// with --speed-speakers, and build_id (state.build_id) once it is set.
 std::vector<Attribute> dataset_attributes(const BuildState& state);
 
 /// The writers of one split: one SplitWriter per target, each given every batch of the split.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <sstream>
 #include <string_view>
 
 #include "melforge/common/errors.h"
@@ -99,6 +100,35 @@ std::vector<MetaRow> read_lines(const fs::path& root, const std::string& rel, co
   std::vector<MetaRow> lines = raw_lines(root, rel, what);
   for (auto& l : lines) l.fields[0] = trim(l.fields[0]);
   return lines;
+}
+
+std::vector<Trial> read_trials(const fs::path& root, const std::string& rel, const std::string& what) {
+  std::vector<Trial> trials;
+  for (const MetaRow& l : read_lines(root, rel, what)) {
+    std::istringstream in(l.fields[0]);
+    std::string label, a, b, extra;
+    in >> label >> a >> b;
+    if (b.empty() || (in >> extra) || (label != "0" && label != "1"))
+      throw FormatError(where(rel, l.line) + "expected '<1|0> <speaker/video/utt.wav> <speaker/video/utt.wav>', got '" +
+                        utf8::for_terminal(l.fields[0]) + "'");
+    trials.push_back({l.line, label == "1" ? 1 : 0, a, b});
+  }
+  if (trials.empty()) throw FormatError(rel + " holds no trial");
+  return trials;
+}
+
+std::set<std::string> trial_classes(const std::vector<Trial>& trials, const std::string& list,
+                                    const TrialFileFinder& find, const std::string& files_what) {
+  std::set<std::string> classes;
+  for (const Trial& t : trials)
+    for (const std::string* p : {&t.enroll, &t.test}) {
+      const std::string at = where(list, t.line);
+      const InputFile* f = find(*p, at);
+      if (f == nullptr)
+        throw FormatError(at + "'" + utf8::for_terminal(*p) + "' is not among " + files_what);
+      classes.insert(f->label);
+    }
+  return classes;
 }
 
 std::size_t column(const MetaTable& table, const std::string& name) {

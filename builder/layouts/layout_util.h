@@ -4,7 +4,9 @@
 /// checks every layout makes on what it found.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,30 @@ MetaTable read_table(const std::filesystem::path& root, const std::string& rel, 
 /// The non-blank lines of `root / rel` (read like read_table: bounded, NUL refused, CRLF accepted), each with its
 /// 1-based line number; surrounding spaces and tabs trimmed.
 std::vector<MetaRow> read_lines(const std::filesystem::path& root, const std::string& rel, const std::string& what);
+
+/// One trial of a verification list (VoxCeleb1's veri_test2.txt): `<1|0> <enroll> <test>`.
+struct Trial {
+  /// 1-based line number in the list.
+  int64_t line = 0;
+  /// 1 (same speaker) or 0.
+  int label = 0;
+  /// The enrollment and test paths, as written.
+  std::string enroll, test;
+};
+
+/// The trials of the list `root / rel` (read_lines: bounded by kMaxMetadataBytes, NUL refused, CRLF accepted; `what`
+/// says what the list is for when it is missing): every non-blank line `<1|0> <enroll> <test>`, fields separated by
+/// spaces or tabs. Throws FormatError "rel:line: expected ..." for any other line, and for a list without a trial.
+std::vector<Trial> read_trials(const std::filesystem::path& root, const std::string& rel, const std::string& what);
+
+/// Finds the scanned file a trial path names: the file, or nullptr when none does. `at` ("list:line: ") is for the
+/// messages of a finder that throws (a path matching several files).
+using TrialFileFinder = std::function<const InputFile*(const std::string& path, const std::string& at)>;
+
+/// The classes (InputFile::label) of the files the trials of `list` name, each path found by `find`. Throws
+/// FormatError "list:line: '<path>' is not among `files_what`" for a path `find` does not know.
+std::set<std::string> trial_classes(const std::vector<Trial>& trials, const std::string& list,
+                                    const TrialFileFinder& find, const std::string& files_what);
 
 /// The index of column `name` in `table`'s header (exact match after trimming, any letter case). Throws FormatError
 /// naming the file, the missing column and the header found.

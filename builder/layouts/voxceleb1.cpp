@@ -3,7 +3,6 @@
 /// trial list's speakers as test, one held-out video per training speaker as val (docs/LAYOUTS.md).
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "layout_util.h"
@@ -44,24 +43,12 @@ std::vector<fs::path> wav_folders(const fs::path& root) {
 /// Throws FormatError naming the line for a malformed line or a path not scanned.
 std::set<std::string> trial_speakers(const fs::path& root, const std::string& list,
                                      const std::map<std::string, InputFile>& files) {
-  std::set<std::string> speakers;
-  const auto lines = read_lines(root, list, "VoxCeleb1's trial list");
-  for (const auto& l : lines) {
-    std::istringstream in(l.fields[0]);
-    std::string label, a, b, extra;
-    in >> label >> a >> b;
-    if (b.empty() || (in >> extra) || (label != "0" && label != "1"))
-      throw FormatError(where(list, l.line) + "expected '<1|0> <speaker/video/utt.wav> <speaker/video/utt.wav>', "
-                        "got '" + utf8::for_terminal(l.fields[0]) + "'");
-    for (const auto& p : {a, b}) {
-      if (!files.contains(p))
-        throw FormatError(where(list, l.line) + "'" + utf8::for_terminal(p) +
-                          "' is not among the files scanned below wav/ (the trial list and the audio disagree)");
-      speakers.insert(p.substr(0, p.find('/')));
-    }
-  }
-  if (lines.empty()) throw FormatError(list + " holds no trial");
-  return speakers;
+  const TrialFileFinder find = [&files](const std::string& path, const std::string&) -> const InputFile* {
+    const auto it = files.find(path);
+    return it == files.end() ? nullptr : &it->second;
+  };
+  return trial_classes(read_trials(root, list, "VoxCeleb1's trial list"), list, find,
+                       "the files scanned below wav/ (the trial list and the audio disagree)");
 }
 
 /// The test speakers of vox1_meta.csv (tab-separated, `VoxCeleb1 ID` and `Set` columns, Set `test`).

@@ -44,7 +44,9 @@ def build(output, input=None, manifest=None, **options):
         "Folds, groups and grouped splits"): ``layout="esc50"`` (with ``input`` the dataset's root),
         ``columns="path=fname,label=labels,split=split"``, ``label_sep=","``, ``audio_root=...``,
         ``classes="vocabulary.csv"`` (class order), ``group_by="src_file"`` or a regular expression,
-        ``folds=5``.
+        ``folds=5``. Speaker verification as the recipes build it: ``speed_speakers=(0.9, 1.1)`` (every train file
+        once more per factor, as the new speaker ``<class>_sp<factor>``), ``split_by="class",
+        test_trials="veri_test2.txt"`` (the list's speakers as the test split; copied to ``output/trials.txt``).
 
     Returns
     -------

@@ -227,3 +227,30 @@ def test_columns_classes_and_folds_through_the_same_options(tmp_path):
     with pytest.raises(melforge.InvalidArgument, match="--columns"):
         melforge.build(tmp_path / "bad", manifest=tmp_path / "esc50.csv", audio_root=audio,
                        columns="path=filename,label=class", **FLAGS)
+
+
+@pytest.mark.needs_h5py
+def test_speed_speakers_and_test_trials_by_keyword(tmp_path, corpus):
+    import h5py
+
+    out = tmp_path / "sp"
+    report = melforge.build(out, input=corpus, speed_speakers=(0.9, 1.1), **FLAGS)
+    assert report["speed_speakers"]["factors"] == [0.9, 1.1]
+    assert report["speed_speakers"]["classes_added"] == 4
+    with h5py.File(out / "train.h5", "r") as f:
+        names = [n.decode() if isinstance(n, bytes) else n for n in f["class_names"][...]]
+        assert names == ["class0", "class1", "class0_sp0.9", "class1_sp0.9", "class0_sp1.1", "class1_sp1.1"]
+        assert f.attrs["speed_speakers"] == "0.9,1.1"
+        factors = f["speed_speaker"][...]
+        assert sorted(set(factors.tolist())) == pytest.approx([0.9, 1.0, 1.1])
+        assert (factors != 1).sum() == report["speed_speakers"]["utterances_added"]
+    with h5py.File(out / "val.h5", "r") as f:
+        assert (f["speed_speaker"][...] == 1).all()
+
+    trials = tmp_path / "veri.txt"
+    trials.write_text("1 class1/tone0.wav class1/tone1.wav\n")
+    report = melforge.build(tmp_path / "tt", input=corpus, split_by="class", split=(0.5, 0.5, 0.0),
+                            test_trials=trials, **FLAGS)
+    assert report["files"]["per_split"]["test"] == 5
+    assert report["protocol"]["test_trials"]["speakers"] == 1
+    assert (tmp_path / "tt" / "trials.txt").read_text() == trials.read_text()
