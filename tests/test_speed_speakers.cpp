@@ -38,14 +38,6 @@ std::vector<float> speed_speaker(const fs::path& file) {
   return h5::read_float(h5::open_dataset(f, builder::kSpeedSpeakerDataset));
 }
 
-/// The rows of `split` whose speed_speaker is `factor`, as {path -> row}.
-std::map<std::string, std::size_t> rows_at(const SplitData& split, const std::vector<float>& factors, float factor) {
-  std::map<std::string, std::size_t> rows;
-  for (std::size_t i = 0; i < split.files(); ++i)
-    if (factors[i] == factor) rows.emplace(split.path[i], i);
-  return rows;
-}
-
 }  // namespace
 
 TEST_CASE("speed speakers: new classes and rows in train only, frames of a --speed copy at the same factor",
@@ -201,7 +193,7 @@ TEST_CASE("speed speakers: a merge of two shards equals the unsharded build; sha
   CHECK_FALSE(fs::exists(d / "mixed/train.h5"));
 }
 
-TEST_CASE("bad --speed-speakers values and a multi-label corpus are refused before any output exists",
+TEST_CASE("bad --speed-speakers values are refused before any output exists",
           "[speed_speakers]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 2, 2);
