@@ -273,7 +273,7 @@ std::vector<PlannedCopy> memory_rows(const BuildState& state) {
       augment::Recipe recipe;
       recipe.speed = speed;
       rows.push_back({&f, recipe, state.row_plan(f, speed)});
-      if (f.input->split != 0) continue;
+      if (factors.empty() || f.input->split != 0) continue;
       for (std::size_t i = 0; i < factors.size(); ++i)
         rows.push_back({&f, recipe, state.row_plan(f, speed * factors[i]), factors[i], static_cast<int>(i)});
     }
