@@ -124,9 +124,10 @@ class DecodeStage final : public AudioStage {
   int64_t batch_bytes(const PlannedCopy& row) const override;
   /// audio::decode_bytes of the file's header at the row's decode rate, capped at the slice.
   int64_t worker_bytes(const PlannedCopy& row) const override;
-  /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed * file.speaker_speed; throws AudioError when the file
-  /// cannot be decoded, and when it changed since the probe (change_since_probe: its size, times or inode before the
-  /// decode, or the header the decode read): the file is then skipped at "decode" with that reason.
+  /// Fills file.samples and file.decoded_frames at the rate of file.recipe.speed * file.speaker_speed; throws
+  /// AudioError when the file cannot be decoded, and when it changed since the probe (change_since_probe: its size,
+  /// times or inode before the decode, or the header the decode read): the file is then skipped at "decode" with that
+  /// reason.
   void run(BatchFile& file) const override;
 
  private:

@@ -147,7 +147,8 @@ int run(int argc, char** argv) {
     if (r.contains("speed_speakers")) {
       const auto& sp = r["speed_speakers"];
       std::string factors;
-      for (const auto& f : sp["factors"]) factors += (factors.empty() ? "" : ", ") + melforge::builder::speed_text(f.get<double>());
+      for (const auto& f : sp["factors"])
+        factors += (factors.empty() ? "" : ", ") + melforge::builder::speed_text(f.get<double>());
       std::printf("  speed speakers (%s): +%lld classes after the %lld original ones, +%lld train rows (%lld "
                   "utterances, %.1f s of audio)\n",
                   factors.c_str(), sp["classes_added"].get<long long>(), sp["original_classes"].get<long long>(),
