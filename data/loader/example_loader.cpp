@@ -42,6 +42,7 @@ ExampleLoader::ExampleLoader(SplitInfo split, std::shared_ptr<const views::View>
     throw FormatError("split '" + split_.name + "' (" + split_.path.string() + ") has no clip");
   reader_ = std::make_unique<ClipReader>(split_, 0);
   clip_frames_ = split_.clip_frame_counts();
+  group_offsets_ = split_.group_offsets();
   n_mels_ = split_.info.n_mels;
   classes_ = split_.multilabel() ? static_cast<int64_t>(split_.class_names.size()) : 0;
   block_clips_.push_back(0);
@@ -56,7 +57,7 @@ ExampleLoader::ExampleLoader(SplitInfo split, std::shared_ptr<const views::View>
 ExampleLoader::~ExampleLoader() { stop(); }
 
 std::vector<views::Example> ExampleLoader::examples(int64_t epoch) const {
-  return view_->examples(clip_frames_, view_seed_, epoch);
+  return view_->examples(clip_frames_, view_seed_, epoch, group_offsets_);
 }
 
 std::vector<std::vector<int64_t>> ExampleLoader::length_batches(const std::vector<views::Example>& examples,

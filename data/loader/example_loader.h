@@ -99,7 +99,8 @@ class ExampleLoader {
   const SplitInfo& split() const { return split_; }
   /// The options.
   const LoaderOptions& options() const { return opts_; }
-  /// The examples of epoch `epoch` (the view's, clip by clip).
+  /// The examples of epoch `epoch` (the view's, group by group of copies: SplitInfo::group_offsets; the crops view
+  /// gives one per group).
   std::vector<views::Example> examples(int64_t epoch) const;
   /// Examples of the epoch started last (epoch 0 before any), E.
   int64_t size() const { return static_cast<int64_t>(plan_.examples.size()); }
@@ -158,6 +159,7 @@ class ExampleLoader {
   float pad_value_ = 0;
   std::unique_ptr<ClipReader> reader_;
   std::vector<int64_t> clip_frames_;
+  std::vector<int64_t> group_offsets_;  // [groups + 1] (SplitInfo::group_offsets)
   std::vector<int64_t> block_clips_;
   int64_t n_mels_ = 0;
   int64_t classes_ = 0;

@@ -85,6 +85,18 @@ std::vector<int64_t> SplitInfo::clip_frame_counts() const {
   return counts;
 }
 
+std::vector<int64_t> SplitInfo::group_offsets() const {
+  if (!aug_copy.empty() && aug_copy.size() != paths.size())
+    throw InvalidArgument(path.string() + ": aug_copy has " + std::to_string(aug_copy.size()) + " entries for " +
+                          std::to_string(files()) + " files");
+  std::vector<int64_t> offsets;
+  offsets.reserve(paths.size() + 1);
+  for (int64_t f = 0; f < files(); ++f)
+    if (f == 0 || aug_copy.empty() || aug_copy[static_cast<std::size_t>(f)] == 0) offsets.push_back(f);
+  offsets.push_back(files());
+  return offsets;
+}
+
 int64_t SplitInfo::valid_segments() const {
   int64_t n = 0;
   for (const int64_t v : num_valid_long) n += v;
@@ -305,6 +317,37 @@ void read_folds_and_groups(const h5::File& file, const std::string& where, const
   }
 }
 
+/// Reads the optional `aug_copy` dataset into `s` (paths already read): [F], each in [0, kMaxAugCopy], row 0 clean,
+/// an augmented row above the augmented row before it, and on the path of its group's clean row. Throws FormatError
+/// naming `where`, the field, the row and the file.
+void read_aug_copy(const h5::File& file, const std::string& where, const std::string& whose, SplitInfo& s) {
+  if (!h5::exists(file, "aug_copy")) return;
+  check_length(file, where, "aug_copy", s.files(), whose);
+  const auto copies = read_int64(file, where, "aug_copy", s.files());
+  std::size_t clean = 0;
+  for (std::size_t f = 0; f < copies.size(); ++f) {
+    const int64_t k = copies[f];
+    const auto bad = [&](const std::string& why) {
+      return FormatError(where + ": aug_copy[" + std::to_string(f) + "] = " + std::to_string(k) + " " + why +
+                         " (file " + utf8::for_terminal(s.paths[f]) + ")");
+    };
+    if (k < 0 || k > kMaxAugCopy)
+      throw bad("is outside [0, " + std::to_string(kMaxAugCopy) + "] (0: the clean copy, k: augmented copy k)");
+    if (k == 0) {
+      clean = f;
+    } else if (f == 0) {
+      throw bad("is an augmented copy in the first row: a group of copies starts with its clean row (aug_copy 0)");
+    } else if (copies[f - 1] >= k) {
+      throw bad("does not follow aug_copy[" + std::to_string(f - 1) + "] = " + std::to_string(copies[f - 1]) +
+                ": a clean row's copies follow it in increasing order");
+    } else if (s.paths[f] != s.paths[clean]) {
+      throw bad("is a copy of row " + std::to_string(clean) + " (file " + utf8::for_terminal(s.paths[clean]) +
+                ") but has another path");
+    }
+    s.aug_copy.push_back(static_cast<int32_t>(k));
+  }
+}
+
 /// The checked schema_version of `file`.
 int64_t read_schema_version(const h5::File& file, const std::string& where) {
   if (!h5::has_attribute(file, "schema_version"))
@@ -369,6 +412,7 @@ SplitInfo read_one_split(const fs::path& path, const std::string& expected_split
   else read_grid_clips(file, where, s);
   if (h5::exists(file, "targets")) read_targets(file, where, s);
   read_folds_and_groups(file, where, whose, s);
+  read_aug_copy(file, where, whose, s);
   return s;
 }
 

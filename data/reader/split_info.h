@@ -32,6 +32,9 @@ enum ClipFlag : uint8_t {
 /// Every bit a clip_flags value may hold.
 inline constexpr uint8_t kClipFlagsKnown = kClipPadded | kClipCapped;
 
+/// Largest `aug_copy` value a reader accepts (melforge-build's --augment-copies is at most 64).
+inline constexpr int32_t kMaxAugCopy = 64;
+
 /// Fewest and most cross-validation folds a dataset may declare (its root attribute `folds`).
 inline constexpr int64_t kMinFolds = 2;
 inline constexpr int64_t kMaxFolds = 1000;
@@ -84,6 +87,15 @@ struct SplitInfo {
   /// dataset, "" for a file without one); empty when the file has no `group` dataset.
   std::vector<std::string> groups;
 
+  /// Copy index of each row, [files] (the `aug_copy` dataset of a build with --augment-copies, docs/FORMAT.md
+  /// "Waveform augmentation"): 0 for a clean row, k in [1, kMaxAugCopy] for augmented copy k of the clean row
+  /// before it; empty when the file has no `aug_copy` dataset (every row is its own group).
+  std::vector<int32_t> aug_copy;
+
+  /// The groups of copies: a clean row (aug_copy 0, or every row without aug_copy) and the augmented rows that
+  /// follow it. [groups + 1]: group g is rows [offsets[g], offsets[g + 1]), offsets[0] = 0, last = files().
+  std::vector<int64_t> group_offsets() const;
+
   /// True when the split carries folds (num_folds > 0).
   bool has_folds() const { return num_folds > 0; }
 
@@ -134,9 +146,11 @@ SegmentRef segment_at(const std::vector<int64_t>& offsets, int64_t num_short, in
 /// is read, then frame_offset[0] = 0, strictly increasing, last = N; num_samples >= 1; clip_flags within
 /// kClipFlagsKnown. Optional folds (issue 30): the root attribute `folds` (K in [kMinFolds, kMaxFolds]) with the
 /// integer dataset `fold` [F] in [1, K] (either one without the other is refused, except the attribute on a split
-/// with no files), and the string dataset `group` [F] (bounded as `path`). Every error names the file and the
-/// dataset or attribute. Throws IoError when the file cannot be
-/// opened or read, FormatError when it is not a valid melforge dataset of a supported schema. Every dataset is opened
+/// with no files), and the string dataset `group` [F] (bounded as `path`). Optional copies (--augment-copies): the
+/// integer dataset `aug_copy` [F] in [0, kMaxAugCopy], row 0 clean (0), each augmented row (k > 0) above the row
+/// before it when that one is augmented too, and with the path of its group's clean row. Every error names the file
+/// and the dataset or attribute. Throws IoError when the file cannot be opened or read, FormatError when it is not
+/// a valid melforge dataset of a supported schema. Every dataset is opened
 /// through h5::open_dataset (no external storage, virtual sources only inside the file's folder, chunks and strings
 /// bounded, declared sizes backed by stored data), and the `targets` matrix must fit in MemAvailable.
 /// When the file is train.h5, val.h5 or test.h5 and carries a `build_id`, each of those beside it that carries one

@@ -30,16 +30,44 @@ std::vector<uint8_t> frame_mask(const Example& e, int64_t padded_length) {
   return mask;
 }
 
-std::vector<Example> View::examples(std::span<const int64_t> clip_frames, uint64_t seed, int64_t epoch) const {
+void View::group_examples(int64_t first, int64_t rows, std::span<const int64_t> clip_frames, uint64_t seed,
+                          int64_t epoch, std::vector<Example>& out) const {
+  for (int64_t c = first; c < first + rows; ++c)
+    clip_examples(c, clip_frames[static_cast<std::size_t>(c)], seed, epoch, out);
+}
+
+namespace {
+
+/// Throws InvalidArgument unless `offsets` is empty or starts at 0, increases strictly and ends at `clips`.
+void check_group_offsets(std::span<const int64_t> offsets, std::size_t clips) {
+  if (offsets.empty()) return;
+  bool ok = offsets.front() == 0 && offsets.back() == static_cast<int64_t>(clips) &&
+            (clips == 0) == (offsets.size() == 1);
+  for (std::size_t g = 1; ok && g < offsets.size(); ++g) ok = offsets[g] > offsets[g - 1];
+  if (!ok)
+    throw InvalidArgument("group offsets [" + std::to_string(offsets.size()) + "] must start at 0, increase " +
+                          "strictly and end at the " + std::to_string(clips) + " clips");
+}
+
+}  // namespace
+
+std::vector<Example> View::examples(std::span<const int64_t> clip_frames, uint64_t seed, int64_t epoch,
+                                    std::span<const int64_t> group_offsets) const {
   if (epoch < 0) throw InvalidArgument("epoch must be >= 0, got " + std::to_string(epoch));
   for (std::size_t c = 0; c < clip_frames.size(); ++c)
     if (clip_frames[c] < 1)
       throw InvalidArgument("clip " + std::to_string(c) + " has " + std::to_string(clip_frames[c]) +
                             " frames; a view needs at least 1");
+  check_group_offsets(group_offsets, clip_frames.size());
   std::vector<Example> out;
   out.reserve(clip_frames.size());
-  for (std::size_t c = 0; c < clip_frames.size(); ++c)
-    clip_examples(static_cast<int64_t>(c), clip_frames[c], seed, epoch, out);
+  if (group_offsets.empty()) {
+    for (std::size_t c = 0; c < clip_frames.size(); ++c)
+      clip_examples(static_cast<int64_t>(c), clip_frames[c], seed, epoch, out);
+    return out;
+  }
+  for (std::size_t g = 0; g + 1 < group_offsets.size(); ++g)
+    group_examples(group_offsets[g], group_offsets[g + 1] - group_offsets[g], clip_frames, seed, epoch, out);
   return out;
 }
 

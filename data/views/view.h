@@ -75,13 +75,22 @@ class View {
   virtual void clip_examples(int64_t clip, int64_t clip_frames, uint64_t seed, int64_t epoch,
                              std::vector<Example>& out) const = 0;
 
+  /// Appends the examples of the group of copies of clips [first, first + rows) (a clean clip and its augmented
+  /// copies; `clip_frames` is the whole split's [F]) for (`seed`, `epoch`). The default: clip_examples of every clip
+  /// of the group, in order (tiles and clips read every copy); the crops view draws one crop of one copy.
+  virtual void group_examples(int64_t first, int64_t rows, std::span<const int64_t> clip_frames, uint64_t seed,
+                              int64_t epoch, std::vector<Example>& out) const;
+
   /// True when the examples change with the epoch (crops); false when every epoch has the same ones.
   virtual bool varies_by_epoch() const { return false; }
 
-  /// The examples of epoch `epoch` (>= 0) of a split whose clip c has `clip_frames[c]` frames, clip by clip, in clip
-  /// order and, within a clip, by start. Throws InvalidArgument naming the clip when a count is below 1, or when the
-  /// epoch is negative.
-  std::vector<Example> examples(std::span<const int64_t> clip_frames, uint64_t seed, int64_t epoch) const;
+  /// The examples of epoch `epoch` (>= 0) of a split whose clip c has `clip_frames[c]` frames, group by group
+  /// (group_examples), so in clip order and, within a clip, by start. `group_offsets` [groups + 1] cuts the clips
+  /// into groups of copies (SplitInfo::group_offsets: group g is clips [group_offsets[g], group_offsets[g + 1]));
+  /// empty: every clip is its own group. Throws InvalidArgument naming the clip when a count is below 1, when the
+  /// epoch is negative, or when group_offsets does not start at 0, increase strictly and end at the clip count.
+  std::vector<Example> examples(std::span<const int64_t> clip_frames, uint64_t seed, int64_t epoch,
+                                std::span<const int64_t> group_offsets = {}) const;
 };
 
 /// One entry of the list of views.

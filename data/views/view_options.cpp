@@ -64,6 +64,8 @@ void ViewOptions::validate() const {
   if (!(min_real >= 0 && min_real <= 1))
     throw InvalidArgument("--min-real must be a fraction of a tile in [0, 1], got " + default_text(min_real));
   require_positive_seconds(crop_seconds, "--crop-seconds");
+  if (!(aug_prob >= 0 && aug_prob <= 1))
+    throw InvalidArgument("--aug-prob must be a probability in [0, 1], got " + default_text(aug_prob));
   require_positive_seconds(clip_batch_seconds, "--clip-batch-seconds");
 }
 
@@ -94,6 +96,9 @@ void add_options(po::options_description& desc, ViewOptions& options) {
      "crops: window length, seconds")
     ("short-clips", po::value<ShortClips>(&options.short_clips)->default_value(options.short_clips),
      "crops: a clip shorter than the crop is padded (pad, masked) or repeated (repeat)")
+    ("aug-prob", po::value<double>(&options.aug_prob)->default_value(options.aug_prob, default_text(options.aug_prob)),
+     "crops of a dataset built with --augment-copies: one crop per utterance per epoch, from one of its augmented "
+     "copies (uniformly) with this probability, else from its clean copy")
     ("clip-batch-seconds", po::value<double>(&options.clip_batch_seconds)
          ->default_value(options.clip_batch_seconds, default_text(options.clip_batch_seconds)),
      "clips: padded frames per batch of whole clips, seconds (a longer clip is alone in its batch)");

@@ -41,6 +41,9 @@ struct ViewOptions {
   double crop_seconds = 2.0;
   /// Crops of clips shorter than crop_seconds: padded or repeated.
   ShortClips short_clips = ShortClips::pad;
+  /// Crops of a split with augmented copies (aug_copy): the probability, in [0, 1], that a group's crop of an epoch
+  /// comes from one of its augmented copies (uniformly) rather than its clean row (as WeSpeaker's aug_prob).
+  double aug_prob = 0.6;
   /// Padded frames a batch of whole clips may hold (clips x its longest clip), as seconds of frames (> 0). A clip
   /// longer than this is alone in its batch.
   double clip_batch_seconds = 128.0;
@@ -49,14 +52,15 @@ struct ViewOptions {
   double hop_seconds() const { return tile_hop > 0 ? tile_hop : tile_seconds; }
 
   /// Throws InvalidArgument naming the flag for a value out of range (a non-finite or non-positive length, a hop
-  /// above the tile, min_real outside [0, 1], an unknown view).
+  /// above the tile, min_real or aug_prob outside [0, 1], an unknown view).
   void validate() const;
   /// validate(), the rate's own check, then: every length must be at least one frame at `rate` (FrameRate::frames)
   /// and below 2^31 frames; throws InvalidArgument naming the flag and the rate otherwise.
   void validate(const FrameRate& rate) const;
 };
 
-/// Registers --view, --tile-seconds, --tile-hop, --min-real, --crop-seconds, --short-clips and --clip-batch-seconds.
+/// Registers --view, --tile-seconds, --tile-hop, --min-real, --crop-seconds, --short-clips, --aug-prob and
+/// --clip-batch-seconds.
 void add_options(boost::program_options::options_description& desc, ViewOptions& options);
 
 }  // namespace melforge::data::views

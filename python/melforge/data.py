@@ -8,7 +8,9 @@ A split stores each clip whole (schema 3) or, in datasets of schema 1 and 2, eac
 - ``"tiles"``: windows of `tile_seconds` every `tile_hop` over each clip, the last one padded (masked); a window with
   fewer than `min_real` of its frames real is not made unless it is the clip's only one.
 - ``"crops"``: one window of `crop_seconds` per clip per epoch at a seeded random start; a shorter clip is padded
-  (``short_clips="pad"``) or repeated (``"repeat"``).
+  (``short_clips="pad"``) or repeated (``"repeat"``). A split built with ``--augment-copies`` gives one crop per
+  utterance (its clean copy and augmented copies, a *group*) per epoch: from one of the augmented copies, chosen
+  uniformly, with probability `aug_prob`, else from the clean copy.
 - ``"clips"``: whole clips; the Loader batches them by similar length under a frame budget.
 
 Padding holds the dataset's silence value (the log of zero energy) and is never real: every example has its real
@@ -123,7 +125,12 @@ class Dataset:
     short_clips : str
         "pad" or "repeat": the crop of a clip shorter than the crop.
     seed : int
-        Seed of the crops (>= 0); a crop is a function of (seed, epoch, clip) only.
+        Seed of the crops (>= 0); a crop is a function of (seed, epoch, clip) only (with copies: of (seed, epoch,
+        group)).
+    aug_prob : float or None
+        Crops of a split with augmented copies (`aug_copy`): probability in [0, 1] that a group's crop comes from one
+        of its augmented copies; None: 0.6, the default of melforge-train's --aug-prob. Without copies it changes
+        nothing: one crop per clip, as before.
 
     Item `i` (0 <= i < len(ds), negative indices count from the end) is an `Example`: it unpacks as
     ``(x, label, clip)`` with x float32 [n_mels, T] (T = the tile or crop length, or the clip's frames), and has
@@ -147,7 +154,7 @@ class Dataset:
     """
 
     def __init__(self, folder, split, view="tiles", tile_seconds=None, tile_hop=None, min_real=0.5, crop_seconds=None,
-                 short_clips="pad", seed=0):
+                 short_clips="pad", seed=0, aug_prob=None):
         if view not in _VIEWS:
             raise _core.InvalidArgument(f"view must be one of {', '.join(_VIEWS)}, got {view!r}")
         if short_clips not in _SHORT_CLIPS:
@@ -159,7 +166,8 @@ class Dataset:
         self._view_args = {"view": view, "tile_seconds": None if tile_seconds is None else float(tile_seconds),
                            "tile_hop": 0.0 if tile_hop is None else float(tile_hop), "min_real": float(min_real),
                            "crop_seconds": None if crop_seconds is None else float(crop_seconds),
-                           "short_clips": short_clips, "seed": int(seed)}
+                           "short_clips": short_clips, "seed": int(seed),
+                           "aug_prob": None if aug_prob is None else float(aug_prob)}
         self.epoch = 0
         self._native = None
         self._pid = None
@@ -256,6 +264,17 @@ class Dataset:
     def paths(self):
         """Path of each clip's audio file relative to the corpus root (list of str), [clips]."""
         return self._handle().paths
+
+    @property
+    def aug_copy(self):
+        """Copy index of each clip (numpy int32 [clips]: 0 clean, k augmented copy k), empty without ``aug_copy``."""
+        return self._handle().aug_copy()
+
+    @property
+    def group_offsets(self):
+        """The groups of copies (numpy int64 [groups + 1]): group g is clips [offsets[g], offsets[g + 1]), a clean
+        clip and its augmented copies; every clip its own group without ``aug_copy``."""
+        return self._handle().group_offsets()
 
     @property
     def labels(self):

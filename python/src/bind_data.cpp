@@ -47,7 +47,7 @@ LongArray long_array(const std::vector<int64_t>& v) {
 }
 
 /// The view arguments of melforge.Dataset; tile_seconds None: the split's default tile (its short_seconds);
-/// crop_seconds None: ViewOptions' default, as melforge-train's --crop-seconds.
+/// crop_seconds and aug_prob None: ViewOptions' defaults, as melforge-train's --crop-seconds and --aug-prob.
 struct ViewArgs {
   std::string view = "tiles";
   std::optional<double> tile_seconds;
@@ -56,6 +56,7 @@ struct ViewArgs {
   std::optional<double> crop_seconds;
   std::string short_clips = "pad";
   uint64_t seed = 0;
+  std::optional<double> aug_prob;
 
   /// The split's view (data::views::make_split_view), its options checked.
   std::shared_ptr<const data::views::View> make(const data::SplitInfo& split) const {
@@ -66,6 +67,7 @@ struct ViewArgs {
     o.min_real = min_real;
     o.crop_seconds = crop_seconds.value_or(data::views::ViewOptions{}.crop_seconds);
     o.short_clips = data::views::parse_short_clips(short_clips);
+    o.aug_prob = aug_prob.value_or(data::views::ViewOptions{}.aug_prob);
     return data::views::make_split_view(split, o, !tile_seconds.has_value(), false);
   }
 };
@@ -89,7 +91,7 @@ class SplitHandle {
 
   void set_epoch(int64_t epoch) {
     if (epoch == epoch_ && !examples_.empty()) return;
-    examples_ = view_->examples(info_.clip_frame_counts(), args_.seed, epoch);
+    examples_ = view_->examples(info_.clip_frame_counts(), args_.seed, epoch, info_.group_offsets());
     epoch_ = epoch;
   }
 
@@ -156,12 +158,13 @@ void bind_split(nb::module_& m) {
           "__init__",
           [](SplitHandle* self, const std::string& folder, const std::string& split, const std::string& view,
              std::optional<double> tile_seconds, double tile_hop, double min_real, std::optional<double> crop_seconds,
-             const std::string& short_clips, uint64_t seed) {
+             const std::string& short_clips, uint64_t seed, std::optional<double> aug_prob) {
             new (self) SplitHandle(folder, split,
-                                   {view, tile_seconds, tile_hop, min_real, crop_seconds, short_clips, seed});
+                                   {view, tile_seconds, tile_hop, min_real, crop_seconds, short_clips, seed, aug_prob});
           },
           nb::arg("folder"), nb::arg("split"), nb::arg("view"), nb::arg("tile_seconds").none(), nb::arg("tile_hop"),
-          nb::arg("min_real"), nb::arg("crop_seconds").none(), nb::arg("short_clips"), nb::arg("seed"))
+          nb::arg("min_real"), nb::arg("crop_seconds").none(), nb::arg("short_clips"), nb::arg("seed"),
+          nb::arg("aug_prob").none() = nb::none())
       .def("__len__", &SplitHandle::size)
       .def("set_epoch", &SplitHandle::set_epoch, nb::arg("epoch"))
       .def("example", &SplitHandle::example, nb::arg("index"),
@@ -176,6 +179,8 @@ void bind_split(nb::module_& m) {
       .def("labels", [](const SplitHandle& s) { return long_array(s.info().labels); })
       .def("num_valid_long", [](const SplitHandle& s) { return long_array(s.info().num_valid_long); })
       .def("clip_frames", [](const SplitHandle& s) { return long_array(s.info().clip_frame_counts()); })
+      .def("aug_copy", [](const SplitHandle& s) { return array_copy(s.info().aug_copy, {s.info().aug_copy.size()}); })
+      .def("group_offsets", [](const SplitHandle& s) { return long_array(s.info().group_offsets()); })
       .def("frame_offset", [](const SplitHandle& s) { return long_array(s.info().frame_offset); })
       .def("num_samples", [](const SplitHandle& s) { return long_array(s.info().num_samples); })
       .def("clip_flags", [](const SplitHandle& s) {
@@ -254,7 +259,7 @@ void bind_data(nb::module_& m) {
              std::optional<double> tile_seconds, double tile_hop, double min_real, std::optional<double> crop_seconds,
              const std::string& short_clips, uint64_t view_seed, int64_t batch_size, bool shuffle, uint64_t seed,
              int64_t prefetch, bool drop_last, int64_t pool_chunks, int in_memory,
-             std::optional<double> batch_seconds) {
+             std::optional<double> batch_seconds, std::optional<double> aug_prob) {
             data::LoaderOptions o;
             o.batch_size = batch_size;
             o.shuffle = shuffle;
@@ -264,13 +269,14 @@ void bind_data(nb::module_& m) {
             o.pool_chunks = pool_chunks;
             o.in_memory = in_memory;
             make_loader(self, folder, split,
-                        {view, tile_seconds, tile_hop, min_real, crop_seconds, short_clips, view_seed}, o,
+                        {view, tile_seconds, tile_hop, min_real, crop_seconds, short_clips, view_seed, aug_prob}, o,
                         batch_seconds);
           },
           nb::arg("folder"), nb::arg("split"), nb::arg("view"), nb::arg("tile_seconds").none(), nb::arg("tile_hop"),
           nb::arg("min_real"), nb::arg("crop_seconds").none(), nb::arg("short_clips"), nb::arg("view_seed"),
           nb::arg("batch_size"), nb::arg("shuffle"), nb::arg("seed"), nb::arg("prefetch"), nb::arg("drop_last"),
-          nb::arg("pool_chunks"), nb::arg("in_memory"), nb::arg("batch_seconds").none())
+          nb::arg("pool_chunks"), nb::arg("in_memory"), nb::arg("batch_seconds").none(),
+          nb::arg("aug_prob").none() = nb::none())
       .def("__len__", &data::ExampleLoader::batches_per_epoch)
       .def_prop_ro("examples", &data::ExampleLoader::size)
       .def_prop_ro("frame_budget", [](const data::ExampleLoader& l) { return l.options().frame_budget; })

@@ -83,6 +83,7 @@ BatchLoader::BatchLoader(const Split& split, const data::views::View& view, int6
   if (example_length < 0)
     throw InvalidArgument("BatchLoader: example length must be >= 0, got " + std::to_string(example_length));
   clip_frames_ = split.clip_frame_counts();
+  group_offsets_ = split.meta.group_offsets();
   const at::Tensor labels = split.label.to(at::kLong).contiguous();
   label_.assign(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
   const std::vector<data::views::Example> first = epoch_examples(0);
@@ -145,7 +146,7 @@ int64_t BatchLoader::resident_bytes() const {
 }
 
 std::vector<data::views::Example> BatchLoader::epoch_examples(int64_t epoch) const {
-  std::vector<data::views::Example> out = view_.examples(clip_frames_, seed_, epoch);
+  std::vector<data::views::Example> out = view_.examples(clip_frames_, seed_, epoch, group_offsets_);
   if (examples_count_ > 0 && static_cast<int64_t>(out.size()) != examples_count_)
     throw Error("BatchLoader: the " + std::string(view_.name()) + " view gives epoch " + std::to_string(epoch) + " " +
                 std::to_string(out.size()) + " examples, epoch 0 " + std::to_string(examples_count_));

@@ -100,8 +100,8 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  /// Examples per epoch (E; the same every epoch: a view gives each clip the same number of examples whatever the
-  /// epoch).
+  /// Examples per epoch (E; the same every epoch: a view gives each clip, or each group of copies, the same number
+  /// of examples whatever the epoch; crops of a split with augmented copies: one per group).
   int64_t examples() const { return examples_count_; }
   /// Batches per epoch: ceil(E / G), or floor with drop_last, for the global batch G = batch_size * world. With
   /// world > 1 a last global batch of fewer than `world` samples is dropped too (a rank would get none).
@@ -115,7 +115,8 @@ class BatchLoader {
   /// Frames every batch is padded to (0: each batch's longest example).
   int64_t example_length() const { return example_length_; }
 
-  /// The examples of epoch `epoch` (view.examples of the split's clip frame counts for (seed, epoch)), clip by clip.
+  /// The examples of epoch `epoch` (view.examples of the split's clip frame counts and groups of copies,
+  /// SplitInfo::group_offsets, for (seed, epoch)), clip by clip.
   std::vector<data::views::Example> epoch_examples(int64_t epoch) const;
   /// Epoch `epoch`'s order: int64 [E], a permutation of [0, E) (positions into epoch_examples(epoch)) drawn from
   /// a CPU generator seeded with a mix of (seed, epoch); the same for the same pair, whatever happened before.
@@ -197,6 +198,7 @@ class BatchLoader {
   at::Device device_;
   int64_t rank_ = 0, world_ = 1;
   std::vector<int64_t> clip_frames_;    // [F] frames of each clip
+  std::vector<int64_t> group_offsets_;  // [groups + 1] groups of copies (SplitInfo::group_offsets)
   std::vector<int64_t> label_;          // [F] label of each clip
   int64_t examples_count_ = 0;          // E
   at::Tensor resident_frames_;          // [N + 1, M] on the device when resident (row N: the pad value)

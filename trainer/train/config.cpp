@@ -95,6 +95,7 @@ nlohmann::json view_to_json(const data::views::ViewOptions& o, bool resolved) {
           {"min_real", o.min_real},
           {"crop_seconds", o.crop_seconds},
           {"short_clips", data::views::to_string(o.short_clips)},
+          {"aug_prob", o.aug_prob},
           {"clip_batch_seconds", o.clip_batch_seconds},
           {"resolved", resolved}};
 }
@@ -114,6 +115,7 @@ data::views::ViewOptions view_from_json(const nlohmann::json& j) {
     throw FormatError(std::string("view options: field 'short_clips': ") + e.what());
   }
   read_field(j, "clip_batch_seconds", o.clip_batch_seconds, "view");
+  read_field(j, "aug_prob", o.aug_prob, "view");
   return o;
 }
 

@@ -17,6 +17,7 @@
 #include "train/rng_state.h"
 #include "train/run_folder.h"
 #include "util.h"
+#include "views/crops.h"
 
 namespace fs = std::filesystem;
 
@@ -198,6 +199,9 @@ void Run::make_loader() {
                               static_cast<long long>(loader_->examples())));
   log_.info(fmt("train: %lld examples an epoch (%s view)", static_cast<long long>(loader_->examples()),
                 std::string(view_->name()).c_str()));
+  const std::vector<int64_t> groups = data_.train.meta.group_offsets();
+  if (view_->name() == "crops" && static_cast<int64_t>(groups.size()) - 1 < data_.train.files())
+    log_.info(data::views::crops_summary(groups, cfg_.view.aug_prob));
   if (loader_->device_resident())
     log_.info(fmt("train split resident on %s (%.1f MiB)", s_.device.str().c_str(),
                   static_cast<double>(loader_->resident_bytes()) / (1 << 20)));

@@ -23,9 +23,11 @@ double Run::aam_margin() const {
 }
 
 EvalResult Run::evaluate_verification(const Split& split, bool use_list, const at::Tensor& cohort) const {
-  const at::Tensor emb = embed_split(*model_, split, cfg_.eval.batch_size, s_.device, s_.autocast);
+  Coverage coverage;
+  const at::Tensor emb = embed_split(*model_, split, cfg_.eval.batch_size, s_.device, s_.autocast, &coverage);
   if (first_non_finite_row(emb) >= 0) {
     EvalResult r;
+    r.coverage = coverage;
     r.is_verification = true;
     r.file_scores = emb;
     r.verification.eer = std::nan("");
@@ -41,7 +43,9 @@ EvalResult Run::evaluate_verification(const Split& split, bool use_list, const a
   }
   VerifyOptions scoring = cfg_.verify;
   if (!cohort.defined()) scoring.as_norm = 0;
-  return score_trials(emb, it->second, scoring, cohort);
+  EvalResult r = score_trials(emb, it->second, scoring, cohort);
+  r.coverage = coverage;
+  return r;
 }
 
 void Run::finish_verification(TrainResult& result) {
