@@ -13,8 +13,8 @@ dynamic batch and time axis:
   float32 [B, C], the class scores of the task (softmax for multiclass, sigmoid for multilabel) of each row, the
   detection head left out.
 
-T is at least 9 frames for resnet-se (its three stride-2 stages must leave more than one step for the traced graph
-to hold for every length); a Cnn of time_pool "flatten" (checkpoints from before inputs of any length) keeps its
+T is at least 9 frames for resnet-se (the traced graph holds for lengths whose three stride-2 stages leave more than
+one step; torch.export records that bound); a Cnn of time_pool "flatten" (checkpoints from before inputs of any length) keeps its
 fixed n_frames. This module imports only `melforge.models` of the package (and torch, onnx, onnxscript).
 """
 from __future__ import annotations
@@ -27,10 +27,6 @@ import sys
 import torch
 
 from .models import build_checked_model, load_torch_file
-
-#: Fewest frames the traced graph accepts, per model (default 1).
-MIN_FRAMES = {"resnet-se": 9}
-
 
 class OnnxModule(torch.nn.Module):
     """The model as the ONNX file computes it: `forward(x [B, n_mels, T], lengths int64 [B])` -> the L2-normalised
@@ -76,15 +72,11 @@ def example_inputs(net: torch.nn.Module):
     """(x, lengths, fixed_time): a batch of two rows to trace with (random frames, the second row padded), and
     whether the model takes only its n_frames (a "flatten" Cnn)."""
     fixed = getattr(net, "time_pool", None) == "flatten"
-    frames = int(net.n_frames) if fixed else max(int(net.n_frames), 2 * MIN_FRAMES.get(_kind(net), 1), 16)
+    frames = int(net.n_frames) if fixed else max(int(net.n_frames), 18)
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, int(net.n_mels), frames, generator=generator)
     lengths = torch.tensor([frames, frames if fixed else frames - frames // 3], dtype=torch.int64)
     return x, lengths, fixed
-
-
-def _kind(net: torch.nn.Module) -> str:
-    return {"ResNetSE": "resnet-se", "Ecapa": "ecapa", "Cnn": "cnn", "Crnn": "crnn"}.get(type(net).__name__, "")
 
 
 def export_onnx(weights: str, out: str, opset: int | None = None) -> str:
@@ -92,9 +84,8 @@ def export_onnx(weights: str, out: str, opset: int | None = None) -> str:
     name ("embedding" or "scores")."""
     module = OnnxModule(load_export(weights)).eval()
     x, lengths, fixed = example_inputs(module.net)
-    batch = torch.export.Dim("batch", min=1, max=1 << 16)
-    time = None if fixed else torch.export.Dim("frames", min=MIN_FRAMES.get(_kind(module.net), 1), max=1 << 24)
-    shapes = {"x": {0: batch} if fixed else {0: batch, 2: time}, "lengths": {0: batch}}
+    dynamic = torch.export.Dim.DYNAMIC  # named Dims refuse the stride guards torch derives for resnet-se's reshape
+    shapes = {"x": {0: dynamic} if fixed else {0: dynamic, 2: dynamic}, "lengths": {0: dynamic}}
     with torch.no_grad():
         program = torch.onnx.export(module, (x, lengths), dynamo=True, input_names=["x", "lengths"],
                                     output_names=[module.output_name], dynamic_shapes=shapes,
