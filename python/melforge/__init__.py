@@ -14,7 +14,8 @@ from ._core import (  # noqa: F401
     StrictError,
 )
 
-# Each area's public names (one line each; keep the order: mel, audio, build, data, cv, evaluate, predict, embed, models).
+# Each area's public names (one line each; keep the order: mel, audio, build, data, cv, evaluate, predict, embed,
+# models).
 # MelSpectrogram and Fbank are resolved by __getattr__ below (torch.nn.Modules when torch is importable).
 from .mel import clear_cache, cache_info, set_cache_limit  # noqa: F401,E402
 from . import compliance  # noqa: F401,E402
