@@ -15,7 +15,8 @@ dynamic batch and time axis:
 
 T is at least 9 frames for resnet-se (the traced graph holds for lengths whose three stride-2 stages leave more than
 one step; torch.export records that bound); a Cnn of time_pool "flatten" (checkpoints from before inputs of any
-length) keeps its fixed n_frames. This module imports only `melforge.models` of the package (and torch, onnx, onnxscript).
+length) keeps its fixed n_frames. This module imports only `melforge.models` of the package (and torch, onnx,
+onnxscript).
 """
 from __future__ import annotations
 
