@@ -1,15 +1,15 @@
 """melforge.onnx_export (what `melforge-train export --onnx` runs): the ONNX model of an export, run with
 onnxruntime, gives the torch twin's L2-normalised embeddings (verification) within 1e-4 for batches of other sizes and
 lengths than the traced one; the file holds the weights (no external data) and names its inputs and output."""
+import importlib
 import json
 
 import numpy as np
 import pytest
 
+# torch, onnx and onnxruntime are imported inside the tests: collecting this file must not need them
+# (tools/wheels_multi.sh deselects the needs_torch tests under Pythons without torch).
 pytestmark = pytest.mark.needs_torch
-torch = pytest.importorskip("torch")
-
-from melforge import models, onnx_export  # noqa: E402
 
 CONFIG = {"model": "resnet-se", "n_mels": 24, "n_frames": 40, "num_classes": 4, "width": "quarter",
           "embedding_dim": 8, "task": "verification"}
@@ -18,7 +18,10 @@ CONFIG = {"model": "resnet-se", "n_mels": 24, "n_frames": 40, "num_classes": 4, 
 def test_the_onnx_model_equals_the_torch_twin_for_two_lengths(tmp_path):
     import onnx
     import onnxruntime
+    import torch
 
+    models = importlib.import_module("melforge.models")
+    onnx_export = importlib.import_module("melforge.onnx_export")
     torch.manual_seed(5)
     net = models.build_model(CONFIG)
     with torch.no_grad():
@@ -47,6 +50,7 @@ def test_the_onnx_model_equals_the_torch_twin_for_two_lengths(tmp_path):
 
 
 def test_onnx_export_names_a_missing_export(tmp_path, capsys):
+    onnx_export = importlib.import_module("melforge.onnx_export")
     assert onnx_export.main([str(tmp_path / "nothing.pt"), str(tmp_path / "model.onnx")]) == 1
     assert "nothing.pt" in capsys.readouterr().err
     assert not (tmp_path / "model.onnx").exists()
