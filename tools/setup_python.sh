@@ -39,8 +39,11 @@ if [[ "${MELFORGE_TRAINER:-1}" != 0 ]]; then
 fi
 # The tests' requirements, and the build's (pyproject.toml's [build-system]; without build isolation pip does not
 # install them). scikit-learn: the reference of the multi-label metrics; tensorboard: its event reader checks the
-# trainer's event files.
-requirements=(pytest h5py numpy scikit-learn tensorboard "scikit-build-core>=0.10" "nanobind>=2.4")
+# trainer's event files; onnx, onnxscript, onnxruntime: melforge.onnx_export and its test (tools/setup_torch.sh adds
+# them to the torch environment, whose packages this venv sees, so that they are usually present already; a fresh
+# install of the three took 38.5 s on the 2-core machine).
+requirements=(pytest h5py numpy scikit-learn tensorboard "scikit-build-core>=0.10" "nanobind>=2.4"
+  onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.31.1)
 read -r -a extras <<< "${MELFORGE_PY_EXTRAS:-}"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${requirements[@]}" "${extras[@]}" >&2
 if [[ "${MELFORGE_SKIP_WHEEL:-}" == 1 ]]; then

@@ -34,8 +34,9 @@ cache="${MELFORGE_CACHE:-$HOME/.cache/melforge}"
 # numpy: LibTorch's Python side warns at import without it, and the export tests load weights in this Python.
 requirements=("torch==$version" numpy)
 # Added to a complete environment when missing, without rebuilding it (not part of the marker's spec, so that adding
-# one never reinstalls torch): matplotlib for tools/plot_run.py.
-extras=(matplotlib)
+# one never reinstalls torch): matplotlib for tools/plot_run.py; onnx, onnxscript and onnxruntime for `melforge-train
+# export --onnx` (its test in trainer/tests runs this environment's python) and python/tests/test_onnx_export.py.
+extras=(matplotlib onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.31.1)
 
 log() { echo "[setup_torch] $*" >&2; }
 
@@ -76,13 +77,13 @@ prefix_of() { "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefi
 install_extras() {
   local missing=() x
   for x in "${extras[@]}"; do
-    "$venv/bin/python" -c "import $x" 2>/dev/null || missing+=("$x")
+    "$venv/bin/python" -c "import ${x%%==*}" 2>/dev/null || missing+=("$x")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0
   log "adding ${missing[*]} to $venv"
   if ! "$venv/bin/python" -m pip --disable-pip-version-check --no-input install --only-binary=:all: \
       --find-links "$cache/wheels" "${missing[@]}" >&2; then
-    log "warning: could not install ${missing[*]} into $venv; tools/plot_run.py will not run in this Python"
+    log "warning: could not install ${missing[*]} into $venv; tools/plot_run.py or export --onnx will not run in it"
   fi
 }
 

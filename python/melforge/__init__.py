@@ -14,7 +14,8 @@ from ._core import (  # noqa: F401
     StrictError,
 )
 
-# Each area's public names (one line each; keep the order: mel, audio, build, data, cv, evaluate, predict, models).
+# Each area's public names (one line each; keep the order: mel, audio, build, data, cv, evaluate, predict, embed,
+# models).
 # MelSpectrogram and Fbank are resolved by __getattr__ below (torch.nn.Modules when torch is importable).
 from .mel import clear_cache, cache_info, set_cache_limit  # noqa: F401,E402
 from . import compliance  # noqa: F401,E402
@@ -24,6 +25,7 @@ from .data import Batch, Dataset, Example, Loader  # noqa: F401,E402
 from .cv import cv_splits  # noqa: F401,E402
 from .evaluate import FileEvaluation, evaluate_files  # noqa: F401,E402
 from .predict import predict  # noqa: F401,E402
+from .embed import embed  # noqa: F401,E402
 
 
 def __getattr__(name):

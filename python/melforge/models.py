@@ -82,6 +82,8 @@ def _check_lengths(lengths, batch: int, frames: int, device, name: str):
     if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int64 or lengths.shape != (batch,):
         got = f"{lengths.dtype} {list(lengths.shape)}" if isinstance(lengths, torch.Tensor) else type(lengths).__name__
         raise ValueError(f"{name}: lengths must be an int64 tensor of shape [{batch}] (real frames per row), got {got}")
+    if torch.compiler.is_compiling():  # torch.export / ONNX: a graph cannot branch on values (no check there)
+        return lengths.to(device)
     bad = (lengths < 1) | (lengths > frames)
     if batch > 0 and bool(bad.any()):
         row = int(bad.to(torch.int64).argmax())

@@ -3,9 +3,13 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 
 #include <nlohmann/json.hpp>
+#include <cerrno>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -26,6 +30,10 @@ namespace melforge::trainer {
 void ExportOptions::validate() const {
   if (checkpoint.empty()) throw InvalidArgument("--checkpoint is required");
   if (out.empty()) throw InvalidArgument("--out is required");
+  if (python.empty()) throw InvalidArgument("--python must name an interpreter (default python3)");
+  const std::string json = out.string() + ".json";
+  if (!onnx.empty() && (onnx == out || onnx.string() == json))
+    throw InvalidArgument("--onnx " + onnx.string() + ": the ONNX file must be another file than --out and its .json");
 }
 
 void add_options(po::options_description& desc, ExportOptions& opts) {
@@ -33,7 +41,12 @@ void add_options(po::options_description& desc, ExportOptions& opts) {
     ("checkpoint", po::value<std::string>()->notifier([&opts](const std::string& s) { opts.checkpoint = s; }),
      "checkpoint to export")
     ("out", po::value<std::string>()->notifier([&opts](const std::string& s) { opts.out = s; }),
-     "state-dict file to write (e.g. weights.pt); <out>.json receives the model configuration");
+     "state-dict file to write (e.g. weights.pt); <out>.json receives the model configuration")
+    ("onnx", po::value<std::string>()->value_name("FILE")->notifier([&opts](const std::string& s) { opts.onnx = s; }),
+     "also write an ONNX model (inputs x [B, n_mels, T], lengths [B]; output the embedding of a verification model, "
+     "else the class scores), through Python")
+    ("python", po::value(&opts.python)->default_value(opts.python)->value_name("EXE"),
+     "Python interpreter for --onnx (needs torch, onnx, onnxscript and melforge)");
 }
 
 namespace {
@@ -89,10 +102,110 @@ nlohmann::json task_meta(const Checkpoint& ck, const std::string& task, const st
           {"threshold", threshold >= 0 ? nlohmann::json(threshold) : nlohmann::json(nullptr)}};
 }
 
+/// Runs `argv` (argv[0] looked up on PATH) with stdout and stderr into `output`; returns its exit code, 127 when it
+/// could not be started, -1 when it did not exit normally.
+int run_program(const std::vector<std::string>& argv, std::string& output) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) throw IoError("cannot create a pipe to run " + argv.front());
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw IoError("cannot start " + argv.front());
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    output.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// The last `max_chars` characters of `text`, for an error message.
+std::string tail_of(const std::string& text, std::size_t max_chars) {
+  return text.size() <= max_chars ? text : "..." + text.substr(text.size() - max_chars);
+}
+
+/// Throws InvalidArgument naming --python and the modules it cannot import of those `export --onnx` runs.
+void check_onnx_python(const std::string& python) {
+  static constexpr const char* kScript =
+      "import importlib, sys\n"
+      "missing = []\n"
+      "for name in ('torch', 'onnx', 'onnxscript', 'melforge', 'melforge.onnx_export'):\n"
+      "    if name == 'melforge.onnx_export' and missing:\n"
+      "        continue\n"
+      "    try:\n"
+      "        importlib.import_module(name)\n"
+      "    except Exception:\n"
+      "        missing.append(name)\n"
+      "print('missing:' + ', '.join(missing))\n"
+      "sys.exit(3 if missing else 0)\n";
+  std::string output;
+  const int rc = run_program({python, "-c", kScript}, output);
+  if (rc == 0) return;
+  const std::size_t at = output.rfind("missing:");
+  if (rc != 3 || at == std::string::npos)
+    throw InvalidArgument("--python " + python + ": cannot run it to write --onnx (exit " + std::to_string(rc) +
+                          "): " + tail_of(output, 400));
+  std::string missing = output.substr(at + 8);
+  while (!missing.empty() && (missing.back() == '\n' || missing.back() == '\r')) missing.pop_back();
+  throw InvalidArgument("--onnx needs a Python that imports torch, onnx, onnxscript and melforge; --python " + python +
+                        " cannot import " + missing + " (pip install onnx onnxscript; melforge: pip install melforge)");
+}
+
+/// Writes the ONNX model of the export `weights` to `onnx` through `python -m melforge.onnx_export` (to
+/// `<onnx>.partial` first, renamed when complete). Returns the module's own line (what it wrote).
+std::string write_onnx(const std::string& python, const std::filesystem::path& weights,
+                       const std::filesystem::path& onnx) {
+  namespace fs = std::filesystem;
+  const fs::path partial = onnx.string() + ".partial";
+  std::error_code ec;
+  fs::remove(partial, ec);
+  std::string output;
+  const int rc = run_program({python, "-m", "melforge.onnx_export", weights.string(), partial.string()}, output);
+  if (rc != 0 || !fs::is_regular_file(partial, ec)) {
+    fs::remove(partial, ec);
+    throw Error("--onnx " + onnx.string() + ": " + python + " -m melforge.onnx_export failed (exit " +
+                std::to_string(rc) + "); the export " + weights.string() + " is written: " + tail_of(output, 1500));
+  }
+  fs::rename(partial, onnx, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(partial, ec);
+    throw IoError("cannot rename '" + partial.string() + "' to '" + onnx.string() + "': " + why);
+  }
+  const std::size_t line = output.rfind("wrote ");
+  return line == std::string::npos ? "wrote " + onnx.string() : output.substr(line);
+}
+
 }  // namespace
 
 void run_export(const ExportOptions& opts, std::ostream& out) {
   opts.validate();
+  if (!opts.onnx.empty()) {
+    const std::filesystem::path folder = opts.onnx.parent_path();
+    std::error_code ec;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+      throw IoError("--onnx " + opts.onnx.string() + ": no such folder " + folder.string());
+    check_onnx_python(opts.python);
+  }
   const Checkpoint ck = load_checkpoint(opts.checkpoint);
   check_checkpoint_model(ck, opts.checkpoint.string(), "export", 0, "", available_memory_bytes());
   const std::string task = model_task(ck.model_config);
@@ -122,6 +235,11 @@ void run_export(const ExportOptions& opts, std::ostream& out) {
   out << "wrote " << opts.out.string() << " (" << state.size() << " tensors, " << numel << " values, model "
       << model->kind() << ", epoch " << ck.epoch << ", --task " << task << ")\n"
       << "wrote " << json_path.string() << '\n';
+  if (opts.onnx.empty()) return;
+  std::string said = write_onnx(opts.python, opts.out, opts.onnx);
+  const std::size_t partial = said.find(opts.onnx.string() + ".partial");
+  if (partial != std::string::npos) said.replace(partial, opts.onnx.string().size() + 8, opts.onnx.string());
+  out << said << (said.empty() || said.back() != '\n' ? "\n" : "");
 }
 
 }  // namespace melforge::trainer

@@ -10,6 +10,8 @@
 #include "catch_torch.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -216,6 +218,102 @@ TEST_CASE("export writes the weights and their JSON both or neither", "[trainer]
     CHECK(read_text(json) == "previous json");
     CHECK(names_in(d.path()) == std::set<std::string>{"ck.pt", "big.pt", "ref.pt", "ref.pt.json", "ref.log",
                                                       "failing.log", "weights.pt", "weights.pt.json"});
+  }
+}
+
+namespace {
+
+/// A Python package folder for `python -m melforge.onnx_export` in the torch venv (which has torch and onnx but not
+/// the melforge wheel): `<dir>/melforge/` with an empty __init__.py and the source's models.py and onnx_export.py
+/// (the only files of the package that module imports).
+fs::path onnx_package(const fs::path& dir) {
+  const fs::path pkg = dir / "melforge";
+  fs::create_directories(pkg);
+  test::write_text(pkg / "__init__.py", "");
+  const fs::path src = fs::path(MELFORGE_SOURCE_DIR) / "python" / "melforge";
+  for (const char* name : {"models.py", "onnx_export.py"}) fs::copy_file(src / name, pkg / name);
+  return dir;
+}
+
+/// Sets PYTHONPATH for its lifetime (the export's Python child inherits it), then restores it.
+struct PythonPath {
+  explicit PythonPath(const fs::path& dir) {
+    if (const char* v = std::getenv("PYTHONPATH")) old = v;
+    ::setenv("PYTHONPATH", dir.c_str(), 1);
+  }
+  ~PythonPath() {
+    if (old) ::setenv("PYTHONPATH", old->c_str(), 1);
+    else ::unsetenv("PYTHONPATH");
+  }
+  std::optional<std::string> old;
+};
+
+}  // namespace
+
+TEST_CASE("export --onnx writes the ONNX model through Python", "[trainer][export][python]") {
+  const std::string python = venv_python();
+  if (python.empty()) {
+    MELFORGE_SKIP("the torch venv of tools/setup_torch.sh is not installed (run bash tools/setup_torch.sh)");
+  }
+  TempDir d;
+  seeded_checkpoint(d / "ck.pt", 5);
+  ExportOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.out = d / "weights.pt";
+  opts.onnx = d / "model.onnx";
+  opts.python = python;
+  const PythonPath path(onnx_package(d / "py"));
+  std::ostringstream out;
+  run_export(opts, out);
+  INFO(out.str());
+  CHECK_THAT(out.str(), Catch::Contains("wrote " + opts.onnx.string()) && Catch::Contains("output scores"));
+  CHECK_FALSE(fs::exists(d / "model.onnx.partial"));
+  std::string output;
+  const int rc = test::run_command("'" + python + "' -c 'import onnx, sys; m = onnx.load(sys.argv[1]); "
+                                   "onnx.checker.check_model(m); print([i.name for i in m.graph.input], "
+                                   "[o.name for o in m.graph.output])' '" + opts.onnx.string() + "'", output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK_THAT(output, Catch::Contains("['x', 'lengths'] ['scores']"));
+}
+
+TEST_CASE("export --onnx refuses a Python without onnx or melforge before writing anything", "[trainer][export]") {
+  TempDir d;
+  seeded_checkpoint(d / "ck.pt", 5);
+  std::string probe;
+  REQUIRE(test::run_command("/usr/bin/python3 -c 'import onnx'", probe) != 0);
+  ExportOptions opts;
+  opts.checkpoint = d / "ck.pt";
+  opts.out = d / "weights.pt";
+  opts.onnx = d / "model.onnx";
+  opts.python = "/usr/bin/python3";
+  std::ostringstream out;
+  CHECK_THROWS_AS(run_export(opts, out), InvalidArgument);
+  CHECK_THROWS_WITH(run_export(opts, out), Catch::Contains("--python /usr/bin/python3 cannot import") &&
+                                               Catch::Contains("onnx") &&
+                                               Catch::Contains("pip install onnx onnxscript"));
+  opts.python = (d / "no-such-python").string();
+  CHECK_THROWS_WITH(run_export(opts, out), Catch::Contains("no-such-python") && Catch::Contains("cannot run"));
+  opts.python = "python3";
+  opts.onnx = d / "weights.pt.json";
+  CHECK_THROWS_AS(opts.validate(), InvalidArgument);
+  CHECK(names_in(d.path()) == std::set<std::string>{"ck.pt"});
+
+  // The command line: exit 2, nothing written.
+  const auto r = test::run_child({MELFORGE_TRAIN_EXE, "export", "--checkpoint", (d / "ck.pt").string(), "--out",
+                                  (d / "weights.pt").string(), "--onnx", (d / "model.onnx").string(), "--python",
+                                  "/usr/bin/python3"},
+                                 d / "cli.log");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("pip install onnx onnxscript"));
+  CHECK(names_in(d.path()) == std::set<std::string>{"ck.pt", "cli.log"});
+
+  const std::string python = venv_python();
+  if (!python.empty()) {  // torch and onnx, but no melforge on its path
+    opts.python = python;
+    opts.onnx = d / "model.onnx";
+    CHECK_THROWS_WITH(run_export(opts, out), Catch::Contains("cannot import melforge"));
   }
 }
 

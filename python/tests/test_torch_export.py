@@ -1,0 +1,65 @@
+"""torch.export of the speaker models of an export (melforge.models built from `weights.pt.json` and `weights.pt`):
+the traced program keeps the batch and time axes dynamic (torch.export.Dim.DYNAMIC) and takes the lengths, and its
+outputs equal the eager model's for other batch sizes and lengths than the traced ones (within 1e-5)."""
+import importlib
+import json
+
+import pytest
+
+# torch is imported inside the tests: collecting this file must not need it (tools/wheels_multi.sh deselects the
+# needs_torch tests under Pythons without torch).
+pytestmark = pytest.mark.needs_torch
+
+CONFIGS = {
+    "resnet-se": {"model": "resnet-se", "n_mels": 24, "n_frames": 40, "num_classes": 4, "width": "quarter",
+                  "embedding_dim": 8, "task": "verification"},
+    "ecapa": {"model": "ecapa", "n_mels": 24, "n_frames": 40, "num_classes": 4, "channels": 16, "embedding_dim": 8,
+              "task": "verification"},
+}
+
+
+def write_export(tmp_path, config):
+    """An export as `melforge-train export` writes it (a state dict of seeded weights, with non-trivial
+    BatchNorm statistics, and its JSON), read back through melforge.models' untrusted-file loader."""
+    import torch
+
+    models = importlib.import_module("melforge.models")
+    torch.manual_seed(3)
+    net = models.build_model(config)
+    with torch.no_grad():
+        for name, t in net.state_dict().items():
+            if name.endswith("running_var"):
+                t.uniform_(0.5, 2.0)
+            elif name.endswith("running_mean"):
+                t.uniform_(-0.5, 0.5)
+    torch.save(net.state_dict(), tmp_path / "weights.pt")
+    meta = {"model_config": config, "class_names": ["a", "b", "c", "d"], "task": "verification", "scores": "cosine"}
+    (tmp_path / "weights.pt.json").write_text(json.dumps(meta))
+    state = models.load_torch_file(str(tmp_path / "weights.pt"))
+    return models.build_checked_model(json.loads((tmp_path / "weights.pt.json").read_text()), state, "weights.pt")
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+def test_the_exported_speaker_model_traces_with_a_dynamic_time_axis(kind, tmp_path):
+    import torch
+
+    net = write_export(tmp_path, CONFIGS[kind]).eval()
+    x = torch.randn(2, 24, 40)
+    lengths = torch.tensor([40, 27])
+    dyn = torch.export.Dim.DYNAMIC
+    program = torch.export.export(net, (x, lengths), dynamic_shapes={"x": {0: dyn, 2: dyn}, "lengths": {0: dyn}})
+    traced = program.module()
+    for frames, batch in ((23, 3), (97, 2)):
+        gen = torch.Generator().manual_seed(frames)
+        x2 = torch.randn(batch, 24, frames, generator=gen) * 3.0
+        lengths2 = torch.tensor([frames] + [max(9, frames // (b + 2)) for b in range(batch - 1)])
+        with torch.no_grad():
+            eager = net(x2, lengths2)
+            got = traced(x2, lengths2)
+        for name, a, b in zip(net.output_names, eager, got):
+            assert a.shape == b.shape, name
+            assert float((a - b).abs().max()) <= 1e-5, f"{kind} T={frames}: {name}"
+        # Padding is left out: a row's embedding is that of its real frames alone.
+        with torch.no_grad():
+            alone = traced(x2[1:2, :, : int(lengths2[1])].contiguous(), lengths2[1:2])
+        assert float((alone[1][0] - got[1][1]).abs().max()) <= 1e-4
