@@ -3,9 +3,12 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/rsqrt.h>
+#include <ATen/ops/var_mean.h>
+#include <ATen/ops/zeros.h>
 #include <torch/autograd.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,16 +96,26 @@ struct GlobalStatistics {
   at::Tensor mean, var, invstd, count;
 };
 
-/// The statistics of `x` [B, C, ...] over every rank of `group` (one all-reduce of a float64 [2 C + 1] tensor).
+/// The statistics of `x` [B, C, ...] over every rank of `group` (one all-reduce of a float64 [2 C + 1] tensor). The
+/// sums are this rank's count times its mean and times its variance + mean^2, the mean and variance computed by
+/// var_mean (Welford) in x's computation type: sums of squares accumulated in float32 lose the variance to
+/// cancellation when the mean is much larger than the standard deviation.
 
 GlobalStatistics global_statistics(const at::Tensor& x, double eps, ProcessGroup& group) {
   const at::NoGradGuard no_grad;
   const at::Tensor xc = compute_type(x);
   const std::vector<int64_t> axes = reduced_axes(x.dim());
   const int64_t channels = x.size(1);
-  const double local_count = channels > 0 ? static_cast<double>(x.numel() / channels) : 0.0;
-  std::vector<at::Tensor> packed{at::cat({xc.sum(axes).to(at::kDouble), xc.square().sum(axes).to(at::kDouble),
-                                          at::full({1}, local_count, xc.options().dtype(at::kDouble))})};
+  const int64_t local = channels > 0 ? x.numel() / channels : 0;
+  const auto f64 = xc.options().dtype(at::kDouble);
+  at::Tensor sum = at::zeros({channels}, f64), sum_squares = at::zeros({channels}, f64);
+  if (local > 0) {
+    const auto [var, mean] = at::var_mean(xc, axes, std::optional<at::Scalar>(0), /*keepdim=*/false);
+    const at::Tensor m = mean.to(at::kDouble);
+    sum = m * static_cast<double>(local);
+    sum_squares = (var.to(at::kDouble) + m * m) * static_cast<double>(local);
+  }
+  std::vector<at::Tensor> packed{at::cat({sum, sum_squares, at::full({1}, static_cast<double>(local), f64)})};
   group.allreduce_sum(packed);
   GlobalStatistics s;
   s.count = packed[0].narrow(0, 2 * channels, 1);
