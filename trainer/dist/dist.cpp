@@ -141,7 +141,10 @@ void add_options(po::options_description& desc, DistOptions& o) {
       "bucket-mib", po::value(&o.bucket_mib)->default_value(o.bucket_mib)->value_name("MiB"),
       "gradient bytes per all-reduce bucket")(
       "no-overlap", po::bool_switch()->notifier([&o](bool off) { o.overlap = !off; }),
-      "all-reduce the gradients after the backward pass instead of during it");
+      "all-reduce the gradients after the backward pass instead of during it")(
+      "sync-bn", po::bool_switch(&o.sync_bn),
+      "batch norms normalise with the statistics of the global batch, all ranks (SyncBatchNorm; one more all-reduce "
+      "per batch norm layer)");
 }
 
 // ---------------------------------------------------------------------------------------------------------------

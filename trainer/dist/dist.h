@@ -53,6 +53,10 @@ struct DistOptions {
   /// Launch each bucket's all-reduce from the backward pass as soon as its gradients are ready (overlap), instead
   /// of all buckets after the backward pass.
   bool overlap = true;
+  /// `--sync-bn`: in training mode every batch norm of the model normalises with the statistics of the global batch
+  /// (all ranks), as PyTorch's SyncBatchNorm (models/sync_batch_norm.h); one more all-reduce per batch norm layer in
+  /// the forward and one in the backward. A no-op in a job of one process and for a model without batch norm.
+  bool sync_bn = false;
 
   /// Throws InvalidArgument naming the flag (the flags only; resolve() checks the environment's values).
   void validate() const;
@@ -80,7 +84,7 @@ struct CudaDeviceChoice {
 CudaDeviceChoice choose_cuda_device(int local_rank, int device_count, const std::optional<std::string>& visible_devices);
 
 /// Registers --dist-backend --rank --world-size --local-rank --master-addr --master-port --dist-timeout
-/// --bucket-mib --no-overlap.
+/// --bucket-mib --no-overlap --sync-bn.
 void add_options(boost::program_options::options_description& desc, DistOptions& opts);
 
 /// One process's membership in a c10d process group. Collectives are called in the same order on every rank.

@@ -64,15 +64,15 @@ ModelSize EcapaConfig::size() const {
 SERes2BlockImpl::SERes2BlockImpl(int64_t channels, int64_t dilation) : width_(channels / EcapaConfig::kScale) {
   namespace nn = torch::nn;
   conv1_ = register_module("conv1", nn::Conv1d(nn::Conv1dOptions(channels, channels, 1)));
-  bn1_ = register_module("bn1", nn::BatchNorm1d(channels));
+  bn1_ = register_module("bn1", SyncBatchNorm1d(channels));
   convs_ = register_module("convs", nn::ModuleList());
   bns_ = register_module("bns", nn::ModuleList());
   for (int64_t i = 0; i + 1 < EcapaConfig::kScale; ++i) {
     convs_->push_back(nn::Conv1d(nn::Conv1dOptions(width_, width_, 3).dilation(dilation).padding(dilation)));
-    bns_->push_back(nn::BatchNorm1d(width_));
+    bns_->push_back(SyncBatchNorm1d(width_));
   }
   conv3_ = register_module("conv3", nn::Conv1d(nn::Conv1dOptions(channels, channels, 1)));
-  bn3_ = register_module("bn3", nn::BatchNorm1d(channels));
+  bn3_ = register_module("bn3", SyncBatchNorm1d(channels));
   se_ = register_module("se", SqueezeExcite(channels, EcapaConfig::kSeBottleneck));
 }
 
@@ -83,7 +83,7 @@ at::Tensor SERes2BlockImpl::forward(const at::Tensor& x, const at::Tensor& lengt
   at::Tensor y;
   for (std::size_t i = 0; i + 1 < groups.size(); ++i) {
     y = i == 0 ? groups[0] : y + groups[i];
-    y = bns_[i]->as<torch::nn::BatchNorm1dImpl>()->forward(
+    y = bns_[i]->as<SyncBatchNorm1dImpl>()->forward(
         convs_[i]->as<torch::nn::Conv1dImpl>()->forward(mask_time(y, lengths)).relu_());
     parts.push_back(y);
   }
@@ -104,14 +104,14 @@ EcapaImpl::EcapaImpl(const EcapaConfig& config)
   namespace nn = torch::nn;
   const int64_t c = config_.channels;
   conv1_ = register_module("conv1", nn::Conv1d(nn::Conv1dOptions(config_.n_mels, c, 5).padding(2)));
-  bn1_ = register_module("bn1", nn::BatchNorm1d(c));
+  bn1_ = register_module("bn1", SyncBatchNorm1d(c));
   for (std::size_t i = 0; i < layers_.size(); ++i)
     layers_[i] = register_module("layer" + std::to_string(i + 1), SERes2Block(c, EcapaConfig::kDilations[i]));
   layer4_ = register_module("layer4", nn::Conv1d(nn::Conv1dOptions(3 * c, 3 * c, 1)));
   pool_ = register_module("pool", AttentiveStatsPool(3 * c, EcapaConfig::kAttention, true, EcapaConfig::kEps));
-  pool_bn_ = register_module("pool_bn", nn::BatchNorm1d(6 * c));
+  pool_bn_ = register_module("pool_bn", SyncBatchNorm1d(6 * c));
   fc_ = register_module("fc", nn::Linear(6 * c, config_.embedding_dim));
-  embedding_bn_ = register_module("embedding_bn", nn::BatchNorm1d(config_.embedding_dim));
+  embedding_bn_ = register_module("embedding_bn", SyncBatchNorm1d(config_.embedding_dim));
 }
 
 nlohmann::json EcapaImpl::config_json() const {

@@ -74,7 +74,7 @@ class SERes2BlockImpl : public torch::nn::Module {
  private:
   int64_t width_;
   torch::nn::Conv1d conv1_{nullptr}, conv3_{nullptr};
-  torch::nn::BatchNorm1d bn1_{nullptr}, bn3_{nullptr};
+  SyncBatchNorm1d bn1_{nullptr}, bn3_{nullptr};
   torch::nn::ModuleList convs_{nullptr}, bns_{nullptr};
   SqueezeExcite se_{nullptr};
 };
@@ -103,7 +103,7 @@ class EcapaImpl : public SpeakerModel {
  private:
   EcapaConfig config_;
   torch::nn::Conv1d conv1_{nullptr}, layer4_{nullptr};
-  torch::nn::BatchNorm1d bn1_{nullptr}, pool_bn_{nullptr}, embedding_bn_{nullptr};
+  SyncBatchNorm1d bn1_{nullptr}, pool_bn_{nullptr}, embedding_bn_{nullptr};
   std::array<SERes2Block, 3> layers_{nullptr, nullptr, nullptr};
   AttentiveStatsPool pool_{nullptr};
   torch::nn::Linear fc_{nullptr};

@@ -87,14 +87,14 @@ SEBasicBlockImpl::SEBasicBlockImpl(int64_t in, int64_t planes, int64_t stride) :
   namespace nn = torch::nn;
   conv1_ = register_module("conv1",
                            nn::Conv2d(nn::Conv2dOptions(in, planes, 3).stride(stride).padding(1).bias(false)));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+  bn1_ = register_module("bn1", SyncBatchNorm2d(planes));
   conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(planes, planes, 3).padding(1).bias(false)));
-  bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+  bn2_ = register_module("bn2", SyncBatchNorm2d(planes));
   se_ = register_module("se", SqueezeExcite(planes, planes / ResNetSEConfig::kReduction));
   if (stride != 1 || in != planes)
     downsample_ = register_module(
         "downsample", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, planes, 1).stride(stride).bias(false)),
-                                     nn::BatchNorm2d(planes)));
+                                     SyncBatchNorm2d(planes)));
 }
 
 at::Tensor SEBasicBlockImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
@@ -121,7 +121,7 @@ ResNetSEImpl::ResNetSEImpl(const ResNetSEConfig& config)
   namespace nn = torch::nn;
   const auto f = config_.filters();
   conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, f[0], 3).padding(1)));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(f[0]));
+  bn1_ = register_module("bn1", SyncBatchNorm2d(f[0]));
   int64_t in = f[0];
   for (std::size_t stage = 0; stage < 4; ++stage) {
     nn::ModuleList blocks;

@@ -18,6 +18,7 @@
 
 #include "data/dataset.h"
 #include "models/speaker.h"
+#include "models/sync_batch_norm.h"
 
 namespace melforge::trainer {
 
@@ -83,7 +84,7 @@ class SEBasicBlockImpl : public torch::nn::Module {
  private:
   int64_t stride_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  SyncBatchNorm2d bn1_{nullptr}, bn2_{nullptr};
   SqueezeExcite se_{nullptr};
   torch::nn::Sequential downsample_{nullptr};
 };
@@ -111,7 +112,7 @@ class ResNetSEImpl : public SpeakerModel {
  private:
   ResNetSEConfig config_;
   torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr};
+  SyncBatchNorm2d bn1_{nullptr};
   std::array<torch::nn::ModuleList, 4> layers_{nullptr, nullptr, nullptr, nullptr};
   AttentiveStatsPool pool_{nullptr};
   torch::nn::Linear fc_{nullptr};

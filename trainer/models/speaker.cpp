@@ -44,7 +44,7 @@ AttentiveStatsPoolImpl::AttentiveStatsPoolImpl(int64_t channels, int64_t hidden,
     : global_context_(global_context), eps_(eps) {
   namespace nn = torch::nn;
   conv1_ = register_module("conv1", nn::Conv1d(nn::Conv1dOptions((global_context ? 3 : 1) * channels, hidden, 1)));
-  bn_ = register_module("bn", nn::BatchNorm1d(hidden));
+  bn_ = register_module("bn", SyncBatchNorm1d(hidden));
   conv2_ = register_module("conv2", nn::Conv1d(nn::Conv1dOptions(hidden, channels, 1)));
 }
 

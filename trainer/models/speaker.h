@@ -17,6 +17,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "models/sync_batch_norm.h"
 
 namespace melforge::trainer {
 
@@ -64,7 +65,7 @@ class AttentiveStatsPoolImpl : public torch::nn::Module {
   bool global_context_;
   double eps_;
   torch::nn::Conv1d conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::BatchNorm1d bn_{nullptr};
+  SyncBatchNorm1d bn_{nullptr};
 };
 TORCH_MODULE(AttentiveStatsPool);
 

@@ -250,6 +250,7 @@ void Run::set_up_model() {
     at::manual_seed(mix_seed(cfg_.model.seed, static_cast<uint64_t>(rank_)));
   if (resume_from_) restore(*resume_from_);
   if (group_) sync_model();
+  if (cfg_.dist.sync_bn) sync_bn_ = install_sync_bn();
 }
 
 void Run::write_config() {
@@ -269,6 +270,7 @@ void Run::write_config() {
   config["melforge_version"] = MELFORGE_VERSION;
   config["world_size"] = world_;
   config["dist_backend"] = group_ ? group_->backend() : "none";
+  config["sync_bn"] = sync_bn_;
   config["global_batch_size"] = cfg_.loader.batch_size * world_;
   config["requested"] = {{"device", cfg_.runtime.device},
                          {"threads", cfg_.runtime.threads},
@@ -276,7 +278,8 @@ void Run::write_config() {
                          {"adamw", cfg_.optim.adamw_impl},
                          {"pos_weight", cfg_.train.pos_weight},
                          {"dist_backend", cfg_.dist.backend},
-                         {"world_size", cfg_.dist.world_size}};
+                         {"world_size", cfg_.dist.world_size},
+                         {"sync_bn", cfg_.dist.sync_bn}};
   config["device_check"] = device_check_.to_json();
   config_json_ = config;
   if (writer()) write_json_atomically(run_dir_ / "config.json", config);

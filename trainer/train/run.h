@@ -209,6 +209,9 @@ class Run {
   std::string take_rank_device(int local_rank);
   /// Rank 0's parameters and buffers on every rank; then the gradient all-reduce over the parameters.
   void sync_model();
+  /// --sync-bn: gives the model's batch norms the process group in a job of more than one process (else says that
+  /// it is a no-op); returns whether they synchronise.
+  bool install_sync_bn();
 
   /// Whether this process writes the run folder (rank 0).
   bool writer() const { return rank_ == 0; }
@@ -276,6 +279,8 @@ class Run {
   int rank_ = 0, world_ = 1;
   std::unique_ptr<ProcessGroup> group_;
   std::unique_ptr<GradientSync> grad_sync_;
+  /// Whether the model's batch norms synchronise through group_ (--sync-bn in a job of several processes).
+  bool sync_bn_ = false;
 };
 
 }  // namespace melforge::trainer

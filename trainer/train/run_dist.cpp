@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "melforge/common/errors.h"
+#include "models/sync_batch_norm.h"
 #include "util.h"
 
 #ifdef MELFORGE_TRAINER_HAVE_CUDA
@@ -50,6 +51,22 @@ void Run::sync_model() {
                 static_cast<long long>(cfg_.loader.batch_size * world_), static_cast<long long>(cfg_.loader.batch_size),
                 world_, static_cast<long long>(grad_sync_->buckets()),
                 cfg_.dist.overlap ? ", overlapping backward" : ""));
+}
+
+bool Run::install_sync_bn() {
+  if (!group_ || world_ < 2) {
+    log_.info("--sync-bn: a job of one process; its batch norms already see the whole batch (no-op)");
+    return false;
+  }
+  const int64_t layers = install_sync_batch_norm(*model_, group_.get());
+  if (layers == 0) {
+    log_.info("--sync-bn: the model (" + model_->kind() + ") has no batch norm (no-op)");
+    return false;
+  }
+  log_.info(fmt("--sync-bn: %lld batch norm layer(s) normalise with the statistics of the global batch (%d ranks; "
+                "one all-reduce per layer in the forward and one in the backward)",
+                static_cast<long long>(layers), world_));
+  return true;
 }
 
 }  // namespace melforge::trainer
