@@ -16,7 +16,8 @@ class, i.e. the speaker, is the first folder; the file is named after its first 
     OUT/spk<NN>_<voice>/<session>/<utterance>.wav      e.g. OUT/spk07_en-us-nyc-m8/s2/u004_open-the-door.wav
 
 --size small:  20 speakers x 12 utterances (3 sessions) = 240 files, for tests (a few seconds on 2 cores).
---size medium: 36 speakers x 10 utterances (4 sessions) = 360 files, for side-by-side runs on a small machine.
+--size bench:  24 speakers x 8 utterances (4 sessions) = 192 files, for side-by-side training runs on 2 cores.
+--size medium: 36 speakers x 10 utterances (4 sessions) = 360 files (the size of issue 32's corpus).
 --size full:   60 speakers x 40 utterances (4 sessions) = 2400 files, for benchmarks.
 
 --lengths MIN,MAX (seconds, 1 <= MIN < MAX <= 60): variable-length utterances, as VoxCeleb's. Each file's length is
@@ -70,6 +71,7 @@ PHRASES = [
 ]
 SIZES = {"small": {"speakers": 20, "utterances": 12, "sessions": 3},
          "medium": {"speakers": 36, "utterances": 10, "sessions": 4},
+         "bench": {"speakers": 24, "utterances": 8, "sessions": 4},
          "full": {"speakers": 60, "utterances": 40, "sessions": 4}}
 # --lengths: phrases per espeak-ng call, the pause between calls (seconds) and the accepted range of MIN, MAX.
 CHUNK_PHRASES = 4
@@ -234,7 +236,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="output folder (created); gets one sub-folder per speaker")
     ap.add_argument("--size", choices=sorted(SIZES), default="small",
-                    help="small: 20 speakers x 12 files; medium: 36 x 10; full: 60 speakers x 40 files")
+                    help="small: 20 speakers x 12 files; bench: 24 x 8; medium: 36 x 10; full: 60 x 40")
     ap.add_argument("--lengths", type=parse_lengths, default=None, metavar="MIN,MAX",
                     help="variable-length utterances: seconds drawn uniform in [MIN, MAX] per file (e.g. 2,12); "
                     "default: the 2.0-3.5 s files")
