@@ -16,9 +16,12 @@
 # Both sides make ceil(train utterances / batch) updates per epoch (one crop per utterance per epoch); the compared
 # EER is each side's final weights (melforge's last.pt; best.pt, picked by val EER, is reported beside it).
 # samples/s = training examples / wall seconds of the epochs' training loops, data included (melforge: metrics.jsonl
-# `train_s`; the peer: its own timer around the DataLoader loop), over all epochs.
+# `train_s`; the peer: its own timer around the DataLoader loop), over all epochs. On a shared machine the wall time
+# depends on the other processes, so each train command also runs under GNU time: `cpu_s` (user + system seconds of
+# the whole command, the peer's DataLoader workers included, set-up and final scoring included) is reported beside.
 #
 # Usage: bash tools/bench/compare_verification.sh [RESULTS_DIR]      (default out/bench/verification-<time>)
+#        SUMMARY_ONLY=1 bash tools/bench/compare_verification.sh RESULTS_DIR   (the table of the seeds that completed)
 # Environment (defaults in brackets):
 #   SEEDS ["1 2 3"]  EPOCHS [3]  BATCH [16]  WIDTH [quarter]  THREADS [1]  WORKERS [2]  SIZE [bench]
 #   LENGTHS [2,12]  SPLIT [0.6,0.1,0.3]  NICE [19]
@@ -46,11 +49,14 @@ if ! "$python" -c 'import torchaudio, melforge.models, sklearn, h5py' 2>/dev/nul
   python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_PY_EXTRAS="torchaudio==2.11.0" bash "$here/tools/setup_python.sh" | tail -n1)"
 fi
 run() { nice -n "$NICE" "$@"; }
+timed() { local out="$1"; shift; nice -n "$NICE" /usr/bin/time -f "%e %U %S" -o "$out" "$@"; }
 
+[[ -x /usr/bin/time ]] || { log "GNU time missing (apt-get install time)"; exit 1; }
 mkdir -p "$work" "$results"
 corpus="$work/speakers-$SIZE-${LENGTHS/,/-}"
 data="$results/data"
 start=$(date +%s)
+if [[ "${SUMMARY_ONLY:-0}" != 1 ]]; then
 uptime > "$results/uptime_start.txt"
 log "load: $(cat "$results/uptime_start.txt")"
 run /usr/bin/python3 "$here/tools/make_speakers_corpus.py" --size "$SIZE" --lengths "$LENGTHS" --out "$corpus" >&2
@@ -62,24 +68,48 @@ run "$python" "$here/tools/bench/py_wespeaker.py" lists --data "$data" --out "$r
 for seed in $SEEDS; do
   mf="$results/melforge-seed$seed" py="$results/peer-seed$seed"
   log "seed $seed: melforge-train train"
-  run "$trainer" train --task verification --model resnet-se --view crops --crop-seconds 2 --width "$WIDTH" \
+  timed "$mf.time" "$trainer" train --task verification --model resnet-se --view crops --crop-seconds 2 --width "$WIDTH" \
     --data "$data" --out "$mf" --overwrite --epochs "$EPOCHS" --batch-size "$BATCH" --threads "$THREADS" \
     --seed "$seed" --trials "$results/trials.txt" --device cpu "${extra[@]}" > "$mf.log" 2>&1
   run "$trainer" eval --checkpoint "$mf/checkpoints/last.pt" --data "$data" --split test \
     --trials "$results/trials.txt" --threads "$THREADS" --device cpu --out "$mf/eval_last.json" >> "$mf.log" 2>&1
   log "seed $seed: py_wespeaker.py train"
-  run "$python" "$here/tools/bench/py_wespeaker.py" train --corpus "$corpus" --train-list "$results/train.lst" \
+  timed "$py.time" "$python" "$here/tools/bench/py_wespeaker.py" train --corpus "$corpus" --train-list "$results/train.lst" \
     --trials "$results/trials.txt" --out "$py" --width "$WIDTH" --epochs "$EPOCHS" --batch-size "$BATCH" \
     --threads "$THREADS" --workers "$WORKERS" --seed "$seed" > "$py.log" 2>&1
   tail -n1 "$py.log" >&2
 done
 uptime > "$results/uptime_end.txt"
 log "load: $(cat "$results/uptime_end.txt"); $(( $(date +%s) - start )) s in all"
+fi
 
 "$python" - "$results" "$SEEDS" "${MELFORGE_FLAGS:-}" <<'EOF'
 import json, os, statistics, sys
 
 results, seeds, flags = sys.argv[1], [int(s) for s in sys.argv[2].split()], sys.argv[3]
+
+
+def cpu_seconds(path):
+    """(wall, user + system) seconds of a command from GNU time's "%e %U %S" file, or (None, None)."""
+    try:
+        with open(path) as f:
+            e, u, s = (float(v) for v in f.read().split()[-3:])
+        return e, u + s
+    except (OSError, ValueError):
+        return None, None
+
+
+def complete(seed):
+    return all(os.path.exists(os.path.join(results, p)) for p in
+               (f"melforge-seed{seed}/eval_last.json", f"peer-seed{seed}/py_report.json"))
+
+
+missing = [s for s in seeds if not complete(s)]
+seeds = [s for s in seeds if complete(s)]
+if missing:
+    print(f"seeds without complete results (left out): {missing}")
+if not seeds:
+    sys.exit("compare_verification: no seed completed")
 
 
 def melforge(seed):
@@ -92,7 +122,9 @@ def melforge(seed):
         last = json.load(f)
     with open(os.path.join(run, "report.json")) as f:
         best = json.load(f)["test"]["verification"]
+    wall, cpu = cpu_seconds(run + ".time")
     return {"samples_per_s": n / train_s, "train_s": train_s, "updates": epochs[-1].get("step"),
+            "command_wall_s": wall, "cpu_s": cpu,
             "data_wait_fraction": sum(e["data_wait_fraction"] * e["train_s"] for e in epochs) / train_s,
             "eer_percent": last["EER"], "min_dcf_0.01": last["minDCF_0.01"], "min_dcf_0.05": last["minDCF_0.05"],
             "best_pt_eer_percent": best["EER"], "epochs": epochs}
@@ -100,7 +132,9 @@ def melforge(seed):
 
 def peer(seed):
     with open(os.path.join(results, f"peer-seed{seed}", "py_report.json")) as f:
-        return json.load(f)
+        rep = json.load(f)
+    rep["command_wall_s"], rep["cpu_s"] = cpu_seconds(os.path.join(results, f"peer-seed{seed}.time"))
+    return rep
 
 
 rows = {s: {"melforge": melforge(s), "peer": peer(s)} for s in seeds}
@@ -116,13 +150,14 @@ summary = {k: {side: stat(side, k) for side in ("melforge", "peer")}
 ratio = [rows[s]["melforge"]["samples_per_s"] / rows[s]["peer"]["samples_per_s"] for s in seeds]
 summary["samples_per_s_ratio"] = {"mean": statistics.fmean(ratio), "spread": max(ratio) - min(ratio), "values": ratio}
 print(f"{'seed':>4} | {'melforge EER %':>14} {'minDCF.01':>9} {'samples/s':>9} {'wait %':>6} | "
-      f"{'peer EER %':>10} {'minDCF.01':>9} {'samples/s':>9} {'wait %':>6} | ratio | updates mf/peer")
+      f"{'peer EER %':>10} {'minDCF.01':>9} {'samples/s':>9} {'wait %':>6} | ratio | updates mf/peer | cpu s mf/peer")
 for s in seeds:
     m, p = rows[s]["melforge"], rows[s]["peer"]
     print(f"{s:>4} | {m['eer_percent']:14.2f} {m['min_dcf_0.01']:9.4f} {m['samples_per_s']:9.2f} "
           f"{100 * m['data_wait_fraction']:6.1f} | {p['eer_percent']:10.2f} {p['min_dcf_0.01']:9.4f} "
           f"{p['samples_per_s']:9.2f} {100 * p['data_wait_fraction']:6.1f} | "
-          f"{m['samples_per_s'] / p['samples_per_s']:5.2f} | {m['updates']}/{p['updates']}")
+          f"{m['samples_per_s'] / p['samples_per_s']:5.2f} | {m['updates']}/{p['updates']} | "
+          f"{m['cpu_s'] or 0:.0f}/{p['cpu_s'] or 0:.0f}")
 for k, label in (("eer_percent", "EER %"), ("min_dcf_0.01", "minDCF(0.01)"), ("samples_per_s", "samples/s")):
     m, p = summary[k]["melforge"], summary[k]["peer"]
     print(f"{label:>12}: melforge {m['mean']:.3f} +- {m['spread'] / 2:.3f}   peer {p['mean']:.3f} +- "
@@ -134,7 +169,9 @@ with open(os.path.join(results, "results.json"), "w") as f:
     json.dump({"seeds": seeds, "melforge_flags": flags, "summary": summary, "runs": rows,
                "config": {k: peer0[k] for k in ("width", "epochs", "batch_size", "workers", "threads", "utterances",
                                                 "speakers", "trials", "targets", "test_utterances", "dither")},
+               "missing_seeds": missing,
                "uptime_start": open(os.path.join(results, "uptime_start.txt")).read().strip(),
-               "uptime_end": open(os.path.join(results, "uptime_end.txt")).read().strip()}, f, indent=1)
+               "uptime_end": (open(os.path.join(results, "uptime_end.txt")).read().strip()
+                              if os.path.exists(os.path.join(results, "uptime_end.txt")) else None)}, f, indent=1)
 print(f"results: {os.path.join(results, 'results.json')}")
 EOF
