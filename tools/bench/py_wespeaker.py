@@ -37,6 +37,10 @@ the two DET points around the crossing.
       [--embedding-dim 192] [--epochs 4] [--batch-size 32] [--workers 2] [--threads 2] [--seed 1] [--lr 1e-3]
       [--crop-frames 200] [--dither 1.0] [--margin 0.2] [--scale 30]
 
+  py_wespeaker.py bench-data --corpus DIR --train-list FILE [--epochs 2] [--batch-size 32] [--workers 2]
+      the data path alone: the same DataLoader iterated without a model; prints samples/s (to set beside
+      `melforge-train bench`'s "data pipeline" line: the rate above which the peer cannot train on any device).
+
 `train` writes RUN/py_report.json: `samples_per_s` (training examples / wall seconds of the training loops, data
 loading included, every epoch), per-epoch lines (seconds, samples/s, loss, accuracy, the fraction of the time spent
 waiting for the DataLoader), `updates`, `eer_percent`, `min_dcf_0.01`, `min_dcf_0.05`, `trials`, `embed_s`; and
@@ -230,10 +234,32 @@ def read_list(path: str):
         return [tuple(line.split()) for line in f if line.strip()]
 
 
+def make_loader(a):
+    """(dataset, its epoch sampler, the DataLoader) of `train` and `bench-data`."""
+    ds = CropDataset(a.corpus, read_list(a.train_list), a.seed, a.crop_frames, a.dither)
+    sampler = EpochSampler(len(ds), a.seed)
+    loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
+                        persistent_workers=a.workers > 0, prefetch_factor=4 if a.workers > 0 else None)
+    return ds, sampler, loader
+
+
+def bench_data(a) -> int:
+    torch.set_num_threads(a.threads)
+    ds, sampler, loader = make_loader(a)
+    rates = []
+    for epoch in range(a.epochs):
+        sampler.set_epoch(epoch)
+        t0 = time.perf_counter()
+        n = sum(x.shape[0] for x, _ in loader)
+        rates.append(n / (time.perf_counter() - t0))
+    print(f"py_wespeaker bench-data: {len(ds)} utterances, {a.workers} workers, batch {a.batch_size}: "
+          + ", ".join(f"epoch {i + 1} {r:.1f}" for i, r in enumerate(rates)) + " samples/s")
+    return 0
+
+
 def train(a) -> int:
     torch.set_num_threads(a.threads)
-    entries = read_list(a.train_list)
-    ds = CropDataset(a.corpus, entries, a.seed, a.crop_frames, a.dither)
+    ds, sampler, loader = make_loader(a)
     torch.manual_seed(a.seed)
     model = ResNetSE(80, a.crop_frames, len(ds.speakers), width=a.width, embedding_dim=a.embedding_dim)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay,
@@ -242,9 +268,6 @@ def train(a) -> int:
     total = a.epochs * steps_per_epoch
     warmup = min(total, int(math.floor(a.warmup * total + 0.5)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, total, warmup))
-    sampler = EpochSampler(len(ds), a.seed)
-    loader = DataLoader(ds, batch_size=a.batch_size, sampler=sampler, num_workers=a.workers,
-                        persistent_workers=a.workers > 0, prefetch_factor=4 if a.workers > 0 else None)
     os.makedirs(a.out, exist_ok=True)
     epochs, updates = [], 0
     for epoch in range(a.epochs):
@@ -305,31 +328,33 @@ def main() -> int:
     li.add_argument("--data", required=True)
     li.add_argument("--out", required=True)
     t = sub.add_parser("train")
-    t.add_argument("--corpus", required=True)
-    t.add_argument("--train-list", required=True)
     t.add_argument("--trials", required=True)
     t.add_argument("--out", required=True)
     t.add_argument("--width", choices=["half", "quarter"], default="quarter")
     t.add_argument("--embedding-dim", type=int, default=192)
-    t.add_argument("--epochs", type=int, default=4)
-    t.add_argument("--batch-size", type=int, default=32)
-    t.add_argument("--workers", type=int, default=2)
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--seed", type=int, default=1)
+    bd = sub.add_parser("bench-data")
+    for p in (t, bd):
+        p.add_argument("--corpus", required=True)
+        p.add_argument("--train-list", required=True)
+        p.add_argument("--epochs", type=int, default=4 if p is t else 2)
+        p.add_argument("--batch-size", type=int, default=32)
+        p.add_argument("--workers", type=int, default=2)
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--crop-frames", type=int, default=200)
+        p.add_argument("--dither", type=float, default=1.0)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--weight-decay", type=float, default=0.01)
     t.add_argument("--warmup", type=float, default=0.05)
     t.add_argument("--clip-norm", type=float, default=1.0)
     t.add_argument("--margin", type=float, default=0.2)
     t.add_argument("--scale", type=float, default=30.0)
-    t.add_argument("--crop-frames", type=int, default=200)
-    t.add_argument("--dither", type=float, default=1.0)
     a = ap.parse_args()
-    if a.cmd == "train" and (a.epochs < 1 or a.batch_size < 1 or a.workers < 0 or a.threads < 1
+    if a.cmd != "lists" and (a.epochs < 1 or a.batch_size < 1 or a.workers < 0 or a.threads < 1
                              or a.crop_frames < 8 or a.dither < 0):
         ap.error("--epochs, --batch-size and --threads must be >= 1, --workers >= 0, --crop-frames >= 8, "
                  "--dither >= 0")
-    return {"train": train, "lists": lists}[a.cmd](a)
+    return {"train": train, "lists": lists, "bench-data": bench_data}[a.cmd](a)
 
 
 if __name__ == "__main__":
