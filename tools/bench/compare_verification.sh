@@ -35,18 +35,21 @@ build_dir="${MELFORGE_BUILD_DIR:-$here/build}"
 work="${MELFORGE_BENCH_WORK:-$here/out/bench/work}"
 results="${1:-$here/out/bench/verification-$(date +%Y%m%d-%H%M%S)}"
 SEEDS="${SEEDS:-1 2 3}" EPOCHS="${EPOCHS:-3}" BATCH="${BATCH:-16}" WIDTH="${WIDTH:-quarter}" THREADS="${THREADS:-1}"
-WORKERS="${WORKERS:-2}" SIZE="${SIZE:-bench}" LENGTHS="${LENGTHS:-2,12}" SPLIT="${SPLIT:-0.6,0.1,0.3}" NICE="${NICE:-19}"
+WORKERS="${WORKERS:-2}" SIZE="${SIZE:-bench}" LENGTHS="${LENGTHS:-2,12}" SPLIT="${SPLIT:-0.6,0.1,0.3}"
+NICE="${NICE:-19}"
 read -r -a extra <<< "${MELFORGE_FLAGS:-}"
 builder="$build_dir/builder/melforge-build"
 trainer="$build_dir/trainer/melforge-train"
 log() { echo "[compare_verification $(date -u +%H:%M:%S)] $*" >&2; }
 for b in "$builder" "$trainer"; do
-  [[ -x "$b" ]] || { log "$b missing: MELFORGE_BUILD_TARGETS=\"melforge-train melforge-build\" bash tools/build.sh"; exit 1; }
+  [[ -x "$b" ]] || { log "$b missing: MELFORGE_BUILD_TARGETS=\"melforge-train melforge-build\" bash tools/build.sh"
+                     exit 1; }
 done
 python="$build_dir/python-venv/bin/python"
 if ! "$python" -c 'import torchaudio, melforge.models, sklearn, h5py' 2>/dev/null; then
   log "making the Python environment (tools/setup_python.sh with torchaudio)"
-  python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_PY_EXTRAS="torchaudio==2.11.0" bash "$here/tools/setup_python.sh" | tail -n1)"
+  python="$(MELFORGE_BUILD_DIR="$build_dir" MELFORGE_PY_EXTRAS="torchaudio==2.11.0" \
+    bash "$here/tools/setup_python.sh" | tail -n1)"
 fi
 run() { nice -n "$NICE" "$@"; }
 timed() { local out="$1"; shift; nice -n "$NICE" /usr/bin/time -f "%e %U %S" -o "$out" "$@"; }
@@ -68,13 +71,15 @@ run "$python" "$here/tools/bench/py_wespeaker.py" lists --data "$data" --out "$r
 for seed in $SEEDS; do
   mf="$results/melforge-seed$seed" py="$results/peer-seed$seed"
   log "seed $seed: melforge-train train"
-  timed "$mf.time" "$trainer" train --task verification --model resnet-se --view crops --crop-seconds 2 --width "$WIDTH" \
+  timed "$mf.time" "$trainer" train --task verification --model resnet-se --view crops --crop-seconds 2 \
+    --width "$WIDTH" \
     --data "$data" --out "$mf" --overwrite --epochs "$EPOCHS" --batch-size "$BATCH" --threads "$THREADS" \
     --seed "$seed" --trials "$results/trials.txt" --device cpu "${extra[@]}" > "$mf.log" 2>&1
   run "$trainer" eval --checkpoint "$mf/checkpoints/last.pt" --data "$data" --split test \
     --trials "$results/trials.txt" --threads "$THREADS" --device cpu --out "$mf/eval_last.json" >> "$mf.log" 2>&1
   log "seed $seed: py_wespeaker.py train"
-  timed "$py.time" "$python" "$here/tools/bench/py_wespeaker.py" train --corpus "$corpus" --train-list "$results/train.lst" \
+  timed "$py.time" "$python" "$here/tools/bench/py_wespeaker.py" train --corpus "$corpus" \
+    --train-list "$results/train.lst" \
     --trials "$results/trials.txt" --out "$py" --width "$WIDTH" --epochs "$EPOCHS" --batch-size "$BATCH" \
     --threads "$THREADS" --workers "$WORKERS" --seed "$seed" > "$py.log" 2>&1
   tail -n1 "$py.log" >&2
