@@ -266,8 +266,8 @@ void check_model_task(const std::string& model, const std::string& task) {
     throw InvalidArgument("--model " + model + " is a speaker-embedding model: it trains with --task verification "
                           "(--task " + task + " needs --model cnn or crnn)");
   if (!is_speaker_model(model) && task == kTaskVerification)
-    throw InvalidArgument("--task verification trains a speaker-embedding model: --model resnet-se (the default) or "
-                          "ecapa (got --model " + model + ")");
+    throw InvalidArgument("--task verification trains a speaker-embedding model: --model resnet-se or ecapa "
+                          "(resnet-se by default; got --model " + model + ")");
 }
 
 void TrainConfig::validate() const {
