@@ -257,7 +257,7 @@ void add_bench_options(po::options_description& d, TrainConfig& c, BenchOptions&
       "short segments per evaluation forward pass")(
       "task", po::value(&c.train.task)->default_value(c.train.task)->value_name("multiclass|verification"),
       "the training step's loss: multiclass (cross-entropy + detection BCE) or verification (AAM-softmax; "
-      "--model resnet-se|ecapa)")("margin", po::value(&c.train.margin)->default_value(c.train.margin), "AAM margin")(
+      "--model resnet-se, the default, or ecapa)")("margin", po::value(&c.train.margin)->default_value(c.train.margin), "AAM margin")(
       "scale", po::value(&c.train.scale)->default_value(c.train.scale), "AAM scale");
   add_options(d, c.runtime);
   add_options(d, b);
@@ -299,7 +299,7 @@ std::map<std::string, Command> make_commands(CommandOptions& opts) {
           add_options(d, opts.data);
           add_options(d, opts.model);
         },
-        [&opts](std::ostream& o, std::ostream&) { inspect(opts.data, opts.model, o); }}},
+        [&opts](std::ostream& o, std::ostream&) { inspect(opts.data, opts.model.resolved("multiclass"), o); }}},
       {"train",
        {"train a model on a dataset folder into a run folder (or --resume one)",
         [&opts](po::options_description& d, po::positional_options_description&) {

@@ -57,8 +57,10 @@ void add_options(po::options_description& desc, DataOptions& opts) {
 }
 
 void ModelOptions::validate() const {
-  if (model != "cnn" && model != "crnn" && model != "resnet-se" && model != "ecapa")
-    throw InvalidArgument("--model: unknown model '" + model + "' (available: cnn, crnn, resnet-se, ecapa)");
+  if (model != "auto" && model != "cnn" && model != "crnn" && model != "resnet-se" && model != "ecapa")
+    throw InvalidArgument("--model: unknown model '" + model + "' (available: auto, cnn, crnn, resnet-se, ecapa)");
+  if (cmn != "auto" && cmn != "on" && cmn != "off")
+    throw InvalidArgument("--cmn must be auto, on or off, got '" + cmn + "'");
   if (rnn != "gru" && rnn != "lstm") throw InvalidArgument("--rnn: unknown layer '" + rnn + "' (gru or lstm)");
   if (rnn_hidden < 1) throw InvalidArgument("--rnn-hidden must be >= 1, got " + std::to_string(rnn_hidden));
   if (hidden < 1) throw InvalidArgument("--hidden must be >= 1, got " + std::to_string(hidden));
@@ -71,11 +73,22 @@ void ModelOptions::validate() const {
     throw InvalidArgument("--channels must be a positive multiple of 8, got " + std::to_string(channels));
 }
 
+ModelOptions ModelOptions::resolved(const std::string& task) const {
+  ModelOptions o = *this;
+  if (o.model == "auto") o.model = task == "verification" ? "resnet-se" : "cnn";
+  if (o.cmn == "auto") o.cmn = o.model == "resnet-se" || o.model == "ecapa" ? "on" : "off";
+  return o;
+}
+
 void add_options(po::options_description& desc, ModelOptions& opts) {
   desc.add_options()("model", po::value(&opts.model)->default_value(opts.model)->value_name("NAME"),
                      "architecture: cnn (three conv layers, two max-pools, class and detection heads), crnn (conv "
-                     "front end, then a GRU/LSTM over time), or the speaker-embedding models resnet-se (ResNetSE34) "
-                     "and ecapa (ECAPA-TDNN)")(
+                     "front end, then a GRU/LSTM over time), the speaker-embedding models resnet-se (ResNetSE34) "
+                     "and ecapa (ECAPA-TDNN), or auto: resnet-se for --task verification, cnn otherwise")(
+      "cmn", po::value(&opts.cmn)->default_value(opts.cmn)->value_name("auto|on|off"),
+      "per-utterance cepstral mean normalisation in the model (each mel bin minus its mean over the utterance's "
+      "real frames) instead of the training split's global mean/std; auto: on for resnet-se and ecapa, off for cnn "
+      "and crnn")(
       "rnn", po::value(&opts.rnn)->default_value(opts.rnn)->value_name("gru|lstm"), "crnn: recurrent layer")(
       "rnn-hidden", po::value(&opts.rnn_hidden)->default_value(opts.rnn_hidden)->value_name("N"),
       "crnn: hidden size of the recurrent layer")(
@@ -94,11 +107,12 @@ void add_options(po::options_description& desc, ModelOptions& opts) {
 nlohmann::json to_json(const ModelOptions& o) {
   return {{"model", o.model},     {"rnn", o.rnn},         {"rnn_hidden", o.rnn_hidden},
           {"hidden", o.hidden},   {"dropout", o.dropout}, {"seed", o.seed},
-          {"embedding_dim", o.embedding_dim}, {"width", o.width}, {"channels", o.channels}};
+          {"embedding_dim", o.embedding_dim}, {"width", o.width}, {"channels", o.channels}, {"cmn", o.cmn}};
 }
 
 ModelOptions model_options_from_json(const nlohmann::json& j) {
   ModelOptions o;
+  o.cmn = "off";
   try {
     if (j.contains("model")) j.at("model").get_to(o.model);
     if (j.contains("rnn")) j.at("rnn").get_to(o.rnn);
@@ -109,6 +123,7 @@ ModelOptions model_options_from_json(const nlohmann::json& j) {
     if (j.contains("embedding_dim")) j.at("embedding_dim").get_to(o.embedding_dim);
     if (j.contains("width")) j.at("width").get_to(o.width);
     if (j.contains("channels")) j.at("channels").get_to(o.channels);
+    if (j.contains("cmn")) j.at("cmn").get_to(o.cmn);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(std::string("model options: ") + e.what());
   }

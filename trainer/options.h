@@ -50,9 +50,10 @@ void add_options(boost::program_options::options_description& desc, DataOptions&
 
 /// Which model, and its widths.
 struct ModelOptions {
-  /// Architecture: `cnn` (the default), `crnn` (conv front end, then a recurrent layer over time), or the speaker
-  /// embedding models `resnet-se` (ResNetSE34-style, models/resnet_se.h) and `ecapa` (ECAPA-TDNN, models/ecapa.h).
-  std::string model = "cnn";
+  /// Architecture: `cnn`, `crnn` (conv front end, then a recurrent layer over time), the speaker embedding models
+  /// `resnet-se` (ResNetSE34-style, models/resnet_se.h) and `ecapa` (ECAPA-TDNN, models/ecapa.h), or `auto` (the
+  /// default): resnet-se for `--task verification`, cnn for every other task (resolved()).
+  std::string model = "auto";
   /// `crnn` only: the recurrent layer, `gru` or `lstm`.
   std::string rnn = "gru";
   /// `crnn` only: hidden size of the recurrent layer.
@@ -69,15 +70,25 @@ struct ModelOptions {
   std::string width = "half";
   /// `ecapa` only: channels of the SE-Res2Net blocks, a positive multiple of 8.
   int64_t channels = 512;
+  /// Per-utterance cepstral mean normalisation inside the model's forward (Classifier::set_cmn): `on`, `off` or
+  /// `auto` (the default: on for the speaker models resnet-se and ecapa, off for cnn and crnn; resolved()). A
+  /// configuration read from JSON without the field (a run from before it) reads `off`.
+  std::string cmn = "auto";
 
-  /// Throws InvalidArgument for an unknown model or an out-of-range width.
+  /// Throws InvalidArgument for an unknown model, an out-of-range width or a --cmn other than auto, on or off.
   void validate() const;
+  /// These options with `auto` resolved for `task` (`verification`, `multiclass`, ...): model auto is resnet-se for
+  /// verification and cnn otherwise; cmn auto is on for resnet-se and ecapa, off for cnn and crnn.
+  ModelOptions resolved(const std::string& task) const;
+  /// Whether resolved(task) normalises each utterance's mel bins by their mean (cmn `on`).
+  bool cmn_on(const std::string& task) const { return resolved(task).cmn == "on"; }
 };
 
-/// Registers --model --rnn --rnn-hidden --hidden --dropout --seed --embedding-dim --width --channels.
+/// Registers --model --rnn --rnn-hidden --hidden --dropout --seed --embedding-dim --width --channels --cmn.
 void add_options(boost::program_options::options_description& desc, ModelOptions& opts);
 
-/// ModelOptions as JSON (every field) and back (missing fields keep their defaults; FormatError on a mistyped one).
+/// ModelOptions as JSON (every field) and back (missing fields keep their defaults, except a missing "cmn", which
+/// reads `off` as every run before the field was trained; FormatError on a mistyped one).
 nlohmann::json to_json(const ModelOptions& opts);
 ModelOptions model_options_from_json(const nlohmann::json& j);
 

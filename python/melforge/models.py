@@ -28,12 +28,15 @@ from torch import nn
 
 class _Classifier(nn.Module):
     """The common part of every model (trainer/models/model.h `Classifier`): the input normalisation buffers
-    `input_mean` (0) and `input_std` (1), float32 scalars in the state dict, applied first as (x - mean) / std."""
+    `input_mean` (0) and `input_std` (1), float32 scalars in the state dict, applied first as (x - mean) / std; or,
+    with `cmn` on, per-utterance cepstral mean normalisation instead (`cepstral_mean_normalize`)."""
 
     output_names = ("logits", "detection")
     #: The task the model was trained for (its configuration's "task"; build_model sets it): "multiclass",
     #: "multilabel" or "verification".
     task = "multiclass"
+    #: Per-utterance cepstral mean normalisation (the configuration's "cmn", absent: off; build_model sets it).
+    cmn = False
 
     def __init__(self):
         super().__init__()
@@ -50,8 +53,24 @@ class _Classifier(nn.Module):
             raise ValueError("class_scores: a --task verification model has no class scores (use its embedding)")
         return torch.softmax(logits.float(), -1)
 
-    def normalize_input(self, x: torch.Tensor) -> torch.Tensor:
+    def normalize_input(self, x: torch.Tensor, lengths=None) -> torch.Tensor:
+        """Classifier::normalize_input: cepstral_mean_normalize(x, lengths) with `cmn` on, else
+        (x - input_mean) / input_std."""
+        if self.cmn:
+            return cepstral_mean_normalize(x, lengths)
         return (x - self.input_mean.to(x.dtype)) / self.input_std.to(x.dtype)
+
+
+def cepstral_mean_normalize(x: torch.Tensor, lengths=None) -> torch.Tensor:
+    """trainer/models/model.h cepstral_mean_normalize: x [B, ..., n_mels, T] minus each row's mean of each mel bin
+    over its real frames (t < lengths[b]; None: every frame), the padding frames set to 0."""
+    if lengths is None:
+        return x - x.mean(-1, keepdim=True)
+    mask = _time_mask(x, lengths)
+    n = lengths.view(x.shape[0], *([1] * (x.dim() - 1))).to(x.dtype)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    mean = torch.where(mask, x, zero).sum(-1, keepdim=True) / n
+    return torch.where(mask, x - mean, zero)
 
 
 def _check_input(x: torch.Tensor, n_mels: int, name: str, min_frames: int = 1, max_frames: int | None = None):
@@ -175,7 +194,7 @@ class Cnn(_Classifier):
             raise ValueError(f"cnn: this model (time_pool flatten: a checkpoint from before inputs of any length) "
                              f"reads every frame of its {self.n_frames}-frame input and cannot leave padding out; "
                              "give it full rows only")
-        h = self.normalize_input(x)
+        h = self.normalize_input(x, lengths)
         h = self.pool(self.relu(self.conv1(h)))
         h = self.pool(self.relu(self.conv2(h)))
         return self.relu(self.conv3(h)).flatten(1)
@@ -183,7 +202,7 @@ class Cnn(_Classifier):
     def _mean_max_features(self, x: torch.Tensor, lengths) -> torch.Tensor:
         if lengths is None and x.shape[-1] % 4:
             lengths = torch.full((x.shape[0],), x.shape[-1], dtype=torch.int64, device=x.device)
-        h = _mask_time(_pad_time(self.normalize_input(x), 4), lengths)
+        h = _mask_time(_pad_time(self.normalize_input(x, lengths), 4), lengths)
         h = self.pool(self.relu(self.conv1(h)))
         half = _downsampled(lengths, 2, h.shape[-1])
         h = self.pool(self.relu(self.conv2(_mask_time(h, half))))
@@ -203,7 +222,7 @@ class Cnn(_Classifier):
         """The same dict as CnnNetImpl::config_json()."""
         return {"model": "cnn", "n_mels": self.n_mels, "n_frames": self.n_frames, "num_classes": self.num_classes,
                 "channels": list(self.channels), "hidden": self.hidden, "dropout": self.dropout_p,
-                "time_pool": self.time_pool}
+                "time_pool": self.time_pool, "cmn": self.cmn}
 
 
 class Crnn(_Classifier):
@@ -246,7 +265,7 @@ class Crnn(_Classifier):
         lengths = _check_lengths(lengths, x.shape[0], x.shape[-1], x.device, "crnn")
         if lengths is None and x.shape[-1] % 2:
             lengths = torch.full((x.shape[0],), x.shape[-1], dtype=torch.int64, device=x.device)
-        h = _mask_time(_pad_time(self.normalize_input(x), 2), lengths)
+        h = _mask_time(_pad_time(self.normalize_input(x, lengths), 2), lengths)
         h = self.pool(self.relu(self.conv1(h)))
         steps = _downsampled(lengths, 2, h.shape[-1])
         h = self.pool_mel(self.relu(self.conv2(_mask_time(h, steps))))
@@ -259,7 +278,7 @@ class Crnn(_Classifier):
         """The same dict as CrnnNetImpl::config_json()."""
         return {"model": "crnn", "n_mels": self.n_mels, "n_frames": self.n_frames, "num_classes": self.num_classes,
                 "channels": list(self.channels), "rnn": self.rnn_kind, "rnn_hidden": self.rnn_hidden,
-                "hidden": self.hidden, "dropout": self.dropout_p}
+                "hidden": self.hidden, "dropout": self.dropout_p, "cmn": self.cmn}
 
 
 class _SqueezeExcite(nn.Module):
@@ -353,7 +372,7 @@ class _SpeakerModel(_Classifier):
         """(x normalised as [B, n_mels, T] with zeros at the padding, lengths checked)."""
         x = _check_input(x, self.n_mels, name).squeeze(1)
         lengths = _check_lengths(lengths, x.shape[0], x.shape[-1], x.device, name)
-        return _mask_time(self.normalize_input(x), lengths), lengths
+        return _mask_time(self.normalize_input(x, lengths), lengths), lengths
 
 
 class _SEBasicBlock(nn.Module):
@@ -426,7 +445,8 @@ class ResNetSE(_SpeakerModel):
     def config(self) -> dict:
         """The same dict as ResNetSEImpl::config_json()."""
         return {"model": "resnet-se", "n_mels": self.n_mels, "n_frames": self.n_frames,
-                "num_classes": self.num_classes, "width": self.width, "embedding_dim": self.embedding_dim}
+                "num_classes": self.num_classes, "width": self.width, "embedding_dim": self.embedding_dim,
+                "cmn": self.cmn}
 
 
 class _SERes2Block(nn.Module):
@@ -491,7 +511,7 @@ class Ecapa(_SpeakerModel):
     def config(self) -> dict:
         """The same dict as EcapaImpl::config_json()."""
         return {"model": "ecapa", "n_mels": self.n_mels, "n_frames": self.n_frames, "num_classes": self.num_classes,
-                "channels": self.channels, "embedding_dim": self.embedding_dim}
+                "channels": self.channels, "embedding_dim": self.embedding_dim, "cmn": self.cmn}
 
 
 def model_config_of(config) -> dict:
@@ -540,6 +560,10 @@ def build_model(config) -> nn.Module:
     if task not in ("multiclass", "multilabel", "verification"):
         raise ValueError(f"unknown task '{task}'")
     model.task = task
+    cmn = config.get("cmn", False)
+    if not isinstance(cmn, bool):
+        raise ValueError(f"model configuration: 'cmn' is {str(cmn)[:60]}, not true or false")
+    model.cmn = cmn
     return model
 
 

@@ -86,7 +86,7 @@ CnnNetImpl::CnnNetImpl(const CnnConfig& config) : config_(config) {
   detect_head_ = register_module("detect_head", nn::Linear(config_.hidden, 1));
 }
 
-nlohmann::json CnnNetImpl::config_json() const {
+nlohmann::json CnnNetImpl::architecture_json() const {
   return {{"model", "cnn"},          {"n_mels", config_.n_mels}, {"n_frames", config_.n_frames},
           {"num_classes", config_.num_classes}, {"channels", config_.channels},
           {"hidden", config_.hidden},        {"dropout", config_.dropout},   {"time_pool", config_.time_pool}};
@@ -99,7 +99,7 @@ at::Tensor CnnNetImpl::flatten_features(const at::Tensor& x, const at::Tensor& l
     throw InvalidArgument("cnn: this model (time_pool flatten: a checkpoint from before inputs of any length) reads "
                           "every frame of its " + std::to_string(config_.n_frames) +
                           "-frame input and cannot leave padding out; give it full rows only");
-  at::Tensor h = normalize_input(x);
+  at::Tensor h = normalize_input(x, lengths);
   h = pool_(relu_(conv1_(h)));
   h = pool_(relu_(conv2_(h)));
   return relu_(conv3_(h)).flatten(1);
@@ -108,7 +108,7 @@ at::Tensor CnnNetImpl::flatten_features(const at::Tensor& x, const at::Tensor& l
 at::Tensor CnnNetImpl::mean_max_features(const at::Tensor& x, const at::Tensor& given) {
   const at::Tensor lengths =
       given.defined() || x.size(-1) % 4 == 0 ? given : full_lengths(x.size(0), x.size(-1), x.device());
-  at::Tensor h = mask_time(pad_time_to_multiple(normalize_input(x), 4), lengths);
+  at::Tensor h = mask_time(pad_time_to_multiple(normalize_input(x, lengths), 4), lengths);
   h = pool_(relu_(conv1_(h)));
   const at::Tensor half = downsampled_lengths(lengths, 2, h.size(-1));
   h = pool_(relu_(conv2_(mask_time(h, half))));

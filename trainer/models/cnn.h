@@ -70,7 +70,7 @@ class CnnNetImpl : public Classifier {
   /// "cnn".
   std::string kind() const override { return "cnn"; }
   /// {"model": "cnn", "n_mels", "n_frames", "num_classes", "channels", "hidden", "dropout", "time_pool"}.
-  nlohmann::json config_json() const override;
+  nlohmann::json architecture_json() const override;
   /// The configuration the model was built with.
   const CnnConfig& config() const { return config_; }
 

@@ -87,7 +87,7 @@ CrnnNetImpl::CrnnNetImpl(const CrnnConfig& config) : config_(config) {
   detect_head_ = register_module("detect_head", nn::Linear(config_.hidden, 1));
 }
 
-nlohmann::json CrnnNetImpl::config_json() const {
+nlohmann::json CrnnNetImpl::architecture_json() const {
   return {{"model", "crnn"},
           {"n_mels", config_.n_mels},
           {"n_frames", config_.n_frames},
@@ -103,7 +103,7 @@ ModelOutput CrnnNetImpl::forward(const at::Tensor& x, const at::Tensor& lengths)
   const at::Tensor in = spectrogram_input(x, config_.n_mels, 1, std::numeric_limits<int64_t>::max(), "crnn");
   at::Tensor len = check_lengths(lengths, in.size(0), in.size(-1), in.device(), "crnn");
   if (!len.defined() && in.size(-1) % 2 != 0) len = full_lengths(in.size(0), in.size(-1), in.device());
-  at::Tensor h = mask_time(pad_time_to_multiple(normalize_input(in), 2), len);
+  at::Tensor h = mask_time(pad_time_to_multiple(normalize_input(in, len), 2), len);
   h = pool_(relu_(conv1_(h)));
   const at::Tensor steps = downsampled_lengths(len, 2, h.size(-1));
   h = pool_mel_(relu_(conv2_(mask_time(h, steps))));

@@ -73,7 +73,7 @@ class CrnnNetImpl : public Classifier {
   /// "crnn".
   std::string kind() const override { return "crnn"; }
   /// {"model": "crnn", "n_mels", "n_frames", "num_classes", "channels", "rnn", "rnn_hidden", "hidden", "dropout"}.
-  nlohmann::json config_json() const override;
+  nlohmann::json architecture_json() const override;
   /// The configuration the model was built with.
   const CrnnConfig& config() const { return config_; }
   /// The zero initial state, [1, B_max, H] for the largest batch B_max seen so far on the current device and dtype

@@ -114,7 +114,7 @@ EcapaImpl::EcapaImpl(const EcapaConfig& config)
   embedding_bn_ = register_module("embedding_bn", SyncBatchNorm1d(config_.embedding_dim));
 }
 
-nlohmann::json EcapaImpl::config_json() const {
+nlohmann::json EcapaImpl::architecture_json() const {
   return {{"model", "ecapa"},
           {"n_mels", config_.n_mels},
           {"n_frames", config_.n_frames},
@@ -127,7 +127,7 @@ ModelOutput EcapaImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
   const at::Tensor in =
       spectrogram_input(x, config_.n_mels, 1, std::numeric_limits<int64_t>::max(), "ecapa").squeeze(1);
   const at::Tensor len = check_lengths(lengths, in.size(0), in.size(-1), in.device(), "ecapa");
-  const at::Tensor h = bn1_(conv1_(mask_time(normalize_input(in), len)).relu_());
+  const at::Tensor h = bn1_(conv1_(mask_time(normalize_input(in, len), len)).relu_());
   const at::Tensor x1 = layers_[0](h, len);
   const at::Tensor x2 = layers_[1](h + x1, len);
   const at::Tensor x3 = layers_[2](h + x1 + x2, len);

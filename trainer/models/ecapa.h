@@ -96,7 +96,7 @@ class EcapaImpl : public SpeakerModel {
   /// "ecapa".
   std::string kind() const override { return "ecapa"; }
   /// {"model": "ecapa", "n_mels", "n_frames", "num_classes", "channels", "embedding_dim"}.
-  nlohmann::json config_json() const override;
+  nlohmann::json architecture_json() const override;
   /// The configuration the model was built with.
   const EcapaConfig& config() const { return config_; }
 

@@ -3,8 +3,11 @@
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 
+#include <ATen/ops/where.h>
+
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "data/dataset.h"
 #include "melforge/common/errors.h"
@@ -13,6 +16,7 @@
 #include "models/crnn.h"
 #include "models/ecapa.h"
 #include "models/resnet_se.h"
+#include "models/time_mask.h"
 #include "options.h"
 #include "util.h"
 
@@ -32,8 +36,27 @@ void Classifier::set_input_normalization(double mean, double std) {
   input_std_.fill_(std);
 }
 
-at::Tensor Classifier::normalize_input(const at::Tensor& x) const {
+nlohmann::json Classifier::config_json() const {
+  nlohmann::json j = architecture_json();
+  j["cmn"] = cmn_;
+  return j;
+}
+
+at::Tensor Classifier::normalize_input(const at::Tensor& x, const at::Tensor& lengths) const {
+  if (cmn_) return cepstral_mean_normalize(x, lengths);
   return (x - input_mean_.to(x.scalar_type())) / input_std_.to(x.scalar_type());
+}
+
+at::Tensor cepstral_mean_normalize(const at::Tensor& x, const at::Tensor& lengths) {
+  if (!lengths.defined()) return x - x.mean(-1, /*keepdim=*/true);
+  std::vector<int64_t> shape(static_cast<std::size_t>(x.dim()), 1);
+  shape.front() = x.size(0);
+  shape.back() = x.size(-1);
+  const at::Tensor mask = time_mask(lengths, x.size(-1)).view(shape);
+  shape.back() = 1;
+  const at::Tensor n = lengths.view(shape).to(x.scalar_type());
+  const at::Tensor mean = at::where(mask, x, 0).sum(-1, /*keepdim=*/true) / n;
+  return at::where(mask, x - mean, 0);
 }
 
 at::Tensor spectrogram_input(const at::Tensor& x, int64_t n_mels, int64_t min_frames, int64_t max_frames,
@@ -89,7 +112,8 @@ EcapaConfig ecapa_config(const ModelOptions& opts, const MelInfo& info, int64_t 
 
 bool is_speaker_model(const std::string& model) { return model == "resnet-se" || model == "ecapa"; }
 
-ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
+ModelSize model_size(const ModelOptions& given, const MelInfo& info, int64_t num_classes) {
+  const ModelOptions opts = given.resolved("multiclass");
   opts.validate();
   if (opts.model == "cnn") return cnn_config(opts, info, num_classes).size();
   if (opts.model == "crnn") return crnn_config(opts, info, num_classes).size();
@@ -106,15 +130,26 @@ ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
 }
 
-std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
-  opts.validate();
-  at::manual_seed(opts.seed);
+namespace {
+
+std::shared_ptr<Classifier> make_architecture(const ModelOptions& opts, const MelInfo& info, int64_t num_classes) {
   if (opts.model == "cnn") return std::make_shared<CnnNetImpl>(cnn_config(opts, info, num_classes));
   if (opts.model == "crnn") return std::make_shared<CrnnNetImpl>(crnn_config(opts, info, num_classes));
   if (opts.model == "resnet-se")
     return std::make_shared<ResNetSEImpl>(resnet_se_config(opts, info, num_classes));
   if (opts.model == "ecapa") return std::make_shared<EcapaImpl>(ecapa_config(opts, info, num_classes));
   throw InvalidArgument("--model: unknown model '" + opts.model + "'");
+}
+
+}  // namespace
+
+std::shared_ptr<Classifier> make_model(const ModelOptions& given, const MelInfo& info, int64_t num_classes) {
+  const ModelOptions opts = given.resolved("multiclass");
+  opts.validate();
+  at::manual_seed(opts.seed);
+  std::shared_ptr<Classifier> model = make_architecture(opts, info, num_classes);
+  model->set_cmn(opts.cmn == "on");
+  return model;
 }
 
 std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task) {
@@ -125,12 +160,24 @@ std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, b
                                          60) +
                       ": this command supports --task multiclass checkpoints only (melforge-train eval evaluates "
                       "a multilabel or verification checkpoint, embed gives a verification model's embeddings)");
+  const bool cmn = model_cmn(config);
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
-  if (kind == "cnn") return std::make_shared<CnnNetImpl>(CnnConfig::from_json(config));
-  if (kind == "crnn") return std::make_shared<CrnnNetImpl>(CrnnConfig::from_json(config));
-  if (kind == "resnet-se") return std::make_shared<ResNetSEImpl>(ResNetSEConfig::from_json(config));
-  if (kind == "ecapa") return std::make_shared<EcapaImpl>(EcapaConfig::from_json(config));
-  throw FormatError("model configuration names an unknown model '" + kind + "'");
+  std::shared_ptr<Classifier> model;
+  if (kind == "cnn") model = std::make_shared<CnnNetImpl>(CnnConfig::from_json(config));
+  else if (kind == "crnn") model = std::make_shared<CrnnNetImpl>(CrnnConfig::from_json(config));
+  else if (kind == "resnet-se") model = std::make_shared<ResNetSEImpl>(ResNetSEConfig::from_json(config));
+  else if (kind == "ecapa") model = std::make_shared<EcapaImpl>(EcapaConfig::from_json(config));
+  else throw FormatError("model configuration names an unknown model '" + kind + "'");
+  model->set_cmn(cmn);
+  return model;
+}
+
+bool model_cmn(const nlohmann::json& config) {
+  if (!config.is_object() || !config.contains("cmn")) return false;
+  if (!config["cmn"].is_boolean())
+    throw FormatError("model configuration: 'cmn' is " + utf8::for_terminal(config["cmn"].dump(), 60) +
+                      ", not true or false");
+  return config["cmn"].get<bool>();
 }
 
 namespace {
@@ -161,6 +208,7 @@ ModelSize model_size_from_json(const nlohmann::json& config) {
       (!config["dropout"].is_number() || !(config["dropout"].get<double>() >= 0 && config["dropout"].get<double>() < 1)))
     throw FormatError("model configuration: 'dropout' is " + utf8::for_terminal(config["dropout"].dump(), 60) +
                       ", not a number in [0, 1)");
+  model_cmn(config);
   const std::string kind = config.contains("model") && config["model"].is_string() ? config["model"].get<std::string>() : "";
   if (kind == "cnn") return CnnConfig::from_json(config).size();
   if (kind == "crnn") return CrnnConfig::from_json(config).size();

@@ -57,21 +57,38 @@ class Classifier : public torch::nn::Module {
   virtual int64_t fixed_frames() const { return 0; }
   /// The architecture name (`cnn`, `crnn`).
   virtual std::string kind() const = 0;
-  /// Everything needed to build the same architecture again (make_model_from_json), including input shape,
-  /// number of classes and widths: {"model": kind(), ...}.
-  virtual nlohmann::json config_json() const = 0;
+  /// Everything needed to build the same model again (make_model_from_json): architecture_json() with the input
+  /// normalisation's "cmn" (bool) added.
+  nlohmann::json config_json() const;
   /// Sets the input normalisation every forward applies first, x' = (x - mean) / std (the training split's
   /// statistics, kept in the state dict so that eval, predict and export apply the same). Throws InvalidArgument
-  /// unless std > 0 and both are finite.
+  /// unless std > 0 and both are finite. A model with cmn() on does not apply it.
   void set_input_normalization(double mean, double std);
+  /// Switches per-utterance cepstral mean normalisation on or off (off on construction): with it on, every forward
+  /// first subtracts from each mel bin of a row its mean over the row's real frames (cepstral_mean_normalize), and
+  /// the global mean/std of set_input_normalization is not applied. Recorded as config_json()'s "cmn".
+  void set_cmn(bool on) { cmn_ = on; }
+  /// Whether per-utterance cepstral mean normalisation is on.
+  bool cmn() const { return cmn_; }
 
  protected:
-  /// (x - input_mean) / input_std; subclasses call it at the start of forward().
-  at::Tensor normalize_input(const at::Tensor& x) const;
+  /// The architecture: input shape, number of classes and widths, {"model": kind(), ...}.
+  virtual nlohmann::json architecture_json() const = 0;
+  /// The input normalisation; subclasses call it at the start of forward(). `x`: [B, 1, n_mels, T] or
+  /// [B, n_mels, T]; `lengths`: int64 [B] real frames per row (undefined: all real). cmn() on:
+  /// cepstral_mean_normalize(x, lengths); off: (x - input_mean) / input_std.
+  at::Tensor normalize_input(const at::Tensor& x, const at::Tensor& lengths = {}) const;
 
  private:
   at::Tensor input_mean_, input_std_;
+  bool cmn_ = false;
 };
+
+/// Per-utterance cepstral mean normalisation: `x` [B, ..., n_mels, T] (time last) minus, for each row b and mel bin,
+/// the mean of that bin over the row's real frames t < lengths[b] (int64 [B]; undefined: every frame), with the
+/// padding frames (t >= lengths[b]) set to 0 whatever they held. So a padded row gives the values of the same row
+/// alone at its real length (up to the rounding of the sum), and the models' masked pooling stays exact.
+at::Tensor cepstral_mean_normalize(const at::Tensor& x, const at::Tensor& lengths);
 
 /// `x` as [B, 1, n_mels, T]: the input of every model's forward, [B, n_mels, T] or [B, 1, n_mels, T] with
 /// min_frames <= T <= max_frames. Throws InvalidArgument naming `model` and the accepted shapes for another shape.
@@ -93,7 +110,7 @@ inline double conv3x3_parameters(double in, double out) { return in * out * 9 + 
 inline double linear_parameters(double in, double out) { return in * out + out; }
 
 /// The size of the model make_model(opts, info, num_classes) builds, from the shapes alone (nothing is allocated).
-/// Throws InvalidArgument as make_model does.
+/// Throws InvalidArgument as make_model does (`--model auto` is cnn here, as for every task but verification).
 ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
 
 /// Whether `model` (a `--model` name) is a speaker-embedding model (`resnet-se`, `ecapa`): its forward gives
@@ -101,16 +118,23 @@ ModelSize model_size(const ModelOptions& opts, const MelInfo& info, int64_t num_
 bool is_speaker_model(const std::string& model);
 
 /// Builds the model `opts` names for spectrograms of `info` (n_mels, n_frames) and `num_classes` classes, after
-/// seeding the global generator with opts.seed. Throws InvalidArgument for an unknown model or bad widths, and
+/// seeding the global generator with opts.seed, with cepstral mean normalisation as opts.cmn says (auto: on for the
+/// speaker models). `--model auto` builds a cnn (the default of every task but verification: `train` resolves it
+/// for its task first, ModelOptions::resolved). Throws InvalidArgument for an unknown model or bad widths, and
 /// for a speaker model with fewer than 2 classes.
 std::shared_ptr<Classifier> make_model(const ModelOptions& opts, const MelInfo& info, int64_t num_classes);
 
-/// Builds the architecture a checkpoint recorded (Classifier::config_json). Throws FormatError when the JSON names
-/// an unknown model or lacks a field, and when it records a task other than multiclass (`"task": "multilabel"`,
+/// Builds the architecture a checkpoint recorded (Classifier::config_json), with its "cmn" (absent: off, as every
+/// checkpoint from before the field). Throws FormatError when the JSON names an unknown model or lacks a field, when
+/// "cmn" is not a boolean, and when it records a task other than multiclass (`"task": "multilabel"`,
 /// whose class logits are sigmoid scores, or `"verification"`, whose logits are cosines to training speakers)
 /// unless `any_task`: a caller that treats the logits as softmax classes refuses such a checkpoint instead of
 /// misreading it.
 std::shared_ptr<Classifier> make_model_from_json(const nlohmann::json& config, bool any_task = false);
+
+/// A recorded model configuration's "cmn": false when absent (checkpoints from before the field). Throws
+/// FormatError when it is there but not a boolean.
+bool model_cmn(const nlohmann::json& config);
 
 /// Largest width, class count or input dimension a model configuration read from a file may hold (2^20).
 inline constexpr int64_t kMaxModelWidth = int64_t{1} << 20;

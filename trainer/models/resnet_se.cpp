@@ -136,7 +136,7 @@ ResNetSEImpl::ResNetSEImpl(const ResNetSEConfig& config)
   fc_ = register_module("fc", nn::Linear(2 * config_.pool_features(), config_.embedding_dim));
 }
 
-nlohmann::json ResNetSEImpl::config_json() const {
+nlohmann::json ResNetSEImpl::architecture_json() const {
   return {{"model", "resnet-se"},
           {"n_mels", config_.n_mels},
           {"n_frames", config_.n_frames},
@@ -148,7 +148,7 @@ nlohmann::json ResNetSEImpl::config_json() const {
 ModelOutput ResNetSEImpl::forward(const at::Tensor& x, const at::Tensor& lengths) {
   const at::Tensor in = spectrogram_input(x, config_.n_mels, 1, std::numeric_limits<int64_t>::max(), "resnet-se");
   at::Tensor len = check_lengths(lengths, in.size(0), in.size(-1), in.device(), "resnet-se");
-  at::Tensor h = bn1_(conv1_(mask_time(normalize_input(in), len)).relu_());
+  at::Tensor h = bn1_(conv1_(mask_time(normalize_input(in, len), len)).relu_());
   for (auto& layer : layers_)
     for (const auto& block : *layer) {
       auto* b = block->as<SEBasicBlockImpl>();

@@ -105,7 +105,7 @@ class ResNetSEImpl : public SpeakerModel {
   /// "resnet-se".
   std::string kind() const override { return "resnet-se"; }
   /// {"model": "resnet-se", "n_mels", "n_frames", "num_classes", "width", "embedding_dim"}.
-  nlohmann::json config_json() const override;
+  nlohmann::json architecture_json() const override;
   /// The configuration the model was built with.
   const ResNetSEConfig& config() const { return config_; }
 

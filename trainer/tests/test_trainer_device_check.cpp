@@ -421,3 +421,81 @@ TEST_CASE("[cuda] device check on the GPU: every model passes in TF32, bf16 and 
 }
 
 }  // namespace melforge_test_trainer_device_check
+
+namespace melforge_test_trainer_device_check {
+
+namespace {
+
+/// What check_training_memory advises after "; lower " when `available` bytes are too few (empty when it passes).
+std::string memory_advice(const trainer::TrainConfig& c, const trainer::MelInfo& info, int64_t classes, bool cuda,
+                          int64_t available, int64_t clip_frames) {
+  try {
+    trainer::check_training_memory(c, info, classes, cuda, available, clip_frames);
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    const std::size_t at = m.find("; lower ");
+    return at == std::string::npos ? m : m.substr(at + 8);
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("memory pre-check: a default resnet-se verification run fits, its evaluation rows are charged as "
+          "inference, and the refusal names only the flags of its model and view",
+          "[trainer][device_check][memory][verification_defaults]") {
+  trainer::TrainConfig c;
+  c.train.task = "verification";
+  c.model = c.model.resolved(c.train.task);
+  REQUIRE(c.model.model == "resnet-se");
+  c.view.view = "crops";
+  trainer::MelInfo info;
+  info.n_mels = 80;
+  info.n_frames = 200;
+  const int64_t classes = 1211, clip_frames = 12800;
+  const trainer::ModelSize size = trainer::model_size(c.model, info, classes);
+  const double gib = 1 << 30;
+  const double need = trainer::training_memory_bytes(c, info, classes, false, clip_frames);
+  CAPTURE(size.parameters, need / gib);
+  CHECK(need < 16 * gib);
+  CHECK(need == Approx(size.parameters * 16 + 2.0 * 64 * size.activation_floats * 4));
+  const double clips_dominate = trainer::training_memory_bytes(c, info, classes, false, clip_frames * 10000);
+  CHECK(clips_dominate == Approx(size.parameters * 16 + 10000.0 * clip_frames * 80 * 4));
+  c.eval.batch_size = 100000;
+  CHECK(trainer::training_memory_bytes(c, info, classes, false, clip_frames) == need);
+  c.eval.batch_size = 1024;
+
+  const std::string train_advice = memory_advice(c, info, classes, false, 1 << 20, clip_frames);
+  CAPTURE(train_advice);
+  CHECK(train_advice == "--embedding-dim, --batch-size or --crop-seconds (or give --width quarter)");
+  c.loader.batch_size = 1;
+  CHECK(memory_advice(c, info, classes, false, 1 << 20, clip_frames * 10000) ==
+        "--embedding-dim or --clip-batch-seconds (or give --width quarter)");
+  CHECK(memory_advice(c, info, classes, true, 1 << 20, clip_frames) == "--embedding-dim (or give --width quarter)");
+  try {
+    trainer::check_training_memory(c, info, classes, false, 1 << 20, clip_frames);
+    FAIL("not refused");
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("--model resnet-se, --width half, --embedding-dim 192") &&
+                      Catch::Contains("inference, no stored activations") && !Catch::Contains("--hidden") &&
+                      !Catch::Contains("--rnn-hidden") && !Catch::Contains("--tile") &&
+                      !Catch::Contains("--eval-batch-size") && !Catch::Contains("--channels"));
+  }
+
+  c.train.task = "multiclass";
+  c.model = trainer::ModelOptions().resolved(c.train.task);
+  c.view.view = "tiles";
+  c.loader.batch_size = 64;
+  CHECK(memory_advice(c, info, 4, false, 1 << 20, 0) == "--hidden, --batch-size or --tile-seconds");
+  c.loader.batch_size = 1;
+  c.eval.batch_size = 1 << 20;
+  CHECK(memory_advice(c, info, 4, false, 1 << 20, 0) == "--hidden or --eval-batch-size");
+  c.model.model = "crnn";
+  CHECK(memory_advice(c, info, 4, true, 1 << 10, 0) == "--hidden or --rnn-hidden");
+  c.model.model = "ecapa";
+  c.train.task = "verification";
+  CHECK(memory_advice(c, info, 4, true, 1 << 10, 0) == "--channels or --embedding-dim");
+}
+
+}  // namespace melforge_test_trainer_device_check

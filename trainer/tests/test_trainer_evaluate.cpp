@@ -37,7 +37,7 @@ class CountingModel : public Classifier {
     return inner_->forward(x, lengths);
   }
   std::string kind() const override { return "counting"; }
-  nlohmann::json config_json() const override { return inner_->config_json(); }
+  nlohmann::json architecture_json() const override { return inner_->config_json(); }
   CnnNetImpl& inner() { return *inner_; }
   std::vector<int64_t> batches;
   int64_t padded_rows = 0;

@@ -85,13 +85,15 @@ nlohmann::json time_data_pipeline(BatchLoader& loader, const BenchOptions& opts,
           {"device_resident", loader.device_resident()}};
 }
 
-/// The model of `config` for `dataset` (its examples of `info`'s n_frames), normalised by its training split's statistics, on `device` (channels-last
-/// with --channels-last on CUDA).
+/// The model of `config` for `dataset` (its examples of `info`'s n_frames), normalised by its training split's
+/// statistics (unless --cmn is on), on `device` (channels-last with --channels-last on CUDA).
 std::shared_ptr<Classifier> make_bench_model(const TrainConfig& config, const Dataset& dataset, const MelInfo& info,
                                              const at::Device& device) {
   std::shared_ptr<Classifier> model = make_model(config.model, info, dataset.num_classes());
-  const auto [mean, stddev] = input_statistics(dataset.train);
-  model->set_input_normalization(mean, stddev);
+  if (!model->cmn()) {
+    const auto [mean, stddev] = input_statistics(dataset.train);
+    model->set_input_normalization(mean, stddev);
+  }
   model->to(device);
   if (config.train.channels_last && device.is_cuda()) to_channels_last(*model);
   return model;
@@ -196,6 +198,7 @@ void print_bench(const nlohmann::json& result, const TrainConfig& config, std::o
 nlohmann::json run_bench(const TrainConfig& bench_config, const BenchOptions& opts, std::ostream& out,
                          std::ostream& log_stream) {
   TrainConfig config = bench_config;
+  config.model = config.model.resolved(config.train.task);
   validate_bench(config, opts);
   if (config.train.multilabel())
     throw InvalidArgument("bench times the --task multiclass and verification steps; --task multilabel is not "

@@ -228,7 +228,8 @@ void add_options(po::options_description& desc, TrainOptions& o) {
       "class of the detection head (default: 'leak' if present, else the first class; none: no detection head)")(
       "task", po::value(&o.task)->default_value(o.task)->value_name("multiclass|multilabel|verification"),
       "multiclass: one class per file (softmax + detection head); multilabel: sigmoid/BCE over the dataset's "
-      "targets matrix; verification: speaker embeddings (--model resnet-se|ecapa, AAM-softmax), scored by EER")(
+      "targets matrix; verification: speaker embeddings (--model resnet-se, the default, or ecapa; AAM-softmax), "
+      "scored by EER")(
       "margin", po::value(&o.margin)->default_value(o.margin)->value_name("RAD"),
       "verification: additive angular margin of the AAM-softmax loss (radians)")(
       "scale", po::value(&o.scale)->default_value(o.scale)->value_name("S"),
@@ -267,12 +268,12 @@ void check_model_task(const std::string& model, const std::string& task) {
     throw InvalidArgument("--model " + model + " is a speaker-embedding model: it trains with --task verification "
                           "(--task " + task + " needs --model cnn or crnn)");
   if (!is_speaker_model(model) && task == kTaskVerification)
-    throw InvalidArgument("--task verification trains a speaker-embedding model: --model resnet-se or ecapa (got "
-                          "--model " + model + ")");
+    throw InvalidArgument("--task verification trains a speaker-embedding model: --model resnet-se or ecapa "
+                          "(resnet-se by default; got --model " + model + ")");
 }
 
 void TrainConfig::validate() const {
-  check_model_task(model.model, train.task);
+  check_model_task(model.resolved(train.task).model, train.task);
   if (train.resume.empty()) {
     data.validate();
     if (train.out.empty()) throw InvalidArgument("--out is required: the run folder to create");

@@ -43,7 +43,8 @@ struct TrainOptions {
   /// `multiclass` (one class per file: cross-entropy plus the detection head), `multilabel` (the class logits
   /// through sigmoid/BCE against the dataset's targets matrix; no detection head) or `verification` (a speaker
   /// model, `--model resnet-se|ecapa`, trained with the AAM-softmax loss on the training split's classes and
-  /// validated by the EER of per-file embeddings; no detection head).
+  /// validated by the EER of per-file embeddings; no detection head). `--model auto` (the default) is resnet-se for
+  /// verification and cnn for the others.
   std::string task = "multiclass";
   /// --task verification: the additive angular margin of the AAM-softmax loss, radians in [0, pi/2).
   double margin = 0.2;
@@ -159,9 +160,9 @@ struct TrainConfig {
 /// Registers every group of TrainConfig.
 void add_options(boost::program_options::options_description& desc, TrainConfig& config);
 
-/// Throws InvalidArgument, before any work, when `model` (a ModelOptions::model name) cannot be trained for `task`:
-/// the speaker-embedding models (`resnet-se`, `ecapa`) train for `--task verification` only, and that task needs
-/// one of them.
+/// Throws InvalidArgument, before any work, when `model` (a ModelOptions::model name, `auto` resolved:
+/// ModelOptions::resolved) cannot be trained for `task`: the speaker-embedding models (`resnet-se`, `ecapa`) train
+/// for `--task verification` only, and that task needs one of them.
 void check_model_task(const std::string& model, const std::string& task);
 
 /// The value of `metric` (one of TrainOptions::best_metric's names) in a validation result (val_eer in percent,

@@ -81,11 +81,13 @@ TrainResult Run::run_stages() {
 
 void Run::set_up_job() {
   cfg_.validate();
+  cfg_.model = cfg_.model.resolved(cfg_.train.task);
   const DistOptions dist = cfg_.dist.resolve();
   rank_ = dist.rank;
   world_ = dist.world_size;
   if (rank_ > 0 && log_.level() < LogLevel::warn) log_ = Logger(log_.stream(), LogLevel::warn);
   resolve_resume();
+  cfg_.model = cfg_.model.resolved(cfg_.train.task);
   cfg_.train.best_metric = cfg_.train.resolved_best_metric();
   multilabel_ = cfg_.train.multilabel();
   verification_ = cfg_.train.verification();
@@ -109,7 +111,8 @@ void Run::check_dataset() {
   if (multilabel_ || verification_)
     std::tie(s_.positive_index, s_.positive_name) = std::pair<int64_t, std::string>{-1, "none"};
   else std::tie(s_.positive_index, s_.positive_name) = pick_positive_class(meta, cfg_.train.positive_class, log_);
-  check_training_memory(cfg_, model_info_, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes());
+  check_training_memory(cfg_, model_info_, meta.num_classes(), s_.device.is_cuda(), available_memory_bytes(),
+                        evaluation_clip_frames(cfg_, meta));
   dataset_identity_ = dataset_identity(meta);
   if (!resume_from_ && !cfg_.train.init_from.empty()) check_init_weights(meta);
   if (!resume_from_) return;
@@ -227,8 +230,13 @@ void Run::resolve_pos_weight() {
 
 void Run::set_up_model() {
   model_ = make_model(cfg_.model, model_info_, data_.num_classes());
-  std::tie(input_mean_, input_std_) = input_statistics(data_.train);
-  model_->set_input_normalization(input_mean_, input_std_);
+  if (model_->cmn()) {
+    log_.info("--cmn on: each utterance's mel bins minus their mean over its real frames (in the model's forward); "
+              "no global input mean/std computed or applied");
+  } else {
+    std::tie(input_mean_, input_std_) = input_statistics(data_.train);
+    model_->set_input_normalization(input_mean_, input_std_);
+  }
   model_->to(s_.device);
   if (init_) apply_init_weights();
   if (multilabel_) train_targets_ = data_.train.targets.to(s_.device);

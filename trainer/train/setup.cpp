@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "data/dataset.h"
+#include "eval/batching.h"
 #include "eval/multilabel.h"
 #include "melforge/common/h5.h"
 #include "melforge/common/errors.h"
@@ -87,13 +88,62 @@ TrainingView training_view(const TrainConfig& config, const Split& train) {
   return v;
 }
 
-double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda) {
+int64_t evaluation_clip_frames(const TrainConfig& config, const Dataset& meta) {
+  if (evaluation_view_options(config.view, meta.val, config.model.model).view != "clips") return 0;
+  int64_t longest = 0;
+  for (const Split* split : {&meta.val, &meta.test})
+    for (const int64_t frames : split->clip_frame_counts()) longest = std::max(longest, frames);
+  return std::max(frame_rate(meta.info).frames(config.view.clip_batch_seconds), longest);
+}
+
+namespace {
+
+/// Input floats of one evaluation pass (training_memory_bytes).
+double evaluation_floats(const TrainConfig& config, const MelInfo& info, int64_t eval_clip_frames) {
+  const double frames = eval_clip_frames > 0
+                            ? static_cast<double>(eval_clip_frames)
+                            : static_cast<double>(config.eval.batch_size) * static_cast<double>(info.n_frames);
+  return frames * static_cast<double>(info.n_mels);
+}
+
+/// Floats of one training batch's activations, kept for backward and again as gradients.
+double training_floats(const TrainConfig& config, const ModelSize& size) {
+  return 2 * static_cast<double>(config.loader.batch_size) * size.activation_floats;
+}
+
+/// The width flags of `m`'s model with their values ("--width half, --embedding-dim 192").
+std::string width_values(const ModelOptions& m) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (m.model == "resnet-se") return "--width " + m.width + ", --embedding-dim " + n(m.embedding_dim);
+  if (m.model == "ecapa") return "--channels " + n(m.channels) + ", --embedding-dim " + n(m.embedding_dim);
+  if (m.model == "crnn") return "--hidden " + n(m.hidden) + ", --rnn-hidden " + n(m.rnn_hidden);
+  return "--hidden " + n(m.hidden);
+}
+
+/// The numeric width flags of `m`'s model that lower its size.
+std::vector<std::string> width_flags(const ModelOptions& m) {
+  if (m.model == "resnet-se") return {"--embedding-dim"};
+  if (m.model == "ecapa") return {"--channels", "--embedding-dim"};
+  if (m.model == "crnn") return {"--hidden", "--rnn-hidden"};
+  return {"--hidden"};
+}
+
+/// "a", "a or b", "a, b or c".
+std::string either(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
+
+}  // namespace
+
+double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
+                             int64_t eval_clip_frames) {
   const ModelSize size = model_size(config.model, info, num_classes);
   if (cuda) return size.parameters * 12;
-  const double train_floats = 2 * static_cast<double>(config.loader.batch_size) * size.activation_floats;
-  const double eval_floats = static_cast<double>(config.eval.batch_size) * static_cast<double>(info.n_mels) *
-                             static_cast<double>(info.n_frames);
-  return size.parameters * 16 + std::max(train_floats, eval_floats) * sizeof(float);
+  const double floats = std::max(training_floats(config, size), evaluation_floats(config, info, eval_clip_frames));
+  return size.parameters * 16 + floats * sizeof(float);
 }
 
 nlohmann::json dataset_identity(const Dataset& meta) {
@@ -151,22 +201,34 @@ void check_confusion_memory(int64_t num_classes, int64_t available_bytes, const 
 }
 
 void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
-                           int64_t available_bytes) {
+                           int64_t available_bytes, int64_t eval_clip_frames) {
   if (config.train.task == kTaskMulticlass)
     check_confusion_memory(num_classes, available_bytes, "the dataset " + config.data.data.string());
-  const double need = training_memory_bytes(config, info, num_classes, cuda);
+  const double need = training_memory_bytes(config, info, num_classes, cuda, eval_clip_frames);
   if (available_bytes < 0 || need <= static_cast<double>(available_bytes)) return;
   const ModelSize size = model_size(config.model, info, num_classes);
   const double gib = 1 << 30;
+  std::vector<std::string> lower = width_flags(config.model);
+  std::string what = "12 bytes a parameter for the checkpoints' host copies of the weights and AdamW's moments";
+  if (!cuda) {
+    const double train = training_floats(config, size) * sizeof(float);
+    const double eval = evaluation_floats(config, info, eval_clip_frames) * sizeof(float);
+    const std::string example = config.view.view == "crops" ? "--crop-seconds" : "--tile-seconds";
+    const std::string eval_flag = eval_clip_frames > 0 ? "--clip-batch-seconds" : "--eval-batch-size";
+    what = fmt("16 bytes a parameter for the weights, gradients and AdamW's two moments, plus the larger of a "
+               "training batch's activations, %.1f GiB (--batch-size %lld, %s), and an evaluation batch's inputs, "
+               "%.1f GiB (inference, no stored activations: %s)",
+               train / gib, static_cast<long long>(config.loader.batch_size), example.c_str(), eval / gib,
+               eval_flag.c_str());
+    if (train >= eval) lower.insert(lower.end(), {"--batch-size", example});
+    else lower.push_back(eval_flag);
+  }
+  const bool half = config.model.model == "resnet-se" && config.model.width == "half";
   throw InvalidArgument(fmt(
-      "the model (--model %s, --hidden %lld) has %.3g parameters: training it needs about %.1f GiB of memory (%s), "
-      "more than the %.1f GiB available (MemAvailable); lower --hidden%s",
-      config.model.model.c_str(), static_cast<long long>(config.model.hidden), size.parameters, need / gib,
-      cuda ? "12 bytes a parameter for the checkpoints' host copies of the weights and AdamW's moments"
-           : "16 bytes a parameter for the weights, gradients and AdamW's two moments, plus the activations of a "
-             "batch",
-      static_cast<double>(available_bytes) / gib,
-      config.model.model == "crnn" ? " or --rnn-hidden" : cuda ? "" : " (or --batch-size, --eval-batch-size)"));
+      "the model (--model %s, %s) has %.3g parameters: training it needs about %.1f GiB of memory (%s), more than "
+      "the %.1f GiB available (MemAvailable); lower %s%s",
+      config.model.model.c_str(), width_values(config.model).c_str(), size.parameters, need / gib, what.c_str(),
+      static_cast<double>(available_bytes) / gib, either(lower).c_str(), half ? " (or give --width quarter)" : ""));
 }
 
 double inference_memory_bytes(const ModelSize& size, const nlohmann::json& model_config, int64_t batch) {

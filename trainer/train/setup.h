@@ -82,17 +82,30 @@ struct TrainingView {
 /// read (split_view refuses a view the split's schema cannot give). Throws InvalidArgument naming the flag.
 TrainingView training_view(const TrainConfig& config, const Split& train);
 
+/// Padded frames of one evaluation pass of `train`'s validation and final evaluation when it embeds whole clips (a
+/// speaker model on a schema-3 dataset, evaluation_view_options): the larger of --clip-batch-seconds of frames and
+/// the longest clip of the val and test splits (a longer clip is alone in its batch). 0 when the evaluation reads
+/// examples of the model's input length in batches of --eval-batch-size (tiles). `config`'s model and view resolved.
+int64_t evaluation_clip_frames(const TrainConfig& config, const Dataset& meta);
+
 /// Bytes of host memory training the model of `config` needs at the least: on the CPU 16 bytes a parameter (weights,
 /// gradients and AdamW's two moments) plus the larger of a training batch's activations (kept for backward and again
-/// as gradients) and an evaluation batch's inputs (evaluation runs without autograd, so its layers' outputs are freed
-/// as it goes: only its input is sure to be held whole); on CUDA 12 bytes a parameter (the checkpoints' host copies of the
-/// weights and moments). Computed from the shapes alone (model_size), before anything is allocated.
-double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda);
+/// as gradients) and an evaluation batch's inputs, charged as inference: evaluation runs without autograd, so its
+/// layers' outputs are freed as it goes and only its input is sure to be held whole (--eval-batch-size examples of
+/// info.n_frames, or `eval_clip_frames` padded frames of whole clips when it is > 0: evaluation_clip_frames); on
+/// CUDA 12 bytes a parameter (the checkpoints' host copies of the weights and moments). Computed from the shapes
+/// alone (model_size), before anything is allocated. `config`'s model resolved (ModelOptions::resolved).
+double training_memory_bytes(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
+                             int64_t eval_clip_frames = 0);
 
-/// Throws InvalidArgument, naming the parameters, the bytes needed and available and the options to change, when
-/// training_memory_bytes exceeds `available_bytes` (MemAvailable; nothing is checked when it is negative).
+/// Throws InvalidArgument when training_memory_bytes exceeds `available_bytes` (MemAvailable; nothing is checked
+/// when it is negative), naming the parameters, the bytes needed and available, and only the flags that change
+/// them for this model and run: the model's widths (cnn --hidden; crnn --hidden, --rnn-hidden; resnet-se --width,
+/// --embedding-dim; ecapa --channels, --embedding-dim), then on the CPU those of the larger term: --batch-size and
+/// the example length (--crop-seconds or --tile-seconds, as the training view) for the training batch,
+/// --clip-batch-seconds (whole clips) or --eval-batch-size (tiles) for the evaluation batch.
 void check_training_memory(const TrainConfig& config, const MelInfo& info, int64_t num_classes, bool cuda,
-                           int64_t available_bytes);
+                           int64_t available_bytes, int64_t eval_clip_frames = 0);
 
 /// The dataset's identity, recorded in every checkpoint (state "dataset") and compared on --resume: per split
 /// {"clips", "frames", "classes", "class_names_fnv1a" (a digest of the class names), "build_id" (the split file's
