@@ -269,7 +269,8 @@ TEST_CASE("scores and trial lists that cannot work are refused naming the flag, 
       {"1 {0} {1}\n0 {0} nowhere/f9.wav\n", "bad.txt:2: unknown path 'nowhere/f9.wav'"},
   }));
   std::string list = text;
-  for (const auto& [key, value] : {std::pair<std::string, std::string>{"{0}", s.paths[0]}, {"{1}", s.paths[1]}})
+  const std::vector<std::pair<std::string, std::string>> fill = {{"{0}", s.paths[0]}, {"{1}", s.paths[1]}};
+  for (const auto& [key, value] : fill)
     for (std::size_t at; (at = list.find(key)) != std::string::npos;) list.replace(at, key.size(), value);
   CAPTURE(list);
   test::write_text(s.dir / "bad.txt", list);
