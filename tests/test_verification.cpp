@@ -349,10 +349,10 @@ TEST_CASE("read_trials reads VoxCeleb lists and names the file, line and problem
   CHECK(vf::trial_targets(trials) == std::vector<uint8_t>{1, 0});
 
   const auto [text, message] = GENERATE(table<std::string, std::string>({
-      {"1 id1/a/1.wav id1/b/2.wav\n1 id1/a/1.wav\n", "line 2: expected 3 fields"},
-      {"1 id1/a/1.wav id1/b/2.wav x\n", "line 1: expected 3 fields 'LABEL ENROLL TEST', found 4"},
-      {"\n2 id1/a/1.wav id1/b/2.wav\n", "line 2: the label must be 1 (target) or 0 (non-target), found '2'"},
-      {"1 id1/a/1.wav id9/x.wav\n", "line 1: unknown path 'id9/x.wav'"},
+      {"1 id1/a/1.wav id1/b/2.wav\n1 id1/a/1.wav\n", "trials.txt:2: expected 3 fields"},
+      {"1 id1/a/1.wav id1/b/2.wav x\n", "trials.txt:1: expected 3 fields 'LABEL ENROLL TEST', found 4"},
+      {"\n2 id1/a/1.wav id1/b/2.wav\n", "trials.txt:2: the label must be 1 (target) or 0 (non-target), found '2'"},
+      {"1 id1/a/1.wav id9/x.wav\n", "trials.txt:1: unknown path 'id9/x.wav'"},
       {"0 x.wav y.wav\n", "unknown path 'x.wav', 'y.wav'"},
       {"\n \n", "holds no trial"},
   }));
@@ -367,6 +367,89 @@ TEST_CASE("read_trials refuses a missing file and a split with a path twice", "[
   CHECK_THROWS_AS(vf::read_trials(d / "missing.txt", {"a.wav"}), IoError);
   melforge::test::write_text(d / "t.txt", "1 a.wav a.wav\n");
   CHECK_THROWS_WITH(vf::read_trials(d / "t.txt", {"a.wav", "b.wav", "a.wav"}), Catch::Contains("'a.wav' twice"));
+}
+
+TEST_CASE("trial paths resolve as the recipes write them: exactly, under --trials-root, absolute, or as a path's end",
+          "[verification][trial_paths]") {
+  const std::vector<std::string> stored = {"wav/id10270/5r0dWxy17C8/00001.wav", "wav/id10270/5r0dWxy17C8/00002.wav",
+                                           "wav/id10300/ize_eiCFEg0/00003.wav", "other/id10300/ize_eiCFEg0/00003.wav",
+                                           "x.wav"};
+  const vf::TrialPathIndex index(stored);
+  const auto [field, root, want] = GENERATE(table<std::string, std::string, int64_t>({
+      {"wav/id10270/5r0dWxy17C8/00001.wav", "", 0},
+      {"./wav/id10270/5r0dWxy17C8/00002.wav", "", 1},
+      {"id10270/5r0dWxy17C8/00001.wav", "", 0},
+      {"5r0dWxy17C8/00002.wav", "", 1},
+      {"00001.wav", "", 0},
+      {"id10300/ize_eiCFEg0/00003.wav", "wav", 2},
+      {"id10300/ize_eiCFEg0/00003.wav", "other", 3},
+      {"id10300/ize_eiCFEg0/00003.wav", "wav/", 2},
+      {"00003.wav", "wav/id10300/ize_eiCFEg0", 2},
+      {"/data/VoxCeleb1/wav/id10270/5r0dWxy17C8/00001.wav", "", 0},
+      {"/data/VoxCeleb1/other/id10300/ize_eiCFEg0/00003.wav", "", 3},
+      {"/mnt/x.wav", "", 4},
+      {"id10300/ize_eiCFEg0/00003.wav", "/data/VoxCeleb1/other", 3},
+      {"x.wav", "wav", 4},
+  }));
+  CAPTURE(field, root);
+  const vf::TrialPathIndex::Match m = index.find(field, {root});
+  CHECK(m.index == want);
+  CHECK(m.ambiguous == 0);
+}
+
+TEST_CASE("a trial path that names several stored files, or none, is refused naming the list, line and field",
+          "[verification][trial_paths]") {
+  const std::vector<std::string> stored = {"wav/id1/v/1.wav", "dev/id1/v/1.wav", "wav/id2/v/2.wav"};
+  const vf::TrialPathIndex index(stored);
+  const vf::TrialPathIndex::Match m = index.find("id1/v/1.wav");
+  CHECK(m.index == -1);
+  CHECK(m.ambiguous == 2);
+  CHECK(m.candidates == std::vector<std::string>{"wav/id1/v/1.wav", "dev/id1/v/1.wav"});
+  CHECK(index.find("id9/v/1.wav").index == -1);
+  CHECK(index.find("/elsewhere/id9/v/9.wav").index == -1);
+  CHECK(index.find("d1/v/1.wav").index == -1);
+
+  melforge::test::TempDir d;
+  const auto list = d / "veri.txt";
+  const auto [text, message] = GENERATE(table<std::string, std::string>({
+      {"1 id2/v/2.wav id1/v/1.wav\n", "veri.txt:1: ambiguous path 'id1/v/1.wav' matches 2 files of the split ("
+                                      "'wav/id1/v/1.wav', 'dev/id1/v/1.wav')"},
+      {"1 wav/id1/v/1.wav wav/id2/v/2.wav\n\n0 id2/v/2.wav id3/v/3.wav\n", "veri.txt:3: unknown path 'id3/v/3.wav'"},
+      {"0 /corpus/wav/id2/v/2.wav /corpus/wav/id7/v/1.wav\n", "veri.txt:1: unknown path '/corpus/wav/id7/v/1.wav'"},
+  }));
+  CAPTURE(text);
+  melforge::test::write_text(list, text);
+  CHECK_THROWS_AS(vf::read_trial_list(list, index), FormatError);
+  CHECK_THROWS_WITH(vf::read_trial_list(list, index), Catch::Contains(message));
+}
+
+TEST_CASE("read_trial_list keeps each trial's fields as written and bounds the file and its lines",
+          "[verification][trial_paths]") {
+  const vf::TrialPathIndex index({"wav/id1/a/1.wav", "wav/id1/b/2.wav", "wav/id2/c/3.wav"});
+  melforge::test::TempDir d;
+  const auto list = d / "t.txt";
+  melforge::test::write_text(list, "1 id1/a/1.wav /root/wav/id1/b/2.wav\r\n0 wav/id2/c/3.wav 1.wav\n");
+  const vf::TrialList read = vf::read_trial_list(list, index);
+  CHECK(read.trials == std::vector<vf::Trial>{{0, 1, true}, {2, 0, false}});
+  CHECK(read.enroll == std::vector<std::string>{"id1/a/1.wav", "wav/id2/c/3.wav"});
+  CHECK(read.test == std::vector<std::string>{"/root/wav/id1/b/2.wav", "1.wav"});
+
+  SECTION("a line longer than kMaxTrialLineBytes is refused naming its line") {
+    melforge::test::write_text(list, "1 id1/a/1.wav id1/b/2.wav\n1 id1/a/1.wav " +
+                                         std::string(vf::kMaxTrialLineBytes, 'x') + "\n");
+    CHECK_THROWS_WITH(vf::read_trial_list(list, index), Catch::Contains("t.txt:2: line of") &&
+                                                            Catch::Contains("longer than"));
+  }
+  SECTION("a file larger than the bound is refused before it is read") {
+    melforge::test::write_text(list, "1 id1/a/1.wav id1/b/2.wav\n");
+    CHECK_THROWS_AS(vf::read_trial_list(list, index, {}, 10), FormatError);
+    std::filesystem::resize_file(list, vf::kMaxTrialListBytes + 1);
+    CHECK_THROWS_AS(vf::read_trial_list(list, index), FormatError);
+    CHECK_THROWS_WITH(vf::read_trial_list(list, index), Catch::Contains("t.txt"));
+  }
+  SECTION("a folder is not a trial list") {
+    CHECK_THROWS_AS(vf::read_trial_list(d.path(), index), InvalidArgument);
+  }
 }
 
 TEST_CASE("probit inverts the normal distribution function", "[verification]") {

@@ -1,11 +1,11 @@
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "melforge/common/errors.h"
+#include "melforge/common/fs_util.h"
+#include "melforge/common/utf8.h"
 #include "melforge/common/splitmix.h"
 #include "verification/verification.h"
 
@@ -148,49 +148,155 @@ std::vector<Trial> generate_trials(const std::vector<int32_t>& labels, int64_t c
 
 namespace {
 
-std::string where(const std::filesystem::path& path, int64_t line) {
-  return "trial list " + path.string() + " line " + std::to_string(line) + ": ";
-}
+/// `p` lexically normalised with '/' separators ("./a//b.wav" -> "a/b.wav").
+std::string normal(std::string_view p) { return std::filesystem::path(p).lexically_normal().generic_string(); }
 
-Trial parse_trial_line(const std::string& text, const std::filesystem::path& path, int64_t line,
-                       const std::unordered_map<std::string, int64_t>& index) {
-  std::istringstream in(text);
-  std::vector<std::string> fields;
-  for (std::string f; in >> f;) fields.push_back(f);
-  if (fields.size() != 3)
-    throw FormatError(where(path, line) + "expected 3 fields 'LABEL ENROLL TEST', found " +
-                      std::to_string(fields.size()));
-  if (fields[0] != "0" && fields[0] != "1")
-    throw FormatError(where(path, line) + "the label must be 1 (target) or 0 (non-target), found '" + fields[0] +
-                      "'");
-  std::string unknown;
-  for (std::size_t k = 1; k < 3; ++k)
-    if (!index.contains(fields[k])) unknown += (unknown.empty() ? "'" : ", '") + fields[k] + "'";
-  if (!unknown.empty())
-    throw FormatError(where(path, line) + "unknown path " + unknown + " (not among the " +
-                      std::to_string(index.size()) + " files of the split)");
-  return {index.at(fields[1]), index.at(fields[2]), fields[0] == "1"};
+/// Positions just after each '/' of `p` that starts a non-empty trailing run of components (the proper tails).
+std::vector<std::size_t> tail_starts(const std::string& p) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i + 1 < p.size(); ++i)
+    if (p[i] == '/' && p[i + 1] != '/') out.push_back(i + 1);
+  return out;
 }
 
 }  // namespace
 
-std::vector<Trial> read_trials(const std::filesystem::path& path, const std::vector<std::string>& file_paths) {
-  std::unordered_map<std::string, int64_t> index;
-  for (std::size_t i = 0; i < file_paths.size(); ++i)
-    if (!index.emplace(file_paths[i], static_cast<int64_t>(i)).second)
-      throw InvalidArgument("trial list " + path.string() + ": the split holds path '" + file_paths[i] + "' twice");
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open trial list " + path.string());
-  std::vector<Trial> trials;
-  int64_t line = 0;
-  for (std::string text; std::getline(in, text);) {
-    ++line;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    trials.push_back(parse_trial_line(text, path, line, index));
+TrialPathIndex::TrialPathIndex(std::vector<std::string> stored) : stored_(std::move(stored)) {
+  exact_.reserve(stored_.size());
+  for (std::size_t i = 0; i < stored_.size(); ++i) {
+    if (!exact_.emplace(stored_[i], static_cast<int64_t>(i)).second)
+      throw InvalidArgument("the split holds path '" + utf8::for_terminal(stored_[i]) + "' twice");
+    for (const std::size_t at : tail_starts(stored_[i])) {
+      auto& [count, first] = tails_[stored_[i].substr(at)];
+      if (++count <= 3) first.push_back(static_cast<int64_t>(i));
+    }
   }
-  if (in.bad()) throw IoError("cannot read trial list " + path.string());
-  if (trials.empty()) throw FormatError("trial list " + path.string() + " holds no trial");
-  return trials;
+}
+
+int64_t TrialPathIndex::exact(const std::string& p) const {
+  const auto it = exact_.find(p);
+  return it == exact_.end() ? -1 : it->second;
+}
+
+int64_t TrialPathIndex::longest_tail(const std::string& absolute) const {
+  for (const std::size_t at : tail_starts(absolute))
+    if (const int64_t i = exact(absolute.substr(at)); i >= 0) return i;
+  return -1;
+}
+
+TrialPathIndex::Match TrialPathIndex::find(std::string_view field, const TrialPathRules& rules) const {
+  Match m;
+  if ((m.index = exact(std::string(field))) >= 0) return m;
+  if (!rules.root.empty()) {
+    const std::string joined = (std::filesystem::path(rules.root) / std::filesystem::path(field))
+                                   .lexically_normal().generic_string();
+    if ((m.index = exact(joined)) >= 0) return m;
+    if (!joined.empty() && joined.front() == '/' && (m.index = longest_tail(joined)) >= 0) return m;
+  }
+  const std::string p = normal(field);
+  if (!p.empty() && p.front() == '/') {
+    m.index = longest_tail(p);
+    return m;
+  }
+  if ((m.index = exact(p)) >= 0) return m;
+  const auto it = tails_.find(p);
+  if (it == tails_.end()) return m;
+  if (it->second.first == 1) {
+    m.index = it->second.second.front();
+    return m;
+  }
+  m.ambiguous = it->second.first;
+  for (const int64_t i : it->second.second) m.candidates.push_back(path(i));
+  return m;
+}
+
+namespace {
+
+std::string where(const std::filesystem::path& path, int64_t line) {
+  return "trial list " + utf8::for_terminal(path.string()) + ":" + std::to_string(line) + ": ";
+}
+
+/// The fields of one line, split at spaces and tabs.
+std::vector<std::string_view> split_fields(std::string_view text) {
+  std::vector<std::string_view> fields;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    const std::size_t begin = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\t') ++i;
+    if (i > begin) fields.push_back(text.substr(begin, i - begin));
+  }
+  return fields;
+}
+
+/// The index of path field `field` of a line, or -1 with its problem appended to `unknown` / `ambiguous`.
+int64_t resolve_field(std::string_view field, const TrialPathIndex& index, const TrialPathRules& rules,
+                      std::string& unknown, std::string& ambiguous) {
+  const TrialPathIndex::Match m = index.find(field, rules);
+  if (m.index >= 0) return m.index;
+  const std::string name = "'" + utf8::for_terminal(field) + "'";
+  if (m.ambiguous > 1) {
+    std::string c;
+    for (const std::string& p : m.candidates) c += (c.empty() ? "'" : ", '") + utf8::for_terminal(p) + "'";
+    ambiguous += (ambiguous.empty() ? "" : "; ") + name + " matches " + std::to_string(m.ambiguous) +
+                 " files of the split (" + c + (m.ambiguous > 3 ? ", ..." : "") + ")";
+  } else {
+    unknown += (unknown.empty() ? "" : ", ") + name;
+  }
+  return -1;
+}
+
+Trial parse_trial_line(std::string_view text, const std::filesystem::path& path, int64_t line,
+                       const TrialPathIndex& index, const TrialPathRules& rules, TrialList& list) {
+  const std::vector<std::string_view> fields = split_fields(text);
+  if (fields.size() != 3)
+    throw FormatError(where(path, line) + "expected 3 fields 'LABEL ENROLL TEST', found " +
+                      std::to_string(fields.size()));
+  if (fields[0] != "0" && fields[0] != "1")
+    throw FormatError(where(path, line) + "the label must be 1 (target) or 0 (non-target), found '" +
+                      utf8::for_terminal(fields[0]) + "'");
+  std::string unknown, ambiguous;
+  const int64_t enroll = resolve_field(fields[1], index, rules, unknown, ambiguous);
+  const int64_t test = resolve_field(fields[2], index, rules, unknown, ambiguous);
+  if (!unknown.empty())
+    throw FormatError(where(path, line) + "unknown path " + unknown + " (not among the " +
+                      std::to_string(index.files()) + " files of the split, exactly, under --trials-root, as an "
+                      "absolute path or as the end of a stored path)");
+  if (!ambiguous.empty())
+    throw FormatError(where(path, line) + "ambiguous path " + ambiguous +
+                      ": write more of the path, or give --trials-root");
+  list.enroll.emplace_back(fields[1]);
+  list.test.emplace_back(fields[2]);
+  return {enroll, test, fields[0] == "1"};
+}
+
+}  // namespace
+
+TrialList read_trial_list(const std::filesystem::path& path, const TrialPathIndex& index, const TrialPathRules& rules,
+                          std::uintmax_t max_bytes) {
+  const std::string text = read_regular_file(path, "trial list", max_bytes);
+  TrialList list;
+  list.path = path;
+  int64_t line = 0;
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    std::string_view row(text.data() + pos, end - pos);
+    pos = end + 1;
+    if (row.size() > kMaxTrialLineBytes)
+      throw FormatError(where(path, line) + "line of " + std::to_string(row.size()) + " bytes, longer than " +
+                        std::to_string(kMaxTrialLineBytes) + " (three paths)");
+    if (!row.empty() && row.back() == '\r') row.remove_suffix(1);
+    if (row.find_first_not_of(" \t") == std::string_view::npos) continue;
+    list.trials.push_back(parse_trial_line(row, path, line, index, rules, list));
+  }
+  if (list.trials.empty()) throw FormatError("trial list " + utf8::for_terminal(path.string()) + " holds no trial");
+  return list;
+}
+
+std::vector<Trial> read_trials(const std::filesystem::path& path, const std::vector<std::string>& file_paths) {
+  return read_trial_list(path, TrialPathIndex(file_paths)).trials;
 }
 
 std::vector<uint8_t> trial_targets(const std::vector<Trial>& trials) {

@@ -24,6 +24,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "melforge/common/png.h"
@@ -52,12 +55,82 @@ struct Trial {
 /// available (the message gives both numbers).
 std::vector<Trial> generate_trials(const std::vector<int32_t>& labels, int64_t count, uint64_t seed);
 
-/// The trials of a VoxCeleb-style trial list at `path`: one trial per line, `LABEL ENROLL TEST` separated by spaces or
-/// tabs, LABEL 1 (target) or 0 (non-target), ENROLL and TEST paths exactly as in `file_paths` (the dataset's `path`
-/// strings; the trial's indices are positions in it). Blank lines are skipped; a trailing '\r' is ignored. Throws
-/// IoError when the file cannot be read, InvalidArgument when `file_paths` holds a path twice, and FormatError naming
-/// the file, the line number and the problem: a field count other than 3, a label other than 0 or 1, a path that is
-/// not in `file_paths` (every such path of the line is named), or a list without any trial.
+/// Largest trial list read_trial_list reads: 256 MiB (VoxCeleb1-H, 550,000 trials, is 44 MB).
+inline constexpr std::uintmax_t kMaxTrialListBytes = std::uintmax_t{256} << 20;
+/// Longest line of a trial list, bytes (three fields of at most 4,096 bytes each, as PATH_MAX, and separators).
+inline constexpr std::size_t kMaxTrialLineBytes = 3 * 4096 + 64;
+
+/// How a trial list's path fields name the split's stored paths beyond an exact match.
+struct TrialPathRules {
+  /// `--trials-root`: the folder the list's paths are written relative to. A relative one is relative to the folder
+  /// the stored paths are relative to (the split files do not record where the corpus lay when it was built), i.e.
+  /// a prefix such as `wav` for a dataset storing `wav/id10270/...` and a list writing `id10270/...`; an absolute one
+  /// makes every joined path absolute (then matched as an absolute field). Empty: none.
+  std::string root;
+};
+
+/// The stored paths of a split (its `path` strings, position = file index), indexed once for matching trial-list
+/// fields: exactly, and by their trailing path components. Torch-free, for the trainer and a Python binding.
+class TrialPathIndex {
+ public:
+  /// Indexes `stored` [files]. Throws InvalidArgument naming the path when a path is there twice.
+  explicit TrialPathIndex(std::vector<std::string> stored);
+
+  /// Outcome of find(): a file index, or none with the candidates of an ambiguous field.
+  struct Match {
+    /// Index into the stored paths, or -1 (unknown or ambiguous).
+    int64_t index = -1;
+    /// Stored paths ending in "/<field>" when several do (at most 3, in index order; `ambiguous` counts them all).
+    std::vector<std::string> candidates;
+    /// How many stored paths end in "/<field>" (> 1: ambiguous).
+    int64_t ambiguous = 0;
+  };
+
+  /// The stored path that `field` names, tried in this order: (1) equal to it; (2) with a rules.root, equal to
+  /// root/field lexically normalised (an absolute root: rule 3 applied to root/field); (3) an absolute field: the
+  /// stored path equal to its longest trailing run of components (the absolute path made relative to the folder the
+  /// stored paths are relative to, wherever the corpus lies on this machine); (4) a relative field: the only stored
+  /// path ending in "/<field>" (lexically normalised), e.g. `wav/id10270/5r0dWxy17C8/00001.wav` for
+  /// `id10270/5r0dWxy17C8/00001.wav`. Several stored paths ending so: ambiguous (index -1, candidates filled).
+  Match find(std::string_view field, const TrialPathRules& rules = {}) const;
+
+  /// Stored paths indexed.
+  int64_t files() const { return static_cast<int64_t>(stored_.size()); }
+  /// Stored path `i`.
+  const std::string& path(int64_t i) const { return stored_[static_cast<std::size_t>(i)]; }
+
+ private:
+  int64_t exact(const std::string& p) const;
+  int64_t longest_tail(const std::string& absolute) const;
+  std::vector<std::string> stored_;
+  std::unordered_map<std::string, int64_t> exact_;
+  /// Each proper trailing run of components ("b/c.wav", "c.wav" of "a/b/c.wav") -> the stored paths ending so
+  /// (at most 3 kept) and their count.
+  std::unordered_map<std::string, std::pair<int64_t, std::vector<int64_t>>> tails_;
+};
+
+/// A trial list as read: its trials and each trial's two path fields exactly as written.
+struct TrialList {
+  /// The list's file.
+  std::filesystem::path path;
+  /// One per trial line, in file order; indices into the TrialPathIndex's stored paths.
+  std::vector<Trial> trials;
+  /// The enrolment and test fields of each trial, as written in the list, [trials].
+  std::vector<std::string> enroll, test;
+};
+
+/// The trials of a VoxCeleb-style trial list at `path`: one trial per line, `LABEL ENROLL TEST` separated by spaces
+/// or tabs, LABEL 1 (target) or 0 (non-target), ENROLL and TEST resolved by index.find(field, rules). Blank lines
+/// are skipped; a trailing '\r' is ignored. The file is untrusted: it must be a regular file of at most `max_bytes`
+/// (InvalidArgument otherwise, FormatError when larger; read_regular_file), each line at most kMaxTrialLineBytes.
+/// Throws IoError when it cannot be read, FormatError naming `<list>:<line>` and the problem: a line too long, a
+/// field count other than 3, a label other than 0 or 1, an unknown path (every unknown path of the line is named),
+/// an ambiguous path (named with up to 3 of the stored paths it could be), or a list without any trial.
+TrialList read_trial_list(const std::filesystem::path& path, const TrialPathIndex& index,
+                          const TrialPathRules& rules = {}, std::uintmax_t max_bytes = kMaxTrialListBytes);
+
+/// read_trial_list(path, TrialPathIndex(file_paths)).trials: the list's paths resolved against `file_paths` (the
+/// dataset's `path` strings; the trial's indices are positions in it). Throws as TrialPathIndex and read_trial_list.
 std::vector<Trial> read_trials(const std::filesystem::path& path, const std::vector<std::string>& file_paths);
 
 /// The `target` flags of `trials` as 1 / 0, the form error_rates and det_curve take.

@@ -21,6 +21,7 @@
 #include "options.h"
 #include "predict/predict.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/setup.h"
 #include "util.h"
 
@@ -38,6 +39,9 @@ void EmbedOptions::validate() const {
     throw InvalidArgument("--split: '" + split + "' is not one of train, val, test");
   if (batch_size < 1) throw InvalidArgument("--eval-batch-size must be >= 1 (got " + std::to_string(batch_size) + ")");
   if (threads < 0) throw InvalidArgument("--threads must be >= 0 (got " + std::to_string(threads) + ")");
+  if (embed_crops < 0 || embed_crops > kMaxEmbedCrops)
+    throw InvalidArgument("--embed-crops must be 0 (whole files) or 1.." + std::to_string(kMaxEmbedCrops) + " (got " +
+                          std::to_string(embed_crops) + ")");
   if (device != "cpu" && device != "cuda" && device != "auto")
     throw InvalidArgument("--device: '" + device + "' is not one of cpu, cuda, auto");
 }
@@ -51,6 +55,8 @@ void add_options(po::options_description& desc, EmbedOptions& o) {
       "tiles per forward pass (schema-1/2 splits; whole clips are batched by length)")(
       "threads", po::value(&o.threads)->default_value(o.threads)->value_name("N"),
       "CPU threads (0: all cores)")("device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
+      "embed-crops", po::value(&o.embed_crops)->default_value(o.embed_crops)->value_name("N"),
+      "embed each file as the mean of N evenly spaced crops of the checkpoint's --crop-seconds (0: whole files)")(
       "include-hidden", po::bool_switch(&o.include_hidden), "read entries of input folders whose name starts with '.'")(
       "strict", po::bool_switch(&o.strict), "stop at the first audio input that cannot be embedded")(
       kEmbedInputsName, po::value<std::vector<std::string>>()->multitoken()->notifier(
@@ -83,29 +89,41 @@ void write_matrix(const h5::File& file, const std::string& name, const at::Tenso
     h5::throw_io(what + ": cannot write");
 }
 
-Embedded embed_dataset(Classifier& model, const EmbedOptions& opts, at::Device device) {
+Embedded embed_dataset(Classifier& model, const EmbedOptions& opts, const EmbedCrops& crops, at::Device device) {
   const Split split = load_split(opts.data / (opts.split + ".h5"), opts.split, StreamOptions{});
   Embedded e;
-  e.embedding = embed_split(model, split, opts.batch_size, device);
+  e.embedding = embed_split(model, split, opts.batch_size, device, at::kFloat, nullptr, crops);
   e.paths = split.paths;
   e.labels = split_labels(split);
   return e;
 }
 
 /// One audio file's embedding: the L2-normalised embedding of the whole utterance, `frames` float32 [T, n_mels]
-/// (one forward pass over all T frames, every one real).
-at::Tensor embed_frames(Classifier& model, const at::Tensor& frames, at::Device device) {
-  const at::Tensor x = frames.t().unsqueeze(0).contiguous().to(device);
-  const at::Tensor lengths = at::full({1}, frames.size(0), at::TensorOptions().dtype(at::kLong).device(device));
+/// (one forward pass over all T frames, every one real), or with crops.count > 0 the mean of the embeddings of the
+/// crop_starts crops of `crop_frames` frames (one pass over them; the whole file when it is no longer than a crop).
+at::Tensor embed_frames(Classifier& model, const at::Tensor& frames, const EmbedCrops& crops, int64_t crop_frames,
+                        at::Device device) {
+  const int64_t T = frames.size(0);
+  std::vector<at::Tensor> rows;
+  if (crops.count > 0 && T > crop_frames) {
+    for (const int64_t start : crop_starts(T, crop_frames, crops.count))
+      rows.push_back(frames.slice(0, start, start + crop_frames).t());
+  } else {
+    rows.push_back(frames.t());
+  }
+  const at::Tensor x = at::stack(rows).contiguous().to(device);
+  const at::Tensor lengths =
+      at::full({x.size(0)}, x.size(2), at::TensorOptions().dtype(at::kLong).device(device));
   const ModelOutput out = model.forward(x, lengths);
   if (!out.embedding.defined())
     throw InvalidArgument("embed: the model (" + model.kind() + ") gives no speaker embedding");
-  const at::Tensor e = out.embedding.to(at::kFloat).squeeze(0).to(at::kCPU);
+  const at::Tensor e = out.embedding.to(at::kFloat).mean(0).to(at::kCPU);
   return e / e.norm().clamp_min(1e-12);
 }
 
-Embedded embed_audio(Classifier& model, const MelInfo& info, const EmbedOptions& opts, at::Device device,
-                     std::ostream& log) {
+Embedded embed_audio(Classifier& model, const MelInfo& info, const EmbedOptions& opts, const EmbedCrops& crops,
+                     at::Device device, std::ostream& log) {
+  const int64_t crop_frames = crops.count > 0 ? frame_rate(info).frames(crops.seconds) : 0;
   const std::vector<PredictInput> files = collect_inputs(opts.inputs, opts.include_hidden);
   if (files.empty()) throw InvalidArgument("no audio files found in the inputs");
   featurize::ClipFeaturizer clips(info.mel_args(), mel::parse_dtype(info.dtype), static_cast<int>(info.channel),
@@ -120,7 +138,8 @@ Embedded embed_audio(Classifier& model, const MelInfo& info, const EmbedOptions&
     try {
       if (error.empty()) {
         featurize::ClipFeatures f = clips(in.path);
-        rows.push_back(embed_frames(model, at::from_blob(f.frames.data(), {f.n_frames, f.n_mels}, at::kFloat), device));
+        rows.push_back(embed_frames(model, at::from_blob(f.frames.data(), {f.n_frames, f.n_mels}, at::kFloat), crops,
+                                    crop_frames, device));
         e.paths.push_back(in.path.string());
         e.labels.push_back(-1);
       }
@@ -155,6 +174,7 @@ void write_embeddings(const EmbedOptions& opts, const Checkpoint& ck, const Clas
     h5::write_attribute_string(file, "model", model.kind());
     h5::write_attribute_int64(file, "embedding_dim", e.embedding.size(1));
     h5::write_attribute_int64(file, "epoch", ck.epoch);
+    h5::write_attribute_int64(file, "embed_crops", opts.embed_crops);
     h5::write_attribute_string(file, "source", opts.data.empty() ? "audio" : "dataset");
     if (!opts.data.empty()) {
       h5::write_attribute_string(file, "split", opts.split);
@@ -197,8 +217,9 @@ EmbedSummary run_embed(const EmbedOptions& opts, std::ostream& out, std::ostream
   const std::shared_ptr<Classifier> model = make_model_from_json(ck.model_config, /*any_task=*/true);
   load_state_dict(*model, ck.model, "checkpoint '" + opts.checkpoint.string() + "'");
   model->to(device);
-  const Embedded e = opts.data.empty() ? embed_audio(*model, info, opts, device, log)
-                                       : embed_dataset(*model, opts, device);
+  const EmbedCrops crops{opts.embed_crops, TrainConfig::from_json(ck.config).view.crop_seconds};
+  const Embedded e = opts.data.empty() ? embed_audio(*model, info, opts, crops, device, log)
+                                       : embed_dataset(*model, opts, crops, device);
   if (const int64_t bad = first_non_finite_row(e.embedding); bad >= 0)
     throw Error("the checkpoint " + opts.checkpoint.string() + " gives a non-finite embedding for '" +
                 e.paths[static_cast<std::size_t>(bad)] + "'");

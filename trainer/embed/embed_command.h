@@ -6,12 +6,13 @@
 ///
 /// The file (written to `<out>.partial` and renamed into place when complete):
 /// - `embedding`: float32 [N, E], each row the L2-normalised embedding of the whole file (pooled over its real
-///   frames; a schema-1/2 dataset split: the mean over its stored short segments);
+///   frames; with --embed-crops N the mean of N evenly spaced crops of the checkpoint's --crop-seconds; a
+///   schema-1/2 dataset split: the mean over its stored short segments);
 /// - `path`: UTF-8 strings [N], the dataset's `path` of each file (raw audio: the path as found);
 /// - `label`: int32 [N], the class index in `class_names` (raw audio: -1), and `class_names`: UTF-8 strings;
 /// - `skipped_path`, `skipped_reason`: UTF-8 strings, the raw audio inputs that could not be embedded and why;
 /// - attributes `checkpoint`, `model`, `embedding_dim`, `source` (`dataset` or `audio`), `split` (dataset only),
-///   `data` (dataset only), `epoch`.
+///   `data` (dataset only), `epoch`, `embed_crops` (0: whole files).
 #include <cstdint>
 #include <filesystem>
 #include <ostream>
@@ -44,6 +45,9 @@ struct EmbedOptions {
   std::string device = "auto";
   /// Read entries of input folders whose name starts with '.'.
   bool include_hidden = false;
+  /// Embed each file as the mean of this many evenly spaced crops of the checkpoint's --crop-seconds
+  /// (VerifyOptions::embed_crops); 0: the whole file.
+  int64_t embed_crops = 0;
   /// Stop at the first raw audio input that cannot be embedded (AudioError naming it) instead of listing it as
   /// skipped.
   bool strict = false;
@@ -53,8 +57,8 @@ struct EmbedOptions {
   void validate() const;
 };
 
-/// Registers --checkpoint --data --split --out --eval-batch-size --threads --device --include-hidden --strict and the
-/// positional inputs.
+/// Registers --checkpoint --data --split --out --eval-batch-size --threads --device --embed-crops --include-hidden
+/// --strict and the positional inputs.
 void add_options(boost::program_options::options_description& desc, EmbedOptions& opts);
 /// The positional-argument name of the inputs.
 inline constexpr const char* kEmbedInputsName = "input";

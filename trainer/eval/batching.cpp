@@ -23,7 +23,8 @@ nlohmann::json Coverage::to_json() const {
           {"frames_covered", frames_covered},
           {"fraction", fraction()},
           {"seconds", seconds},
-          {"seconds_scored", seconds_scored}};
+          {"seconds_scored", seconds_scored},
+          {"batches", batches}};
 }
 
 views::ViewOptions evaluation_view_options(const views::ViewOptions& trained, const Split& split,
@@ -46,9 +47,10 @@ views::ViewOptions evaluation_view_options(const views::ViewOptions& trained, co
 namespace {
 
 /// Fills the plan's coverage from its examples (clip by clip, by start within a clip) and batches.
-void measure(const Split& split, const views::View& view, int64_t example_frames, EvalPlan& plan) {
+void measure(const Split& split, std::string_view view, int64_t example_frames, EvalPlan& plan) {
   Coverage& c = plan.coverage;
-  c.view = std::string(view.name());
+  c.view = std::string(view);
+  c.batches = static_cast<int64_t>(plan.batches.size());
   c.example_frames = example_frames;
   c.clips = split.files();
   c.examples = static_cast<int64_t>(plan.examples.size());
@@ -95,11 +97,38 @@ EvalPlan plan_evaluation(const Split& split, const views::ViewOptions& options, 
       plan.batches.push_back(std::move(b));
     }
   }
-  measure(split, *view, frames, plan);
+  measure(split, view->name(), frames, plan);
   if (plan.coverage.clips_scored != plan.coverage.clips)
     throw FormatError("split '" + split.name + "' (" + split.path.string() + "): the " + plan.coverage.view +
                       " view gives " + std::to_string(plan.coverage.clips - plan.coverage.clips_scored) + " of " +
                       std::to_string(plan.coverage.clips) + " clips no example; every clip must be scored");
+  return plan;
+}
+
+std::vector<int64_t> crop_starts(int64_t clip_frames, int64_t crop, int64_t count) {
+  if (count < 1 || crop < 1)
+    throw InvalidArgument("crop_starts: count and crop must be >= 1 (got " + std::to_string(count) + ", " +
+                          std::to_string(crop) + ")");
+  if (clip_frames <= crop) return {0};
+  std::vector<int64_t> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out.push_back(count == 1 ? 0 : i * (clip_frames - crop) / (count - 1));
+  return out;
+}
+
+EvalPlan plan_crops(const Split& split, int64_t crop_frames, int64_t count, double clip_batch_seconds) {
+  if (count < 1 || crop_frames < 1)
+    throw InvalidArgument("--embed-crops: " + std::to_string(count) + " crops of " + std::to_string(crop_frames) +
+                          " frames: both must be >= 1");
+  EvalPlan plan;
+  for (int64_t f = 0; f < split.files(); ++f) {
+    const int64_t n = split.clip_frames(f);
+    const int64_t length = std::min(n, crop_frames);
+    for (const int64_t start : crop_starts(n, crop_frames, count))
+      plan.examples.push_back({f, start, length, length, n, false});
+  }
+  plan.batches = views::batch_by_length(plan.examples, frame_rate(split.info).frames(clip_batch_seconds));
+  measure(split, "embed-crops", crop_frames, plan);
   return plan;
 }
 

@@ -54,11 +54,13 @@ struct Coverage {
   /// Seconds of audio of every clip (num_samples / sample_rate), and of the scored clips.
   double seconds = 0;
   double seconds_scored = 0;
+  /// Forward passes (batches) the examples take.
+  int64_t batches = 0;
 
   /// frames_covered / frames (1 when every frame of every clip is in an example).
   double fraction() const { return frames > 0 ? static_cast<double>(frames_covered) / static_cast<double>(frames) : 1; }
   /// {"view", "example_frames", "clips", "clips_scored", "examples", "padded_frames", "frames", "frames_covered",
-  /// "fraction", "seconds", "seconds_scored"}.
+  /// "fraction", "seconds", "seconds_scored", "batches"}.
   nlohmann::json to_json() const;
 };
 
@@ -85,6 +87,18 @@ data::views::ViewOptions evaluation_view_options(const data::views::ViewOptions&
 /// clip_batch_seconds of padded frames (whole clips), and their coverage. Throws InvalidArgument for a batch size
 /// below 1, FormatError when a clip has no example (every clip must be scored).
 EvalPlan plan_evaluation(const Split& split, const data::views::ViewOptions& options, int64_t batch_size);
+
+/// First frames of `count` (>= 1) evenly spaced crops of `crop` frames (>= 1) in a clip of `clip_frames` frames:
+/// floor(i (clip_frames - crop) / (count - 1)) for i in [0, count) (0 for one crop), so the first starts at 0 and
+/// the last ends at the clip's end (numpy.linspace(0, clip_frames - crop, count) truncated, as the VoxCeleb trainer);
+/// starts may repeat in a clip barely longer than a crop. A clip no longer than a crop: {0} (one crop, the clip).
+std::vector<int64_t> crop_starts(int64_t clip_frames, int64_t crop, int64_t count);
+
+/// Plans `--embed-crops`: for every clip of `split`, crop_starts' crops of `crop_frames` frames (a clip no longer
+/// than a crop: one example, the whole clip), batched by length under `clip_batch_seconds` of padded frames
+/// (views::batch_by_length), with their coverage (view "embed-crops"). Throws InvalidArgument when count or
+/// crop_frames is below 1.
+EvalPlan plan_crops(const Split& split, int64_t crop_frames, int64_t count, double clip_batch_seconds);
 
 /// Gathers the plan's batches on the CPU (gather_examples, the split's pad value) and calls `fn` on each in order,
 /// the next one gathered on another thread while `fn` runs.

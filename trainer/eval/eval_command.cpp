@@ -22,12 +22,15 @@ namespace melforge::trainer {
 void EvalCommandOptions::validate() const {
   if (checkpoint.empty()) throw InvalidArgument("--checkpoint is required");
   verify.validate();
+  if (!scores.empty()) check_scores_path(scores, verify.trials, "--scores");
 }
 
 void add_options(po::options_description& desc, EvalCommandOptions& o) {
   desc.add_options()("checkpoint", po::value(&o.checkpoint)->value_name("FILE"), "checkpoint to evaluate")(
       "out", po::value(&o.out)->value_name("FILE"), "write the JSON report here")(
-      "det-png", po::value(&o.det_png)->value_name("FILE"), "verification: write the DET curve as a PNG here");
+      "det-png", po::value(&o.det_png)->value_name("FILE"), "verification: write the DET curve as a PNG here")(
+      "scores", po::value(&o.scores)->value_name("PATH"),
+      "verification: write `score label enroll test` per trial here (several --trials: a folder of <list>.scores)");
   add_options(desc, o.verify);
 }
 
@@ -41,9 +44,12 @@ std::string summary_line(const char* level, const Metrics& m) {
 
 /// What an evaluation scored: "  scored F of F clips (S s of audio), P % of their frames (...)".
 std::string coverage_line(const Coverage& c) {
-  const std::string view = c.view == "tiles" ? fmt("tiles of %lld frames, last tile of each clip padded and masked",
-                                                   static_cast<long long>(c.example_frames))
-                                             : std::string("whole clips");
+  const std::string view =
+      c.view == "tiles"         ? fmt("tiles of %lld frames, last tile of each clip padded and masked",
+                                      static_cast<long long>(c.example_frames))
+      : c.view == "embed-crops" ? fmt("evenly spaced crops of %lld frames, averaged",
+                                      static_cast<long long>(c.example_frames))
+                                : std::string("whole clips");
   return fmt("  scored %lld of %lld clips (%.1f of %.1f s of audio), %.2f %% of their frames (%s; %lld examples)",
              static_cast<long long>(c.clips_scored), static_cast<long long>(c.clips), c.seconds_scored, c.seconds,
              100.0 * c.fraction(), view.c_str(), static_cast<long long>(c.examples));
@@ -88,42 +94,81 @@ nlohmann::json run_multilabel_eval(const Checkpoint& c, Classifier& model, const
   return report;
 }
 
-/// `eval` of a --task verification checkpoint: the split's file embeddings scored on its trials (AS-norm against the
-/// training split's with --as-norm).
+/// The crops --embed-crops asks for, of the checkpoint's --crop-seconds.
+EmbedCrops checkpoint_crops(const Checkpoint& c, const VerifyOptions& verify) {
+  return {verify.embed_crops, TrainConfig::from_json(c.config).view.crop_seconds};
+}
+
+/// The summary line of one scored list: "  <list>: EER ... minDCF ... (T target, N non-target trials)".
+std::string list_line(const SplitTrials& set, const EvalResult& r) {
+  const auto& m = r.verification;
+  return fmt("  %s: EER %.4f %%  minDCF(0.01) %.4f  minDCF(0.05) %.4f  (EER threshold %.4f; %lld target, %lld "
+             "non-target trials)",
+             set.list.empty() ? "generated" : set.list.string().c_str(), 100.0 * m.eer, m.min_dcf_01, m.min_dcf_05,
+             m.eer_threshold, static_cast<long long>(m.targets), static_cast<long long>(m.nontargets));
+}
+
+/// `eval` of a --task verification checkpoint: the split embedded once, its file embeddings scored on each trial
+/// list (or its generated trials; AS-norm against the training split's with --as-norm).
 nlohmann::json run_verification_eval(const Checkpoint& c, Classifier& model, const EvalCommandOptions& opts,
                                      const DataOptions& data, const EvalOptions& eval, at::Device device,
                                      std::ostream& out) {
   const Split split = load_split(data.data / (eval.split + ".h5"), eval.split, data.stream);
   std::string said;
-  const std::vector<verification::Trial> trials =
-      split_trials(split_labels(split), split.paths, opts.verify, /*use_list=*/true, split.name, &said);
+  const std::vector<SplitTrials> sets =
+      split_trial_sets(split_labels(split), split.paths, opts.verify, /*use_list=*/true, split.name, &said);
   if (!said.empty()) out << said << "\n";
+  const EmbedCrops crops = checkpoint_crops(c, opts.verify);
   Coverage coverage;
-  const at::Tensor emb = embed_split(model, split, eval.batch_size, device, at::kFloat, &coverage);
+  const at::Tensor emb = embed_split(model, split, eval.batch_size, device, at::kFloat, &coverage, crops);
+  int64_t passes = coverage.batches;
   if (const int64_t bad = first_non_finite_row(emb); bad >= 0)
     throw Error("the checkpoint " + opts.checkpoint.string() + " gives a non-finite embedding for file '" +
                 split.paths[static_cast<std::size_t>(bad)] + "' of " + split.path.string());
   at::Tensor cohort;
   if (opts.verify.as_norm > 0) {
     const Split train = load_split(data.data / "train.h5", "train", data.stream);
-    cohort = cohort_rows(embed_split(model, train, eval.batch_size, device), opts.verify);
+    Coverage train_coverage;
+    cohort = cohort_rows(embed_split(model, train, eval.batch_size, device, at::kFloat, &train_coverage, crops),
+                         opts.verify);
+    passes += train_coverage.batches;
   }
-  EvalResult r = score_trials(emb, trials, opts.verify, cohort);
-  r.coverage = coverage;
+  const std::vector<fs::path> written =
+      opts.scores.empty() ? std::vector<fs::path>{} : scores_paths(opts.scores, sets, "--scores");
+  if (sets.size() > 1 && !written.empty()) fs::create_directories(opts.scores);
+  nlohmann::json lists = nlohmann::json::object(), names = nlohmann::json::array(), files = nlohmann::json::array();
+  std::vector<EvalResult> results;
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    std::vector<float> scores;
+    results.push_back(score_trials(emb, sets[k].trials, opts.verify, cohort, &scores));
+    results.back().coverage = coverage;
+    if (!written.empty()) {
+      write_file_atomically(written[k], scores_text(sets[k], scores));
+      files.push_back(written[k].string());
+    }
+    if (!sets[k].list.empty()) {
+      lists[sets[k].list.string()] = verification_json(results.back(), opts.verify, sets[k].list);
+      names.push_back(sets[k].list.string());
+    }
+  }
+  const EvalResult& r = results.front();
   if (!opts.det_png.empty()) verification::write_det_png(opts.det_png, r.det, r.verification.eer);
-  const nlohmann::json v = verification_json(r, opts.verify);
+  const nlohmann::json v = verification_json(r, opts.verify, sets.front().list);
   nlohmann::json report = {{"task", kTaskVerification}, {"EER", v["EER"]}, {"minDCF_0.01", v["minDCF_0.01"]},
                            {"minDCF_0.05", v["minDCF_0.05"]}, {"verification", v}, {"files", split.files()},
-                           {"coverage", r.coverage.to_json()}};
-  const auto& m = r.verification;
+                           {"coverage", r.coverage.to_json()}, {"lists", lists}, {"trial_lists", names},
+                           {"scores", files}, {"forward_passes", passes}};
   out << "checkpoint (epoch " << c.epoch << ", task verification) on " << eval.split << " of " << data.data.string()
-      << ": " << split.files() << " files, " << m.targets << " target and " << m.nontargets << " non-target trials ("
-      << (opts.verify.trials.empty() ? std::string("generated") : opts.verify.trials.string()) << "), "
-      << v["scoring"].get<std::string>() << " scoring\n"
-      << fmt("  EER %.4f %%  minDCF(0.01) %.4f  minDCF(0.05) %.4f  (EER threshold %.4f)\n", 100.0 * m.eer,
-             m.min_dcf_01, m.min_dcf_05, m.eer_threshold)
-      << coverage_line(r.coverage) << "\n";
+      << ": " << split.files() << " files, " << sets.size() << (sets.size() == 1 ? " trial set, " : " trial sets, ")
+      << v["scoring"].get<std::string>() << " scoring"
+      << (crops.count > 0 ? fmt(", embeddings: mean of %lld crops of %g s", static_cast<long long>(crops.count),
+                                crops.seconds)
+                          : std::string(", embeddings of whole utterances"))
+      << "\n";
+  for (std::size_t k = 0; k < sets.size(); ++k) out << list_line(sets[k], results[k]) << "\n";
+  out << coverage_line(r.coverage) << "\n";
   if (!opts.det_png.empty()) out << "DET curve: " << opts.det_png.string() << "\n";
+  for (const auto& f : files) out << "scores: " << f.get<std::string>() << "\n";
   return report;
 }
 
@@ -148,8 +193,10 @@ nlohmann::json run_eval(const EvalCommandOptions& opts, const DataOptions& data,
     check_checkpoint_fits(c, meta.info, meta.class_names, opts.checkpoint.string(), data.data.string(),
                           /*same_classes=*/task != kTaskVerification);
     meta.require_files(eval.split);
-    if (task != kTaskVerification && (!opts.verify.trials.empty() || !opts.det_png.empty() || opts.verify.as_norm))
-      throw InvalidArgument("--trials, --as-norm and --det-png score a --task verification checkpoint; " +
+    if (task != kTaskVerification && (!opts.verify.trials.empty() || !opts.det_png.empty() || opts.verify.as_norm ||
+                                      !opts.scores.empty() || opts.verify.embed_crops > 0))
+      throw InvalidArgument("--trials, --as-norm, --embed-crops, --scores and --det-png score a --task verification "
+                            "checkpoint; " +
                             opts.checkpoint.string() + " was trained with --task " + utf8::for_terminal(task, 60));
     if (opts.verify.as_norm > 0) meta.require_files("train");
     const bool multilabel = task == kTaskMultilabel;

@@ -275,7 +275,7 @@ TEST_CASE("eval scores a speaker checkpoint on generated or listed trials, with 
       list << (t.target ? 1 : 0) << ' ' << d.test.paths[static_cast<std::size_t>(t.enroll)] << ' '
            << d.test.paths[static_cast<std::size_t>(t.test)] << '\n';
   }
-  e.verify.trials = s.dir / "trials.txt";
+  e.verify.trials = {s.dir / "trials.txt"};
   e.det_png = s.dir / "det.png";
   const nlohmann::json listed = trainer::run_eval(e, data, eval, runtime, out, log);
   CHECK(listed["EER"].get<double>() == Approx(generated["EER"].get<double>()).margin(1e-9));
@@ -293,7 +293,7 @@ TEST_CASE("eval scores a speaker checkpoint on generated or listed trials, with 
     std::ofstream bad(s.dir / "bad.txt");
     bad << "1 nowhere/a.wav " << d.test.paths[0] << '\n';
   }
-  e.verify.trials = s.dir / "bad.txt";
+  e.verify.trials = {s.dir / "bad.txt"};
   CHECK_THROWS_WITH(trainer::run_eval(e, data, eval, runtime, out, log),
                     Catch::Contains("bad.txt") && Catch::Contains("nowhere/a.wav"));
 }
@@ -426,7 +426,7 @@ TEST_CASE("a speaker run refuses a split that cannot give trials, and a trial li
   TempDir d;
   const fs::path data = build_speakers(d.path());
   trainer::TrainConfig c = speaker_config(data, d / "run", 1);
-  c.verify.trials = d / "list.txt";
+  c.verify.trials = {d / "list.txt"};
   std::ofstream(d / "list.txt") << "1 class0/f0.wav class99/f0.wav\n";
   std::ostringstream log;
   CHECK_THROWS_WITH(trainer::train(c, log), Catch::Contains("list.txt") && Catch::Contains("class99/f0.wav"));
