@@ -73,7 +73,9 @@ void Run::finish_verification(TrainResult& result) {
   EvalResult val = evaluate_verification(data_.val, /*use_list=*/false, cohort);
   if (!std::isfinite(val.verification.eer))
     throw Error("best.pt gives a non-finite embedding for a file of split 'val'");
-  const at::Tensor emb = embed_split(*model_, data_.test, cfg_.eval.batch_size, s_.device, s_.autocast, nullptr, crops);
+  Coverage coverage;
+  const at::Tensor emb =
+      embed_split(*model_, data_.test, cfg_.eval.batch_size, s_.device, s_.autocast, &coverage, crops);
   if (first_non_finite_row(emb) >= 0) throw Error("best.pt gives a non-finite embedding for a file of split 'test'");
   std::string said;
   const std::vector<SplitTrials> sets =
@@ -86,6 +88,7 @@ void Run::finish_verification(TrainResult& result) {
   for (std::size_t k = 0; k < sets.size(); ++k) {
     std::vector<float> scores;
     tests.push_back(score_trials(emb, sets[k].trials, cfg_.verify, cohort, &scores));
+    tests.back().coverage = coverage;
     write_file_atomically(scores_files[k], scores_text(sets[k], scores));
     written.push_back(fs::absolute(scores_files[k]).string());
     if (!sets[k].list.empty()) lists[sets[k].list.string()] = verification_json(tests[k], cfg_.verify, sets[k].list);
