@@ -64,3 +64,14 @@ def test_readme_speaker_verification_recipe_runs_on_the_voxceleb1_standin(repo, 
     assert all(-1.0001 <= float(s[0]) <= 1.0001 for s in scores)
     with h5py.File(tmp_path / "emb.h5") as f:
         assert f["embedding"].shape[0] == len(f["path"])
+
+    # The checkpoint scores another dataset of other clips (the voxceleb1 layout's build of the same root, whose
+    # splits and clip table differ), on that dataset's own copy of the list.
+    fbank = lines[0][lines[0].index("--features"):].split(" --speed-speakers")[0]
+    subprocess.run(f"{build_binary()} --layout voxceleb1 --input {root}/ --output vox1 {fbank}", shell=True,
+                   cwd=tmp_path, check=True, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(binary("MELFORGE_TRAIN_BIN", "trainer/melforge-train")), "eval", "--checkpoint",
+                        "vrun/checkpoints/best.pt", "--data", "vox1", "--trials", "vox1/trials.txt"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"EER \d+\.\d+ %", r.stdout), r.stdout
