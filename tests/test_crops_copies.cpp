@@ -232,7 +232,7 @@ TEST_CASE("crops: without copies, or with groups of one row, exactly today's cro
   }
 }
 
-TEST_CASE("crops: tiles and clips still read every copy; bad group offsets are refused", "[crops]") {
+TEST_CASE("crops: tiles and clips still read every copy, and bad group offsets are refused", "[crops]") {
   const std::vector<int64_t> frames = {20, 9, 31, 12, 8}, offsets = {0, 3, 5};
   for (const std::string name : {"tiles", "clips"}) {
     ViewOptions o;

@@ -152,7 +152,7 @@ TEST_CASE("speed speakers with --augment-copies: each new utterance is followed 
   CHECK(speed_speaker(d / "out/val.h5") == std::vector<float>(read_split(d / "out/val.h5").files(), 1.0f));
 }
 
-TEST_CASE("speed speakers: a merge of two shards equals the unsharded build; shards with and without are refused",
+TEST_CASE("speed speakers: a merge of two shards equals the unsharded build, and shards with and without are refused",
           "[speed_speakers][merge][e2e]") {
   TempDir d;
   test::write_tone_corpus(d / "in", 3, 3);
@@ -208,7 +208,7 @@ TEST_CASE("bad --speed-speakers values are refused before any output exists",
   CHECK_FALSE(fs::exists(d / "out"));
 }
 
-TEST_CASE("--speed-speakers is refused for a multi-label corpus and for a new class name the corpus already has",
+TEST_CASE("speed speakers are refused for a multi-label corpus and for a new class name the corpus already has",
           "[speed_speakers]") {
   TempDir d;
   const std::string which = GENERATE(std::string("multilabel"), std::string("taken"));

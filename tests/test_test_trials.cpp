@@ -58,7 +58,7 @@ std::set<std::string> classes_of(const fs::path& file) {
 
 }  // namespace
 
-TEST_CASE("--test-trials puts exactly the list's speakers in test, the others in train and val",
+TEST_CASE("test trials: puts exactly the list's speakers in test, the others in train and val",
           "[test_trials][e2e]") {
   TempDir d;
   const bool manifest = GENERATE(false, true);
@@ -94,7 +94,7 @@ TEST_CASE("--test-trials puts exactly the list's speakers in test, the others in
   CHECK(r["protocol"]["test_trials"]["list"] == (d / "veri_test2.txt").string());
 }
 
-TEST_CASE("--test-trials: an unknown or ambiguous path is an error naming the list and line, before any output",
+TEST_CASE("test trials:: an unknown or ambiguous path is an error naming the list and line, before any output",
           "[test_trials]") {
   TempDir d;
   write_speakers(d / "in");
@@ -115,7 +115,7 @@ TEST_CASE("--test-trials: an unknown or ambiguous path is an error naming the li
   CHECK_FALSE(fs::exists(d / "out"));
 }
 
-TEST_CASE("--test-trials without --split-by class, with a layout, with folds or on a pre-split corpus is refused "
+TEST_CASE("test trials: without --split-by class, with a layout, with folds or on a pre-split corpus is refused "
           "before any work, naming the flags", "[test_trials]") {
   TempDir d;
   write_speakers(d / "in");

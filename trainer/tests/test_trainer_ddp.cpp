@@ -681,7 +681,7 @@ void check_sync_batch_norm(const SyncBnCase& c) {
 
 }  // namespace
 
-TEST_CASE("--sync-bn: 2 Gloo ranks with half a batch each normalise, back-propagate and step as 1 process",
+TEST_CASE("sync-bn: 2 Gloo ranks with half a batch each normalise, back-propagate and step as 1 process",
           "[trainer][dist][syncbn]") {
   const SyncBnCase c = GENERATE(SyncBnCase{{8, 5}, 4}, SyncBnCase{{9, 6, 7}, 5}, SyncBnCase{{6, 4, 5, 3}, 3},
                                 SyncBnCase{{7, 3, 4, 6}, 2});
@@ -735,7 +735,7 @@ trainer::TensorMap speaker_model_step(trainer::Classifier& model, const at::Tens
 
 }  // namespace
 
-TEST_CASE("--sync-bn: a speaker model's gradients and running statistics on 2 Gloo ranks are those of 1 process",
+TEST_CASE("sync-bn: a speaker model's gradients and running statistics on 2 Gloo ranks are those of 1 process",
           "[trainer][dist][syncbn]") {
   const std::string kind = GENERATE(as<std::string>{}, "resnet-se", "ecapa");
   CAPTURE(kind);
@@ -776,14 +776,14 @@ TEST_CASE("--sync-bn: a speaker model's gradients and running statistics on 2 Gl
   CHECK(per_rank > 10 * diff);
 }
 
-TEST_CASE("--sync-bn refuses a model holding a batch norm that cannot synchronise", "[trainer][dist][syncbn]") {
+TEST_CASE("sync-bn refuses a model holding a batch norm that cannot synchronise", "[trainer][dist][syncbn]") {
   torch::nn::Sequential plain(torch::nn::Linear(3, 3), torch::nn::BatchNorm1d(3));
   CHECK_THROWS_AS(trainer::install_sync_batch_norm(*plain, nullptr), Error);
   torch::nn::Sequential synced(torch::nn::Linear(3, 3), trainer::SyncBatchNorm1d(3));
   CHECK(trainer::install_sync_batch_norm(*synced, nullptr) == 1);
 }
 
-TEST_CASE("2 Gloo ranks train a speaker model with --sync-bn; config.json records it", "[trainer][dist][syncbn]") {
+TEST_CASE("2 Gloo ranks train a speaker model with --sync-bn, and config.json records it", "[trainer][dist][syncbn]") {
   const fs::path root = shared().dir.path() / "syncbn";
   const fs::path data = test::build_tone_dataset(root, 12, 4, "data", [](builder::BuildConfig& c) {
     c.build.split_by = builder::SplitBy::class_;

@@ -279,7 +279,7 @@ TEST_CASE("scores and trial lists that cannot work are refused naming the flag, 
   CHECK_THROWS_WITH(eval_run(s, e), Catch::Contains(message));
 }
 
-TEST_CASE("--embed-crops N embeds each file as the mean of N evenly spaced crops of the run's --crop-seconds",
+TEST_CASE("embed-crops N embeds each file as the mean of N evenly spaced crops of the run's --crop-seconds",
           "[trainer][scores]") {
   const ScoresRun& s = scores_run();
   const int64_t n = GENERATE(1, 4);

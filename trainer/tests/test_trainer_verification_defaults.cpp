@@ -97,7 +97,7 @@ DefaultRun run_default_verification(const fs::path& root) {
 
 }  // namespace
 
-TEST_CASE("--model auto and --cmn auto resolve for the task: resnet-se with cmn for verification, cnn without",
+TEST_CASE("model auto and cmn auto resolve for the task: resnet-se with cmn for verification, cnn without",
           "[trainer][verification_defaults]") {
   const ModelOptions defaults;
   CHECK(defaults.model == "auto");
