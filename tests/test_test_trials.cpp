@@ -94,7 +94,7 @@ TEST_CASE("test trials: puts exactly the list's speakers in test, the others in 
   CHECK(r["protocol"]["test_trials"]["list"] == (d / "veri_test2.txt").string());
 }
 
-TEST_CASE("test trials:: an unknown or ambiguous path is an error naming the list and line, before any output",
+TEST_CASE("test trials: an unknown or ambiguous path is an error naming the list and line, before any output",
           "[test_trials]") {
   TempDir d;
   write_speakers(d / "in");
