@@ -24,6 +24,7 @@
 #include "output_folder.h"
 #include "split.h"
 #include "stop.h"
+#include "verification/verification.h"
 
 namespace melforge::builder {
 
@@ -332,38 +333,6 @@ std::string fold_group_text(const InputFile& f) {
   return f.fold == 0 && f.group.empty() ? std::string() : std::to_string(f.fold) + "/" + f.group;
 }
 
-/// The stored path a --test-trials path names: exactly, else the one stored path ending in "/<path>" (VoxCeleb1's
-/// list writes paths relative to wav/). Two or more such paths: FormatError naming the list's line and two of them.
-class StoredPaths {
- public:
-  explicit StoredPaths(const std::vector<InputFile>& files) : files_(files) {
-    for (std::size_t i = 0; i < files.size(); ++i) exact_.emplace(files[i].rel_path, i);
-  }
-  const InputFile* find(const std::string& path, const std::string& at) {
-    if (const auto it = exact_.find(path); it != exact_.end()) return &files_[it->second];
-    if (suffixes_.empty()) index_suffixes();
-    const auto it = suffixes_.find(path);
-    if (it == suffixes_.end()) return nullptr;
-    if (it->second.size() > 1)
-      throw FormatError(at + "'" + utf8::for_terminal(path) + "' matches " + std::to_string(it->second.size()) +
-                        " stored paths ('" + utf8::for_terminal(files_[it->second[0]].rel_path) + "', '" +
-                        utf8::for_terminal(files_[it->second[1]].rel_path) + "'): write the path as stored");
-    return &files_[it->second[0]];
-  }
-
- private:
-  /// Every tail of a stored path after one of its '/' -> the files it ends.
-  void index_suffixes() {
-    for (std::size_t i = 0; i < files_.size(); ++i)
-      for (std::size_t p = files_[i].rel_path.find('/'); p != std::string::npos;
-           p = files_[i].rel_path.find('/', p + 1))
-        suffixes_[files_[i].rel_path.substr(p + 1)].push_back(i);
-  }
-  const std::vector<InputFile>& files_;
-  std::unordered_map<std::string, std::size_t> exact_;
-  std::unordered_map<std::string, std::vector<std::size_t>> suffixes_;
-};
-
 /// --test-trials: the classes of the list's paths go wholly to test (before assign_splits, which then divides the
 /// other classes between train and val); the list becomes the build's trial list (OUT/trials.txt). A corpus that
 /// gives its own splits is refused (InvalidArgument), an unknown or ambiguous path is a FormatError naming the
@@ -379,9 +348,18 @@ void apply_test_trials(BuildState& state) {
                             "): give a corpus without splits (root/<class>/..., a manifest without a split column)");
   const std::string list = bo.test_trials.string();
   const std::vector<layouts::Trial> trials = layouts::read_trials({}, list, "--test-trials");
-  StoredPaths stored(scan.files);
-  const layouts::TrialFileFinder find = [&stored](const std::string& path, const std::string& at) {
-    return stored.find(path, at);
+  std::vector<std::string> stored;
+  stored.reserve(scan.files.size());
+  for (const auto& f : scan.files) stored.push_back(f.rel_path);
+  const verification::TrialPathIndex index(std::move(stored));
+  const layouts::TrialFileFinder find = [&index, &scan](const std::string& path,
+                                                        const std::string& at) -> const InputFile* {
+    const verification::TrialPathIndex::Match m = index.find(path);
+    if (m.ambiguous > 1)
+      throw FormatError(at + "'" + utf8::for_terminal(path) + "' matches " + std::to_string(m.ambiguous) +
+                        " stored paths ('" + utf8::for_terminal(m.candidates[0]) + "', '" +
+                        utf8::for_terminal(m.candidates[1]) + "'): write the path as stored");
+    return m.index < 0 ? nullptr : &scan.files[static_cast<std::size_t>(m.index)];
   };
   const std::set<std::string> test = layouts::trial_classes(
       trials, list, find, "the corpus's stored paths (matched exactly, or as the one stored path ending in '/<path>')");
