@@ -2,6 +2,7 @@
 built with the C++ build's melforge-build and trained for two epochs with its melforge-train (env
 MELFORGE_BUILD_BIN / MELFORGE_TRAIN_BIN, else builder/melforge-build and trainer/melforge-train of
 MELFORGE_BUILD_DIR, default <repo>/build). The tests skip, naming the missing binary, when the C++ build is absent."""
+import json
 import math
 import os
 import pathlib
@@ -81,3 +82,24 @@ def make_run(tmp: pathlib.Path) -> dict:
          "--threads", 2, "--hidden", 16, "--batch-size", 16])
     return {"corpus": corpus, "data": data, "checkpoint": out / "checkpoints" / "best.pt", "train_bin": train_bin,
             "build_bin": build_bin}
+
+
+def write_export(tmp_path: pathlib.Path, config: dict):
+    """An export as `melforge-train export` writes it (a state dict of seeded weights, with non-trivial
+    BatchNorm statistics, and its JSON), read back through melforge.models' untrusted-file loader."""
+    import torch
+
+    import melforge.models as models
+    torch.manual_seed(3)
+    net = models.build_model(config)
+    with torch.no_grad():
+        for name, t in net.state_dict().items():
+            if name.endswith("running_var"):
+                t.uniform_(0.5, 2.0)
+            elif name.endswith("running_mean"):
+                t.uniform_(-0.5, 0.5)
+    torch.save(net.state_dict(), tmp_path / "weights.pt")
+    meta = {"model_config": config, "class_names": ["a", "b", "c", "d"], "task": "verification", "scores": "cosine"}
+    (tmp_path / "weights.pt.json").write_text(json.dumps(meta))
+    state = models.load_torch_file(str(tmp_path / "weights.pt"))
+    return models.build_checked_model(json.loads((tmp_path / "weights.pt.json").read_text()), state, "weights.pt")

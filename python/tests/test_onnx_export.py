@@ -2,10 +2,11 @@
 onnxruntime, gives the torch twin's L2-normalised embeddings (verification) within 1e-4 for batches of other sizes and
 lengths than the traced one; the file holds the weights (no external data) and names its inputs and output."""
 import importlib
-import json
 
 import numpy as np
 import pytest
+
+from melforge_run import write_export
 
 # torch, onnx and onnxruntime are imported inside the tests: collecting this file must not need them
 # (tools/wheels_multi.sh deselects the needs_torch tests under Pythons without torch).
@@ -20,16 +21,8 @@ def test_the_onnx_model_equals_the_torch_twin_for_two_lengths(tmp_path):
     import onnxruntime
     import torch
 
-    models = importlib.import_module("melforge.models")
     onnx_export = importlib.import_module("melforge.onnx_export")
-    torch.manual_seed(5)
-    net = models.build_model(CONFIG)
-    with torch.no_grad():
-        for name, t in net.state_dict().items():
-            if name.endswith("running_var"):
-                t.uniform_(0.5, 2.0)
-    torch.save(net.state_dict(), tmp_path / "weights.pt")
-    (tmp_path / "weights.pt.json").write_text(json.dumps({"model_config": CONFIG, "class_names": list("abcd")}))
+    net = write_export(tmp_path, CONFIG)
     assert onnx_export.main([str(tmp_path / "weights.pt"), str(tmp_path / "model.onnx")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "weights.pt", "weights.pt.json"]
     proto = onnx.load(str(tmp_path / "model.onnx"))

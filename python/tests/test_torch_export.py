@@ -1,10 +1,10 @@
 """torch.export of the speaker models of an export (melforge.models built from `weights.pt.json` and `weights.pt`):
 the traced program keeps the batch and time axes dynamic (torch.export.Dim.DYNAMIC) and takes the lengths, and its
 outputs equal the eager model's for other batch sizes and lengths than the traced ones (within 1e-5)."""
-import importlib
-import json
 
 import pytest
+
+from melforge_run import write_export
 
 # torch is imported inside the tests: collecting this file must not need it (tools/wheels_multi.sh deselects the
 # needs_torch tests under Pythons without torch).
@@ -16,27 +16,6 @@ CONFIGS = {
     "ecapa": {"model": "ecapa", "n_mels": 24, "n_frames": 40, "num_classes": 4, "channels": 16, "embedding_dim": 8,
               "task": "verification"},
 }
-
-
-def write_export(tmp_path, config):
-    """An export as `melforge-train export` writes it (a state dict of seeded weights, with non-trivial
-    BatchNorm statistics, and its JSON), read back through melforge.models' untrusted-file loader."""
-    import torch
-
-    models = importlib.import_module("melforge.models")
-    torch.manual_seed(3)
-    net = models.build_model(config)
-    with torch.no_grad():
-        for name, t in net.state_dict().items():
-            if name.endswith("running_var"):
-                t.uniform_(0.5, 2.0)
-            elif name.endswith("running_mean"):
-                t.uniform_(-0.5, 0.5)
-    torch.save(net.state_dict(), tmp_path / "weights.pt")
-    meta = {"model_config": config, "class_names": ["a", "b", "c", "d"], "task": "verification", "scores": "cosine"}
-    (tmp_path / "weights.pt.json").write_text(json.dumps(meta))
-    state = models.load_torch_file(str(tmp_path / "weights.pt"))
-    return models.build_checked_model(json.loads((tmp_path / "weights.pt.json").read_text()), state, "weights.pt")
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
